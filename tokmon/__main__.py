@@ -1,0 +1,3 @@
+from tokmon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""Arms: named sets of request settings, compared against each other (METRICS.md A/B)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ArmError(ValueError):
+    pass
+
+
+ARM_KEYS = ("url", "model", "body", "header", "endpoint")
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    url: str = ""
+    model: str = ""
+    endpoint: str = ""
+    body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside braces, brackets or quotes."""
+    parts, depth, quote, cur = [], 0, "", []
+    for ch in text:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    if cur:
+        parts.append("".join(cur))
+    return [p for p in (x.strip() for x in parts) if p]
+
+
+def parse_arm(text: str) -> Arm:
+    """``NAME:key=value,...`` with keys url, model, endpoint, body (JSON), header (K:V)."""
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    if not sep and "=" in name:
+        raise ArmError(f"--arm {text!r}: an arm needs a name, as NAME:key=value,...")
+    if not name:
+        raise ArmError(f"--arm {text!r}: an arm needs a name, as NAME:key=value,...")
+    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ArmError(f"--arm {text!r}: name may hold letters, digits, '-', '_' and '.' only")
+    kw: dict[str, Any] = {"body": {}, "headers": {}}
+    for part in _split_top(rest):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ArmError(f"--arm {name}: expected key=value, got {part!r}")
+        if key not in ARM_KEYS:
+            raise ArmError(f"--arm {name}: unknown key {key!r} (keys: {', '.join(ARM_KEYS)})")
+        value = value.strip()
+        if key == "body":
+            try:
+                obj = json.loads(value)
+            except ValueError as e:
+                raise ArmError(f"--arm {name}: body is not valid JSON: {e}") from None
+            if not isinstance(obj, dict):
+                raise ArmError(f"--arm {name}: body must be a JSON object")
+            kw["body"].update(obj)
+        elif key == "header":
+            hk, colon, hv = value.partition(":")
+            if not colon or not hk.strip():
+                raise ArmError(f"--arm {name}: header must be K:V, got {value!r}")
+            kw["headers"][hk.strip()] = hv.strip()
+        elif key == "endpoint":
+            if value not in ("chat", "completions"):
+                raise ArmError(f"--arm {name}: endpoint must be chat or completions")
+            kw["endpoint"] = value
+        else:
+            kw[key] = value
+    return Arm(name=name, **kw)
+
+
+def arm_from_mapping(name: str, obj: dict[str, Any]) -> Arm:
+    """An arm from a TOML table ``[arms.NAME]``."""
+    unknown = set(obj) - {"url", "model", "endpoint", "body", "headers"}
+    if unknown:
+        raise ArmError(f"arm {name}: unknown key(s) {', '.join(sorted(unknown))}")
+    body = obj.get("body", {})
+    headers = obj.get("headers", {})
+    if not isinstance(body, dict) or not isinstance(headers, dict):
+        raise ArmError(f"arm {name}: body and headers must be tables")
+    return Arm(
+        name=name,
+        url=str(obj.get("url", "")),
+        model=str(obj.get("model", "")),
+        endpoint=str(obj.get("endpoint", "")),
+        body=dict(body),
+        headers={str(k): str(v) for k, v in headers.items()},
+    )
+
+
+def check_unique(arms: list[Arm]) -> None:
+    seen: set[str] = set()
+    for a in arms:
+        if a.name in seen:
+            raise ArmError(f"two arms are named {a.name!r}: arm names must be unique")
+        seen.add(a.name)

@@ -1,0 +1,158 @@
+"""Interpretation of one streamed OpenAI-compatible event (chat or completions).
+
+Every server quirk in SERVERS.md is handled here: role-only first chunks, empty
+deltas, usage chunks with ``choices: []``, reasoning fields under either name,
+tool-call deltas, error events after a 200, llama.cpp ``timings`` and prefill
+progress, vLLM per-request speculative-decoding metrics, SGLang ``sglext``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+DONE = b"[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class SpecFields:
+    """Per-request speculative-decoding figures a server returned (source rank 2)."""
+
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    drafts: int | None = None  # number of drafting steps, where known
+    acceptance_length: float | None = None
+    source: str = ""
+
+
+@dataclass(slots=True)
+class ChunkInfo:
+    """What one event says. Mutable and short-lived: it never leaves the engine."""
+
+    text_chars: int = 0  # characters of generated text (content+reasoning+tool args)
+    content_chars: int = 0  # characters of *content* only (for TTFC)
+    text: str = ""  # content text (kept only for output checks)
+    completion_tokens: int | None = None  # cumulative usage, when present
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    done: bool = False
+    spec: SpecFields | None = None
+    timings_predicted_n: int | None = None  # llama.cpp final chunk
+
+
+class ProtocolError(Exception):
+    pass
+
+
+def _err_message(obj: Any) -> str:
+    if isinstance(obj, dict):
+        msg = obj.get("message") or obj.get("msg") or obj.get("type") or json.dumps(obj)[:200]
+        code = obj.get("code")
+        return f"{msg} (code {code})" if code is not None else str(msg)
+    return str(obj)[:200]
+
+
+def interpret(payload: bytes) -> ChunkInfo:
+    """Parse one ``data:`` payload. Raises ProtocolError for unparseable JSON."""
+    info = ChunkInfo()
+    if payload == DONE or payload.strip() == DONE:
+        info.done = True
+        return info
+    try:
+        obj = json.loads(payload)
+    except ValueError as e:
+        raise ProtocolError(f"unparseable event: {e}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("event is not a JSON object")
+    if "error" in obj and obj["error"]:
+        info.error = _err_message(obj["error"])
+        return info
+    if obj.get("object") == "error":
+        info.error = _err_message(obj)
+        return info
+    choices = obj.get("choices")
+    if choices and isinstance(choices, list):
+        for ch in choices:
+            if not isinstance(ch, dict):
+                continue
+            delta = ch.get("delta")
+            if isinstance(delta, dict):
+                c = delta.get("content")
+                if c:
+                    info.content_chars += len(c)
+                    info.text += c
+                for key in ("reasoning", "reasoning_content"):
+                    r = delta.get(key)
+                    if r:
+                        info.text_chars += len(r)
+                tc = delta.get("tool_calls")
+                if tc:
+                    # A tool-call delta is generated text even when its argument piece is empty.
+                    n = 0
+                    for call in tc if isinstance(tc, list) else []:
+                        fn = call.get("function") if isinstance(call, dict) else None
+                        if isinstance(fn, dict):
+                            n += len(fn.get("arguments") or "") + len(fn.get("name") or "")
+                    info.text_chars += max(n, 1)
+            else:
+                t = ch.get("text")  # completions endpoint
+                if t:
+                    info.content_chars += len(t)
+                    info.text += t
+            fr = ch.get("finish_reason")
+            if fr:
+                info.finish_reason = fr
+        info.text_chars += info.content_chars
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, int):
+            info.completion_tokens = ct
+        pt = usage.get("prompt_tokens")
+        if isinstance(pt, int):
+            info.prompt_tokens = pt
+    # vLLM: --per-request-spec-decode-metrics summary -> metrics.speculative_decoding
+    metrics = obj.get("metrics")
+    if isinstance(metrics, dict):
+        sd = metrics.get("speculative_decoding")
+        if isinstance(sd, dict):
+            info.spec = SpecFields(
+                draft_tokens=_int(sd.get("num_draft_tokens")),
+                accepted_tokens=_int(sd.get("num_accepted_draft_tokens")),
+                drafts=_int(sd.get("num_spec_steps")),
+                acceptance_length=_float(sd.get("mean_acceptance_length")),
+                source="response:vllm",
+            )
+    # llama.cpp: timings on the final chunk; draft_n only when drafting happened.
+    timings = obj.get("timings")
+    if isinstance(timings, dict):
+        info.timings_predicted_n = _int(timings.get("predicted_n"))
+        if "draft_n" in timings:
+            info.spec = SpecFields(
+                draft_tokens=_int(timings.get("draft_n")),
+                accepted_tokens=_int(timings.get("draft_n_accepted")),
+                source="response:llama.cpp",
+            )
+    # SGLang: sglext.spec_tokens_details (2026)
+    sglext = obj.get("sglext")
+    if isinstance(sglext, dict):
+        det = sglext.get("spec_tokens_details")
+        if isinstance(det, dict):
+            info.spec = SpecFields(
+                draft_tokens=_int(det.get("num_draft_tokens") or det.get("draft_tokens")),
+                accepted_tokens=_int(det.get("num_accepted_tokens") or det.get("accepted_tokens")),
+                drafts=_int(det.get("num_verify_steps") or det.get("spec_verify_ct")),
+                acceptance_length=_float(det.get("accept_length") or det.get("avg_accept_length")),
+                source="response:sglang",
+            )
+    return info
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

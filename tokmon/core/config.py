@@ -1,0 +1,75 @@
+"""The resolved settings of a run: one frozen object that the engine processes receive."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tokmon.core.arms import Arm
+from tokmon.core.workload import LengthDist, Prompt
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 10.0
+    first_token_s: float = 120.0
+    idle_s: float = 60.0  # longest allowed gap between two reads of a stream
+    total_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    arms: tuple[Arm, ...]
+    mode: str = "concurrency"  # or "rate"
+    concurrency: int = 4
+    rate: float = 1.0
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int = 1024
+    duration_s: float | None = None
+    requests: int | None = None
+    prompt_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 128))
+    max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
+    prompts: tuple[Prompt, ...] = ()
+    mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
+    ignore_eos: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    settle_s: float = 0.0
+    assign: str = "switch"  # "switch" (one arm at a time), "alternate", "random"
+    alternate_s: float | None = None
+    stall_ms: float = 1000.0
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    insecure: bool = False
+    workers: int = 1
+    continuous_usage: bool = False
+    drain_s: float = 30.0
+    flush_s: float = 0.1
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a plain dict, with every secret removed (for recordings)."""
+        d = asdict(self)
+        d["api_key"] = "<set>" if self.api_key else None
+        d["prompts"] = f"<{len(self.prompts)} prompts>" if self.prompts else None
+        d["headers"] = {k: _redact_header(k, v) for k, v in self.headers.items()}
+        for a in d["arms"]:
+            a["headers"] = {k: _redact_header(k, v) for k, v in a["headers"].items()}
+        d["prompt_tokens"] = str(self.prompt_tokens)
+        d["max_tokens"] = str(self.max_tokens)
+        return d
+
+
+SECRET_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization", "cookie")
+
+
+def _redact_header(k: str, v: str) -> str:
+    low = k.lower()
+    if low in SECRET_HEADERS or "key" in low or "token" in low or "secret" in low:
+        return "<redacted>"
+    return v

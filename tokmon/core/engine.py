@@ -1,0 +1,414 @@
+"""The engine: holds the streams open, stamps the chunks, and ships finished records.
+
+It runs in its own process (``engine_main``), so nothing the dashboard does can move a
+timestamp. It talks to its parent over two pipes: batches of frozen records out (every
+``flush_s``), small command tuples in (switch arm, pause, change load, stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from multiprocessing.connection import Connection
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from tokmon.core.arms import Arm
+from tokmon.core.client import Tick, make_client, stream_request
+from tokmon.core.config import RunConfig
+from tokmon.core.measure import NS_PER_MS
+from tokmon.core.records import EngineStatus, Event, RequestRecord
+from tokmon.core.workload import Arrivals, Prompt, synthetic_prompt
+
+
+def split_share(total: int, worker: int, nworkers: int) -> int:
+    """Worker ``worker``'s share of an integer total (shares add up to the total)."""
+    return total // nworkers + (1 if worker < total % nworkers else 0)
+
+
+def build_body(cfg: RunConfig, arm: Arm, prompt: Prompt, max_tokens: int) -> dict[str, Any]:
+    endpoint = arm.endpoint or "chat"
+    body: dict[str, Any] = {"model": arm.model}
+    body.update(prompt.body_fields(endpoint))
+    body["max_tokens"] = max_tokens
+    body["stream"] = True
+    so: dict[str, Any] = {"include_usage": True}
+    if cfg.continuous_usage:
+        so["continuous_usage_stats"] = True
+    body["stream_options"] = so
+    if cfg.temperature is not None:
+        body["temperature"] = cfg.temperature
+    if cfg.top_p is not None:
+        body["top_p"] = cfg.top_p
+    if cfg.seed is not None:
+        body["seed"] = cfg.seed
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    body.update(cfg.extra_body)
+    body.update(arm.body)
+    return body
+
+
+def endpoint_url(arm: Arm) -> str:
+    base = arm.url.rstrip("/")
+    return base + ("/completions" if arm.endpoint == "completions" else "/chat/completions")
+
+
+def request_headers(cfg: RunConfig, arm: Arm) -> dict[str, str]:
+    h = {"content-type": "application/json", "accept": "text/event-stream"}
+    if cfg.api_key:
+        h["authorization"] = f"Bearer {cfg.api_key}"
+    h.update(cfg.headers)
+    h.update(arm.headers)
+    return h
+
+
+class Engine:
+    def __init__(self, cfg: RunConfig, worker: int, nworkers: int, out: Connection | None) -> None:
+        self.cfg = cfg
+        self.worker = worker
+        self.nworkers = nworkers
+        self.out = out
+        self.arms = {a.name: a for a in cfg.arms}
+        self.arm_names = [a.name for a in cfg.arms]
+        self.arm = cfg.arms[0].name
+        self.segment = 0
+        self.t_switch = 0
+        self.urls = {a.name: endpoint_url(a) for a in cfg.arms}
+        self.headers = {a.name: request_headers(cfg, a) for a in cfg.arms}
+        seed = cfg.seed if cfg.seed is not None else int(time.time_ns() % 2**31)
+        self.rng = np.random.default_rng(seed + 7919 * worker)
+        self.pyrng = random.Random(seed + worker)
+        self.mix_kinds = [k for k, _ in cfg.mix]
+        self.mix_w = np.array([w for _, w in cfg.mix], dtype=float)
+        self.mode = cfg.mode
+        self.level = (
+            float(split_share(cfg.concurrency, worker, nworkers))
+            if cfg.mode == "concurrency"
+            else cfg.rate / nworkers
+        )
+        self.budget = split_share(cfg.requests, worker, nworkers) if cfg.requests else None
+        self.warmup_left = split_share(cfg.warmup_requests, worker, nworkers)
+        self.sent = 0
+        self.counter = 0
+        self.in_flight: dict[int, tuple[str, int, str, int]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.records: list[RequestRecord] = []
+        self.events: list[Event] = []
+        self.ticks = Tick()
+        self.paused = False
+        self.resume_evt = asyncio.Event()
+        self.resume_evt.set()
+        self.stopping = False
+        self.hard_stop = False
+        self.stop_evt = asyncio.Event()
+        self.level_evt = asyncio.Event()
+        self.t_start = 0
+        self.loop_lag_ms = 0.0
+        self.lags: list[float] = []
+        self.slots: dict[int, asyncio.Task[None]] = {}
+        self.client = make_client(
+            cfg.timeouts.connect_s,
+            cfg.timeouts.idle_s,
+            cfg.insecure,
+            max_connections=max(64, cfg.max_concurrency, cfg.concurrency) + 16,
+        )
+        self.outputs: list[tuple[str, str]] = []
+
+    # ------------------------------------------------------------------ requests
+    def _pick_prompt(self) -> tuple[Prompt, int]:
+        cfg = self.cfg
+        if cfg.prompts:
+            p = cfg.prompts[int(self.rng.integers(0, len(cfg.prompts)))]
+        else:
+            if len(self.mix_kinds) == 1:
+                kind = self.mix_kinds[0]
+            else:
+                kind = self.mix_kinds[int(self.rng.choice(len(self.mix_kinds), p=self.mix_w))]
+            p = synthetic_prompt(kind, cfg.prompt_tokens.sample(self.rng), self.rng)
+        return p, cfg.max_tokens.sample(self.rng)
+
+    def _pick_arm(self, n: int) -> str:
+        if self.cfg.assign == "alternate" and len(self.arm_names) > 1:
+            return self.arm_names[n % len(self.arm_names)]
+        if self.cfg.assign == "random" and len(self.arm_names) > 1:
+            return self.pyrng.choice(self.arm_names)
+        return self.arm
+
+    def _take_budget(self) -> bool:
+        if self.stopping:
+            return False
+        if self.budget is not None:
+            if self.budget <= 0:
+                return False
+            self.budget -= 1
+        return True
+
+    async def one(self, t_sched: int) -> None:
+        n = self.counter
+        self.counter += 1
+        rid = n * self.nworkers + self.worker
+        arm_name = self._pick_arm(n)
+        arm = self.arms[arm_name]
+        prompt, max_tokens = self._pick_prompt()
+        body = json.dumps(build_body(self.cfg, arm, prompt, max_tokens)).encode()
+        warm = False
+        if self.warmup_left > 0:
+            self.warmup_left -= 1
+            warm = True
+        if self.cfg.warmup_s and (t_sched - self.t_start) < self.cfg.warmup_s * 1e9:
+            warm = True
+        settle = bool(self.t_switch) and (t_sched - self.t_switch) < self.cfg.settle_s * 1e9
+        base = {"kind": prompt.kind, "segment": self.segment, "warmup": warm,
+                "settle": settle, "worker": self.worker}
+        self.in_flight[rid] = (arm_name, t_sched, prompt.kind, self.segment)
+        self.sent += 1
+        try:
+            rec = await stream_request(
+                self.client,
+                rid=rid,
+                arm=arm_name,
+                url=self.urls[arm_name],
+                body=body,
+                headers=self.headers[arm_name],
+                t_sched=t_sched,
+                ticks=self.ticks,
+                first_token_s=self.cfg.timeouts.first_token_s,
+                total_s=self.cfg.timeouts.total_s,
+                stall_ms=self.cfg.stall_ms,
+                base=base,
+            )
+        except asyncio.CancelledError:
+            self.records.append(
+                RequestRecord(rid=rid, arm=arm_name, outcome="cancelled", t_sched=t_sched,
+                              t_end=perf_counter_ns(), error="cancelled at stop", **base)
+            )
+            self.in_flight.pop(rid, None)
+            raise
+        except Exception as e:  # a bug must cost one request, never the run
+            rec = RequestRecord(rid=rid, arm=arm_name, outcome="protocol", t_sched=t_sched,
+                                t_end=perf_counter_ns(), error=f"internal: {type(e).__name__}",
+                                **base)
+        self.in_flight.pop(rid, None)
+        if rec.send_lag_ms is not None:
+            self.lags.append(rec.send_lag_ms)
+        self.records.append(rec)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        t = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+        return t
+
+    # ------------------------------------------------------------------ load shapes
+    async def slot(self, idx: int) -> None:
+        while not self.stopping and idx < int(self.level):
+            if self.paused:
+                await self.resume_evt.wait()
+                continue
+            if not self._take_budget():
+                break
+            await self.one(perf_counter_ns())
+        self.slots.pop(idx, None)
+
+    def _ensure_slots(self) -> None:
+        for i in range(int(self.level)):
+            if i not in self.slots:
+                self.slots[i] = self._spawn(self.slot(i))
+
+    async def arrivals(self) -> None:
+        arr = Arrivals(self.cfg.arrival, max(self.level, 1e-9), self.cfg.burstiness,
+                       seed=None if self.cfg.seed is None else self.cfg.seed + 31 * self.worker)
+        cap = max(1, split_share(self.cfg.max_concurrency, self.worker, self.nworkers))
+        sem = asyncio.Semaphore(cap)
+        next_t = perf_counter_ns()
+        while not self.stopping:
+            if self.paused:
+                await self.resume_evt.wait()
+                next_t = perf_counter_ns()
+                continue
+            arr.set_rate(max(self.level, 1e-9))
+            next_t += int(arr.next_gap() * 1e9)
+            delay = next_t - perf_counter_ns()
+            if delay > 0:
+                self.level_evt.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.level_evt.wait(), delay / 1e9)
+                if self.level_evt.is_set():
+                    # The rate changed: re-plan from now rather than from an old gap.
+                    next_t = perf_counter_ns()
+                    continue
+            if not self._take_budget():
+                break
+            await sem.acquire()  # the cap: waiting here shows as send lag, never a drop
+            if self.stopping:
+                sem.release()
+                break
+            t = self._spawn(self.one(next_t))
+            t.add_done_callback(lambda _t: sem.release())
+
+    # ------------------------------------------------------------------ control
+    def on_command(self, cmd: tuple[Any, ...]) -> None:
+        op = cmd[0]
+        now = perf_counter_ns()
+        if op == "arm":
+            _, name, segment, t_switch = cmd
+            if name in self.arms:
+                self.arm, self.segment, self.t_switch = name, segment, t_switch
+        elif op == "pause":
+            self.paused = True
+            self.resume_evt.clear()
+        elif op == "resume":
+            self.paused = False
+            self.resume_evt.set()
+        elif op == "level":
+            total = float(cmd[1])
+            if self.mode == "concurrency":
+                self.level = float(split_share(int(total), self.worker, self.nworkers))
+                self._ensure_slots()
+            else:
+                self.level = total / self.nworkers
+                self.level_evt.set()
+        elif op == "stop":
+            self.stopping = True
+            self.hard_stop = bool(cmd[1]) if len(cmd) > 1 else False
+            self.resume_evt.set()
+            self.level_evt.set()
+            self.stop_evt.set()
+        self.events.append(Event(t=now, kind="engine", message=f"command {op}"))
+
+    async def _lag_probe(self) -> None:
+        while True:
+            t0 = perf_counter_ns()
+            await asyncio.sleep(0.05)
+            lag = (perf_counter_ns() - t0) / NS_PER_MS - 50.0
+            self.loop_lag_ms = max(self.loop_lag_ms, lag)
+
+    def _status(self, done: bool = False) -> EngineStatus:
+        lags = self.lags
+        lag = float(np.median(lags)) if lags else 0.0
+        return EngineStatus(
+            t=perf_counter_ns(),
+            in_flight=len(self.in_flight),
+            sent=self.sent,
+            paused=self.paused,
+            arm=self.arm,
+            level=self.level,
+            mode=self.mode,
+            loop_lag_ms=self.loop_lag_ms,
+            send_lag_ms=lag,
+            done=done,
+            worker=self.worker,
+        )
+
+    def flush(self, done: bool = False) -> None:
+        batch = ("batch", self.worker, self.records, self.ticks.take(), self.events,
+                 self._status(done))
+        self.records, self.events, self.lags = [], [], []
+        self.loop_lag_ms = 0.0
+        if self.out is not None:
+            try:
+                self.out.send(batch)
+            except (BrokenPipeError, OSError):
+                # The parent is gone: nobody is left to measure for.
+                self.stopping = self.hard_stop = True
+                self.stop_evt.set()
+
+    async def _flusher(self) -> None:
+        ppid = os.getppid()
+        while True:
+            await asyncio.sleep(self.cfg.flush_s)
+            self.flush()
+            if os.getppid() != ppid:
+                self.stopping = self.hard_stop = True
+                self.stop_evt.set()
+
+    async def run(self, cmd: Connection | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        self.t_start = perf_counter_ns()
+        if cmd is not None:
+
+            def _read() -> None:
+                try:
+                    while cmd.poll():
+                        self.on_command(cmd.recv())
+                except (EOFError, OSError):
+                    loop.remove_reader(cmd.fileno())
+                    self.on_command(("stop", True))
+
+            loop.add_reader(cmd.fileno(), _read)
+        flusher = loop.create_task(self._flusher())
+        lagger = loop.create_task(self._lag_probe())
+        deadline = self.cfg.duration_s
+        if self.mode == "concurrency":
+            self._ensure_slots()
+            producer = None
+        else:
+            producer = self._spawn(self.arrivals())
+        try:
+            # Wait for the end: duration, budget exhausted, or a stop command.
+            t_end = None if deadline is None else loop.time() + deadline
+            while not self.stopping:
+                timeout = None if t_end is None else max(0.0, t_end - loop.time())
+                if timeout == 0.0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_evt.wait(), min(timeout or 0.25, 0.25))
+                if self.budget is not None and self.budget <= 0 and not self.in_flight:
+                    break
+                if self.mode == "concurrency" and not self.slots and self.budget == 0:
+                    break
+            self.stopping = True
+            self.resume_evt.set()
+            self.level_evt.set()
+            if producer is not None:
+                producer.cancel()
+            # Drain: in-flight requests finish, within a bounded wait.
+            t_drain = loop.time() + (0 if self.hard_stop else self.cfg.drain_s)
+            while self.in_flight and loop.time() < t_drain and not self.hard_stop:
+                self.stop_evt.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_evt.wait(), 0.05)
+            for t in list(self.tasks):
+                t.cancel()
+            if self.tasks:
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+        finally:
+            flusher.cancel()
+            lagger.cancel()
+            with contextlib.suppress(Exception):
+                await self.client.aclose()
+            self.flush(done=True)
+
+
+def _set_pdeathsig() -> None:
+    """Ask Linux to end this process when its parent dies (even by kill -9)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass  # not Linux: the flusher's parent check still ends the engine
+
+
+def engine_main(cfg: RunConfig, worker: int, nworkers: int, out: Connection,
+                cmd: Connection) -> None:
+    """Entry point of an engine process."""
+    _set_pdeathsig()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and sends "stop"
+    eng = Engine(cfg, worker, nworkers, out)
+    try:
+        asyncio.run(eng.run(cmd))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            out.close()

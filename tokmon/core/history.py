@@ -1,0 +1,102 @@
+"""Time series for the sparklines: full resolution for the last minutes, and the whole
+run compressed to a bounded number of points (a 12-hour soak still fits one screen).
+
+Memory is bounded: ``recent`` is a ring, ``whole`` halves its resolution when full.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, fields, replace
+
+FIELDS = (
+    "tok_s",
+    "ttft_p50",
+    "ttft_p95",
+    "tpot_p50",
+    "decode_p50",
+    "errors",
+    "err_rate",
+    "acc_rate",
+    "acc_len",
+    "gpu_util",
+    "gpu_mem_pct",
+    "kv_pct",
+    "queue",
+    "send_lag",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One second of the run (or, in the whole-run view, the mean of several)."""
+
+    t: float  # seconds since the run started
+    span: float = 1.0  # seconds this point stands for
+    arm: str = ""
+    tok_s: float | None = None
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    tpot_p50: float | None = None
+    decode_p50: float | None = None
+    errors: float | None = None  # failures that ended in this second
+    err_rate: float | None = None
+    acc_rate: float | None = None
+    acc_len: float | None = None
+    gpu_util: float | None = None
+    gpu_mem_pct: float | None = None
+    kv_pct: float | None = None
+    queue: float | None = None
+    send_lag: float | None = None
+    marks: tuple[str, ...] = ()  # "arm", "marker", "alert", "stall" in this span
+    arm_tok_s: tuple[tuple[str, float], ...] = ()
+
+
+def merge(a: Point, b: Point) -> Point:
+    """Two adjacent points as one: means of what each has, sums of counts, union of marks."""
+    kw: dict[str, object] = {}
+    for f in FIELDS:
+        va, vb = getattr(a, f), getattr(b, f)
+        if va is None:
+            kw[f] = vb
+        elif vb is None:
+            kw[f] = va
+        elif f == "errors":
+            kw[f] = va + vb
+        else:
+            kw[f] = (va * a.span + vb * b.span) / (a.span + b.span)
+    arms: dict[str, float] = {}
+    for name, v in a.arm_tok_s + b.arm_tok_s:
+        arms[name] = arms.get(name, 0.0) + v / 2
+    return replace(a, span=a.span + b.span, arm=b.arm, marks=tuple(dict.fromkeys(a.marks + b.marks)),
+                   arm_tok_s=tuple(arms.items()), **kw)  # type: ignore[arg-type]
+
+
+class History:
+    def __init__(self, recent_points: int = 3600, whole_points: int = 1024) -> None:
+        self.recent: deque[Point] = deque(maxlen=recent_points)
+        self.whole: list[Point] = []
+        self.whole_cap = whole_points
+        self.whole_span = 1.0
+        self._pending: Point | None = None
+
+    def add(self, p: Point) -> None:
+        self.recent.append(p)
+        cur = self._pending
+        cur = p if cur is None else merge(cur, p)
+        if cur.span >= self.whole_span:
+            self.whole.append(cur)
+            self._pending = None
+            if len(self.whole) > self.whole_cap:
+                w = self.whole
+                self.whole = [merge(w[i], w[i + 1]) if i + 1 < len(w) else w[i]
+                              for i in range(0, len(w), 2)]
+                self.whole_span *= 2
+        else:
+            self._pending = cur
+
+    def whole_view(self) -> list[Point]:
+        return self.whole + ([self._pending] if self._pending is not None else [])
+
+
+POINT_FIELDS = tuple(f.name for f in fields(Point))

@@ -1,0 +1,154 @@
+"""Per-request arithmetic: from stamped chunks to the figures of METRICS.md.
+
+``StreamMeter`` is fed in the hot path (one call per event) and keeps only what the
+definitions need; ``finish`` turns it into the fields of a RequestRecord. It is pure
+(times are passed in), so it is tested on synthetic timelines.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from typing import Any
+
+from tokmon.core.chunks import ChunkInfo, SpecFields
+
+NS_PER_MS = 1_000_000
+
+
+class StreamMeter:
+    __slots__ = (
+        "t_send",
+        "t_first_text",
+        "t_first_content",
+        "t_last_text",
+        "t_last_event",
+        "text_chunks",
+        "chunk_times",
+        "cum_tokens",
+        "exact_chunk_tokens",
+        "usage_tokens",
+        "prompt_tokens",
+        "predicted_n",
+        "finish_reason",
+        "spec",
+        "stall_ns",
+        "stalls",
+        "text_parts",
+        "keep_text",
+        "ticked",
+    )
+
+    def __init__(self, t_send: int, stall_ms: float = 1000.0, keep_text: bool = False) -> None:
+        self.t_send = t_send
+        self.t_first_text: int | None = None
+        self.t_first_content: int | None = None
+        self.t_last_text: int | None = None
+        self.t_last_event: int = t_send
+        self.text_chunks = 0
+        self.chunk_times = array("q")
+        self.cum_tokens = 0  # cumulative completion_tokens seen in per-chunk usage
+        self.exact_chunk_tokens = True  # every text chunk had cumulative usage so far
+        self.usage_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.predicted_n: int | None = None
+        self.finish_reason: str | None = None
+        self.spec: SpecFields | None = None
+        self.stall_ns = int(stall_ms * NS_PER_MS)
+        self.stalls = 0
+        self.text_parts: list[str] = []
+        self.keep_text = keep_text
+        self.ticked = 0
+
+    def on_event(self, t: int, info: ChunkInfo) -> int:
+        """Account one event stamped at ``t``; returns the tokens it carried (for live ticks)."""
+        self.t_last_event = t
+        tokens = 0
+        if info.text_chars:
+            if self.t_first_text is None:
+                self.t_first_text = t
+            elif t - self.t_last_text > self.stall_ns:  # type: ignore[operator]
+                self.stalls += 1
+            if info.content_chars and self.t_first_content is None:
+                self.t_first_content = t
+            self.t_last_text = t
+            self.text_chunks += 1
+            self.chunk_times.append(t)
+            if self.keep_text and info.text:
+                self.text_parts.append(info.text)
+            if info.completion_tokens is not None:
+                tokens = max(info.completion_tokens - self.cum_tokens, 0)
+                self.cum_tokens = info.completion_tokens
+            else:
+                self.exact_chunk_tokens = False
+                tokens = 1
+            self.ticked += tokens
+        elif info.completion_tokens is not None:
+            # A usage-only chunk: the final count. Tokens not yet ticked arrive "now".
+            self.cum_tokens = max(self.cum_tokens, info.completion_tokens)
+        if info.completion_tokens is not None:
+            self.usage_tokens = info.completion_tokens
+        if info.prompt_tokens is not None:
+            self.prompt_tokens = info.prompt_tokens
+        if info.finish_reason:
+            self.finish_reason = info.finish_reason
+        if info.spec is not None:
+            self.spec = info.spec
+        if info.timings_predicted_n is not None:
+            self.predicted_n = info.timings_predicted_n
+        return tokens
+
+    def output_tokens(self) -> tuple[int, bool]:
+        """(N, estimated) per METRICS.md: usage, else per-chunk deltas, else an estimate."""
+        if self.usage_tokens is not None:
+            return self.usage_tokens, False
+        if self.predicted_n is not None:
+            return self.predicted_n, False
+        return self.text_chunks, True
+
+    def finish(self, t_end: int) -> dict[str, Any]:
+        """The figures of this request. ``t_end`` is when the stream ended."""
+        n, estimated = self.output_tokens()
+        ms = NS_PER_MS
+        out: dict[str, Any] = {
+            "output_tokens": n,
+            "tokens_estimated": estimated,
+            "prompt_tokens": self.prompt_tokens,
+            "chunks": self.text_chunks,
+            "finish_reason": self.finish_reason,
+            "stalls": self.stalls,
+        }
+        if self.t_first_text is not None:
+            ttft = (self.t_first_text - self.t_send) / ms
+            e2e = (self.t_last_text - self.t_send) / ms  # type: ignore[operator]
+            out["ttft_ms"] = ttft
+            out["e2e_ms"] = e2e
+            if self.t_first_content is not None:
+                out["ttfc_ms"] = (self.t_first_content - self.t_send) / ms
+            if n >= 2 and e2e > ttft:
+                out["tpot_ms"] = (e2e - ttft) / (n - 1)
+                out["decode_tps"] = (n - 1) / ((e2e - ttft) / 1000.0)
+            ct = self.chunk_times
+            if len(ct) >= 2:
+                gaps = array("f", [(ct[i] - ct[i - 1]) / ms for i in range(1, len(ct))])
+                if sys.byteorder != "little":
+                    gaps.byteswap()
+                out["gaps"] = gaps.tobytes()
+                out["max_gap_ms"] = max(gaps)
+        else:
+            out["e2e_ms"] = (t_end - self.t_send) / ms
+        if self.spec is not None:
+            out["spec_draft_tokens"] = self.spec.draft_tokens
+            out["spec_accepted_tokens"] = self.spec.accepted_tokens
+            out["spec_drafts"] = self.spec.drafts
+            out["spec_source"] = self.spec.source
+        return out
+
+    def untick_tokens(self) -> int:
+        """Tokens the final count adds beyond what was ticked chunk by chunk."""
+        n, _ = self.output_tokens()
+        return n - self.ticked
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)

@@ -1,0 +1,115 @@
+"""Frozen facts that cross process and thread boundaries.
+
+All times are nanoseconds on the system-wide monotonic clock (``time.perf_counter_ns``),
+so records from engine processes and samples from probe threads share one axis.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+OUTCOMES = (
+    "ok",
+    "connect",
+    "timeout",
+    "http_4xx",
+    "http_429",
+    "http_5xx",
+    "stream_error",
+    "protocol",
+    "cancelled",
+)
+FAILURES = OUTCOMES[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request, measured per METRICS.md."""
+
+    rid: int
+    arm: str
+    outcome: str
+    t_sched: int
+    t_end: int
+    kind: str = ""
+    segment: int = 0
+    t_send: int | None = None
+    send_lag_ms: float | None = None
+    connect_ms: float | None = None
+    ttfb_ms: float | None = None
+    ttft_ms: float | None = None
+    ttfc_ms: float | None = None
+    e2e_ms: float | None = None
+    output_tokens: int = 0
+    tokens_estimated: bool = False
+    prompt_tokens: int | None = None
+    chunks: int = 0
+    tpot_ms: float | None = None
+    decode_tps: float | None = None
+    max_gap_ms: float | None = None
+    stalls: int = 0
+    gaps: bytes = b""  # chunk gaps in ms, float32 little-endian (compact, immutable)
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str = ""
+    warmup: bool = False
+    settle: bool = False
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_drafts: int | None = None
+    spec_source: str = ""
+    worker: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def counted(self) -> bool:
+        """In summaries: not warm-up, not in a settle period after an arm switch."""
+        return not self.warmup and not self.settle
+
+    def gaps_ms(self) -> list[float]:
+        return list(array("f", self.gaps)) if self.gaps else []
+
+    @property
+    def tokens_per_chunk(self) -> float | None:
+        return self.output_tokens / self.chunks if self.chunks else None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTick:
+    """Tokens that arrived in one time bucket for one arm (live throughput)."""
+
+    t: int  # bucket start, ns
+    arm: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened: an arm switch, a pause, a marker, an alert, a restart."""
+
+    t: int
+    kind: str
+    message: str
+    data: dict[str, object] = field(default_factory=dict)
+    wall: float = 0.0  # time.time() when it happened, for the calendar
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    """The engine's own view, sent with every batch."""
+
+    t: int
+    in_flight: int
+    sent: int
+    paused: bool
+    arm: str
+    level: float
+    mode: str  # "concurrency" or "rate"
+    loop_lag_ms: float
+    send_lag_ms: float  # p50 of the batch
+    done: bool = False
+    worker: int = 0

@@ -1,0 +1,65 @@
+"""The frozen state a source hands to a consumer (dashboard, headless printer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tokmon.core.history import Point
+from tokmon.core.records import Event
+from tokmon.core.stats import WindowStats
+
+
+@dataclass(frozen=True, slots=True)
+class ArmView:
+    name: str
+    ok: int
+    failed: int
+    window: WindowStats | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: int
+    elapsed_s: float
+    target: str
+    model: str
+    arm: str
+    arms: tuple[str, ...]
+    mode: str
+    level: float
+    paused: bool
+    sent: int
+    ok: int
+    failed: int
+    in_flight: int
+    warming_up: bool
+    recording: str | None
+    window: WindowStats | None
+    arm_views: tuple[ArmView, ...]
+    recent: tuple[Point, ...]
+    whole: tuple[Point, ...]
+    events: tuple[Event, ...]
+    comparison: dict[str, Any] | None
+    probes: dict[str, Any] = field(default_factory=dict)
+    done: bool = False
+    loop_lag_ms: float = 0.0
+    send_lag_ms: float = 0.0
+    replay: dict[str, Any] | None = None  # position/speed when the source is a recording
+    notice: str = ""
+    insecure: bool = False
+
+
+class Source(Protocol):
+    """What the dashboard draws from: a live session, a recording replay, or a fake."""
+
+    def snapshot(self) -> Snapshot | None: ...
+
+    def command(self, name: str, *args: Any) -> str | None:
+        """Apply a user command; returns a short notice for the user, or None."""
+        ...
+
+    def close(self) -> None: ...
+
+    @property
+    def commands(self) -> frozenset[str]: ...

@@ -1,0 +1,395 @@
+"""Statistics: sliding windows (live), whole-run totals (summary), bootstrap ratios.
+
+Percentiles use numpy's default linear interpolation between closest ranks, as
+METRICS.md says; a window with no requests has no percentile (None), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokmon.core.records import FAILURES, OUTCOMES, RequestRecord
+
+PCTS = (50, 90, 95, 99)
+
+
+class GrowArray:
+    """An append-only float64 array that doubles its storage (amortised O(1) appends)."""
+
+    __slots__ = ("_a", "n")
+
+    def __init__(self, cap: int = 1024) -> None:
+        self._a = np.empty(cap, dtype=np.float64)
+        self.n = 0
+
+    def append(self, v: float) -> None:
+        if self.n == len(self._a):
+            b = np.empty(len(self._a) * 2, dtype=np.float64)
+            b[: self.n] = self._a
+            self._a = b
+        self._a[self.n] = v
+        self.n += 1
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._a[: self.n]
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def pct_summary(values: np.ndarray) -> dict[str, float | int | None]:
+    """The ``S`` object of the summary schema."""
+    n = int(values.size)
+    if n == 0:
+        return {"p50": None, "p90": None, "p95": None, "p99": None, "mean": None,
+                "min": None, "max": None, "count": 0}
+    ps = np.percentile(values, PCTS)
+    return {
+        "p50": float(ps[0]),
+        "p90": float(ps[1]),
+        "p95": float(ps[2]),
+        "p99": float(ps[3]),
+        "mean": float(values.mean()),
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "count": n,
+    }
+
+
+def pct(values: list[float] | np.ndarray, q: float) -> float | None:
+    if len(values) == 0:
+        return None
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """What the last window held, for one arm or for all arms (``arm == ""``)."""
+
+    t: int
+    width_s: float
+    arm: str
+    tokens_per_s: float
+    requests_per_s: float
+    ended: int
+    ok: int
+    failed: int
+    errors: dict[str, int]
+    ttft_p50: float | None
+    ttft_p95: float | None
+    ttft_p99: float | None
+    tpot_p50: float | None
+    tpot_p95: float | None
+    e2e_p50: float | None
+    decode_p50: float | None
+    goodput_per_s: float | None
+    gap_p50: float | None
+    gap_p99: float | None
+    tpot_cv: float | None
+    stalls: int
+    tokens_per_chunk: float | None
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    acceptance_source: str = ""
+
+
+@dataclass
+class Slo:
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+    def met(self, r: RequestRecord) -> bool:
+        if not r.ok:
+            return False
+        if self.ttft_ms is not None and (r.ttft_ms is None or r.ttft_ms > self.ttft_ms):
+            return False
+        if self.tpot_ms is not None and r.tpot_ms is not None and r.tpot_ms > self.tpot_ms:
+            return False
+        return not (self.e2e_ms is not None and (r.e2e_ms is None or r.e2e_ms > self.e2e_ms))
+
+
+def window_stats(
+    records: list[RequestRecord],
+    tokens: int,
+    t: int,
+    width_s: float,
+    arm: str = "",
+    slo: Slo | None = None,
+) -> WindowStats:
+    """Figures of one window from the requests that ended in it and the tokens that arrived."""
+    errors: dict[str, int] = {}
+    ttft, tpot, e2e, dec, gaps = [], [], [], [], []
+    ok = 0
+    good = 0
+    stalls = 0
+    n_tok = 0
+    n_chunks = 0
+    acc_d = acc_a = 0
+    for r in records:
+        if r.outcome != "ok":
+            errors[r.outcome] = errors.get(r.outcome, 0) + 1
+            continue
+        ok += 1
+        stalls += r.stalls
+        if r.warmup:
+            continue
+        if r.ttft_ms is not None:
+            ttft.append(r.ttft_ms)
+        if r.tpot_ms is not None:
+            tpot.append(r.tpot_ms)
+        if r.e2e_ms is not None:
+            e2e.append(r.e2e_ms)
+        if r.decode_tps is not None:
+            dec.append(r.decode_tps)
+        if r.gaps:
+            gaps.append(np.frombuffer(r.gaps, dtype="<f4"))
+        n_tok += r.output_tokens
+        n_chunks += r.chunks
+        if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
+            acc_d += r.spec_draft_tokens
+            acc_a += r.spec_accepted_tokens
+        if slo is not None and slo.any and slo.met(r):
+            good += 1
+    failed = sum(errors.values())
+    g = np.concatenate(gaps) if gaps else np.empty(0)
+    tp = np.asarray(tpot)
+    cv = float(tp.std() / tp.mean()) if tp.size >= 2 and tp.mean() > 0 else None
+    acc_rate = acc_d and acc_a / acc_d or None
+    return WindowStats(
+        t=t,
+        width_s=width_s,
+        arm=arm,
+        tokens_per_s=tokens / width_s if width_s > 0 else 0.0,
+        requests_per_s=(ok + failed) / width_s if width_s > 0 else 0.0,
+        ended=ok + failed,
+        ok=ok,
+        failed=failed,
+        errors=errors,
+        ttft_p50=pct(ttft, 50),
+        ttft_p95=pct(ttft, 95),
+        ttft_p99=pct(ttft, 99),
+        tpot_p50=pct(tpot, 50),
+        tpot_p95=pct(tpot, 95),
+        e2e_p50=pct(e2e, 50),
+        decode_p50=pct(dec, 50),
+        goodput_per_s=(good / width_s) if slo is not None and slo.any and width_s > 0 else None,
+        gap_p50=pct(g, 50),
+        gap_p99=pct(g, 99),
+        tpot_cv=cv,
+        stalls=stalls,
+        tokens_per_chunk=(n_tok / n_chunks) if n_chunks else None,
+        acceptance_rate=acc_rate if acc_d else None,
+        acceptance_source="response" if acc_d else "",
+    )
+
+
+@dataclass
+class ArmTotals:
+    """Whole-run accumulation for one arm: counts and the per-request arrays."""
+
+    name: str
+    by_outcome: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    warmup: int = 0
+    settle: int = 0
+    output_tokens: int = 0  # counted ok requests
+    all_output_tokens: int = 0
+    estimated: int = 0
+    good: int = 0
+    stalls: int = 0
+    ttft: GrowArray = field(default_factory=GrowArray)
+    tpot: GrowArray = field(default_factory=GrowArray)
+    e2e: GrowArray = field(default_factory=GrowArray)
+    decode: GrowArray = field(default_factory=GrowArray)
+    # for the segment bootstrap and drift: segment id and end time of each decode/ttft value
+    seg_decode: GrowArray = field(default_factory=GrowArray)
+    seg_tpot: GrowArray = field(default_factory=GrowArray)
+    seg_ttft: GrowArray = field(default_factory=GrowArray)
+    t_end: GrowArray = field(default_factory=GrowArray)
+    spec_draft: int = 0
+    spec_accepted: int = 0
+    spec_drafts: int = 0
+    spec_source: str = ""
+    t_first: int | None = None
+    t_last: int | None = None
+
+    def add(self, r: RequestRecord, slo: Slo | None) -> None:
+        self.by_outcome[r.outcome] = self.by_outcome.get(r.outcome, 0) + 1
+        if r.warmup:
+            self.warmup += 1
+        elif r.settle:
+            self.settle += 1
+        if r.outcome == "ok":
+            self.all_output_tokens += r.output_tokens
+        if not r.counted:
+            return
+        if self.t_first is None or r.t_sched < self.t_first:
+            self.t_first = r.t_sched
+        if self.t_last is None or r.t_end > self.t_last:
+            self.t_last = r.t_end
+        if r.outcome != "ok":
+            return
+        self.output_tokens += r.output_tokens
+        self.stalls += r.stalls
+        if r.tokens_estimated:
+            self.estimated += 1
+        if r.ttft_ms is not None:
+            self.ttft.append(r.ttft_ms)
+            self.seg_ttft.append(r.segment)
+            self.t_end.append(r.t_end / 1e9)
+        if r.tpot_ms is not None:
+            self.tpot.append(r.tpot_ms)
+            self.seg_tpot.append(r.segment)
+        if r.e2e_ms is not None:
+            self.e2e.append(r.e2e_ms)
+        if r.decode_tps is not None:
+            self.decode.append(r.decode_tps)
+            self.seg_decode.append(r.segment)
+        if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
+            self.spec_draft += r.spec_draft_tokens
+            self.spec_accepted += r.spec_accepted_tokens
+            self.spec_drafts += r.spec_drafts or 0
+            self.spec_source = r.spec_source
+        if slo is not None and slo.any and slo.met(r):
+            self.good += 1
+
+    @property
+    def ok(self) -> int:
+        return self.by_outcome.get("ok", 0)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.by_outcome.get(k, 0) for k in FAILURES)
+
+    @property
+    def sent(self) -> int:
+        return self.ok + self.failed
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _boot_medians(x: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` bootstrap replicates of the median of ``x``, exactly and in O(b).
+
+    Resampling n values with replacement is F_n^-1 applied to n iid uniforms, and F_n^-1
+    is monotone, so the resample's k-th order statistic is F_n^-1(U_(k)) with
+    U_(k) ~ Beta(k, n+1-k): no n-sized resample is ever drawn.
+    """
+    xs = np.sort(x)
+    n = xs.size
+    m = (n + 1) // 2
+    u = rng.beta(m, n + 1 - m, size=b)
+    lo = xs[np.minimum((u * n).astype(np.int64), n - 1)]
+    if n % 2:
+        return lo
+    # Even n: the median averages the m-th and (m+1)-th order statistics; given U_(m),
+    # U_(m+1) = U_(m) + (1 - U_(m)) * Beta(1, n - m).
+    u2 = u + (1 - u) * rng.beta(1, n - m, size=b)
+    hi = xs[np.minimum((u2 * n).astype(np.int64), n - 1)]
+    return (lo + hi) / 2
+
+
+MIN_SAMPLES = 10
+
+
+def ratio_ci_requests(
+    a: np.ndarray, b: np.ndarray, reps: int = 2000, seed: int = 12345
+) -> tuple[float, float, float] | None:
+    """Ratio of medians b/a with a 95% bootstrap interval, resampling requests."""
+    if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
+        return None
+    ma, mb = float(np.median(a)), float(np.median(b))
+    if ma <= 0:
+        return None
+    rng = np.random.default_rng(seed)
+    ra = _boot_medians(a, reps, rng)
+    rb = _boot_medians(b, reps, rng)
+    ok = ra > 0
+    r = rb[ok] / ra[ok]
+    lo, hi = np.percentile(r, [2.5, 97.5])
+    return mb / ma, float(lo), float(hi)
+
+
+def ratio_ci_segments(
+    a: np.ndarray,
+    a_seg: np.ndarray,
+    b: np.ndarray,
+    b_seg: np.ndarray,
+    reps: int = 1000,
+    seed: int = 12345,
+    per_segment_cap: int = 200,
+) -> tuple[float, float, float] | None:
+    """Ratio of medians b/a with a 95% interval by bootstrap over segments (blocks).
+
+    Resampling whole segments keeps the between-segment variation (drift, warm caches)
+    in the interval, so a drift that happens to line up with the arms does not pass for
+    an effect. Each segment is thinned to ``per_segment_cap`` values to bound the cost.
+    """
+    if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
+        return None
+    sa = _split_by_segment(a, a_seg, per_segment_cap, seed)
+    sb = _split_by_segment(b, b_seg, per_segment_cap, seed + 1)
+    if len(sa) < 2 or len(sb) < 2:
+        return None
+    ma, mb = float(np.median(a)), float(np.median(b))
+    if ma <= 0:
+        return None
+    rng = np.random.default_rng(seed)
+    out = np.empty(reps)
+    for i in range(reps):
+        pa = np.concatenate([sa[j] for j in rng.integers(0, len(sa), len(sa))])
+        pb = np.concatenate([sb[j] for j in rng.integers(0, len(sb), len(sb))])
+        da = np.median(pa)
+        out[i] = np.median(pb) / da if da > 0 else math.nan
+    out = out[np.isfinite(out)]
+    lo, hi = np.percentile(out, [2.5, 97.5])
+    return mb / ma, float(lo), float(hi)
+
+
+def _split_by_segment(x: np.ndarray, seg: np.ndarray, cap: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in np.unique(seg):
+        v = x[seg == s]
+        if v.size > cap:
+            v = rng.choice(v, cap, replace=False)
+        if v.size:
+            out.append(v)
+    return out
+
+
+class TokenWindow:
+    """Tokens per (bucket, arm), for the last few minutes: live throughput."""
+
+    def __init__(self, keep_s: float = 120.0, bucket_ns: int = 250_000_000) -> None:
+        self.keep_ns = int(keep_s * 1e9)
+        self.bucket_ns = bucket_ns
+        self.buckets: deque[tuple[int, str, int]] = deque()
+        self.total: dict[str, int] = {}
+
+    def add(self, t: int, arm: str, n: int) -> None:
+        self.buckets.append((t, arm, n))
+        self.total[arm] = self.total.get(arm, 0) + n
+
+    def trim(self, now: int) -> None:
+        lim = now - self.keep_ns
+        b = self.buckets
+        while b and b[0][0] < lim:
+            b.popleft()
+
+    def tokens(self, t0: int, t1: int) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t, arm, n in self.buckets:
+            if t0 <= t < t1:
+                out[arm] = out.get(arm, 0) + n
+        return out

@@ -1,0 +1,178 @@
+"""The run summary (``--summary-json`` schema) and the A/B comparison, from totals.
+
+Built from ``ArmTotals`` and the arms' active time, so a live run and ``tokmon report``
+of its recording produce the same object from the same requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tokmon import __version__
+from tokmon.core.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_segments
+
+COMPARED = (("decode_tokens_per_s", "decode", "seg_decode"), ("tpot_ms", "tpot", "seg_tpot"),
+            ("ttft_ms", "ttft", "seg_ttft"))
+
+
+def arm_summary(t: ArmTotals, active_s: float, server_spec: dict[str, Any] | None) -> dict[str, Any]:
+    by = {k: v for k, v in t.by_outcome.items() if v}
+    out: dict[str, Any] = {
+        "requests": {"ok": t.ok, "failed": t.failed, "by_outcome": by,
+                     "warmup": t.warmup, "settle": t.settle},
+        "output_tokens": t.output_tokens,
+        "output_tokens_per_s": t.output_tokens / active_s if active_s > 0 else 0.0,
+        "requests_per_s": _counted_ok(t) / active_s if active_s > 0 else 0.0,
+        "active_s": active_s,
+        "ttft_ms": pct_summary(t.ttft.values),
+        "tpot_ms": pct_summary(t.tpot.values),
+        "e2e_ms": pct_summary(t.e2e.values),
+        "decode_tokens_per_s": pct_summary(t.decode.values),
+        "goodput_per_s": None,
+        "acceptance_rate": None,
+        "acceptance_length": None,
+        "acceptance_source": None,
+        "tokens_estimated": t.estimated > 0,
+        "stalls": t.stalls,
+    }
+    if server_spec and server_spec.get("acceptance_rate") is not None:
+        out["acceptance_rate"] = server_spec["acceptance_rate"]
+        out["acceptance_length"] = server_spec.get("acceptance_length")
+        out["acceptance_source"] = server_spec.get("source", "server counters")
+    elif t.spec_draft:
+        out["acceptance_rate"] = t.spec_accepted / t.spec_draft
+        if t.spec_drafts:
+            out["acceptance_length"] = 1 + t.spec_accepted / t.spec_drafts
+        out["acceptance_source"] = t.spec_source or "response"
+    return out
+
+
+def _counted_ok(t: ArmTotals) -> int:
+    return len(t.e2e)
+
+
+def compare(base: ArmTotals, other: ArmTotals, alternations: int) -> dict[str, Any]:
+    """Ratios of medians other/base with 95% intervals.
+
+    Over requests, or over segments once the arms have alternated at least twice, so
+    that a drift during the run does not pass for an effect.
+    """
+    method = "segments" if alternations >= 2 else "requests"
+    out: dict[str, Any] = {"baseline": base.name, "other": other.name, "method": method}
+    for key, attr, seg_attr in COMPARED:
+        a = getattr(base, attr).values
+        b = getattr(other, attr).values
+        res = None
+        if method == "segments":
+            res = ratio_ci_segments(a, getattr(base, seg_attr).values, b,
+                                    getattr(other, seg_attr).values)
+        if res is None:
+            res = ratio_ci_requests(a, b)
+            if res is not None and method == "segments":
+                out["method"] = "requests"
+        out[key] = None if res is None else {"ratio": res[0], "ci95": [res[1], res[2]]}
+    return out
+
+
+def build_summary(
+    *,
+    started_at: str,
+    duration_s: float,
+    target: dict[str, str],
+    totals: dict[str, ArmTotals],
+    active_s: dict[str, float],
+    alternations: int,
+    server_spec: dict[str, dict[str, Any]] | None = None,
+    slo_good: bool = False,
+) -> dict[str, Any]:
+    arms = {}
+    for name, t in totals.items():
+        s = arm_summary(t, active_s.get(name, 0.0), (server_spec or {}).get(name))
+        if slo_good:
+            s["goodput_per_s"] = t.good / active_s[name] if active_s.get(name) else 0.0
+        arms[name] = s
+    summary: dict[str, Any] = {
+        "tokmon_version": __version__,
+        "started_at": started_at,
+        "duration_s": duration_s,
+        "target": target,
+        "arms": arms,
+    }
+    names = list(totals)
+    if len(names) >= 2:
+        comps = [compare(totals[names[0]], totals[n], alternations) for n in names[1:]]
+        summary["comparison"] = comps[0] if len(comps) == 1 else comps
+    return summary
+
+
+def active_time(
+    segments: list[tuple[int, str, int, int | None]], t_end: int, t_measure: int | None,
+    concurrent_arms: bool, arms: list[str], t_start: int,
+) -> dict[str, float]:
+    """Seconds each arm was active, excluding the warm-up (before ``t_measure``)."""
+    t0 = t_measure if t_measure is not None else t_start
+    if concurrent_arms:
+        return dict.fromkeys(arms, max(0.0, (t_end - t0) / 1e9))
+    out = dict.fromkeys(arms, 0.0)
+    for _, arm, s, e in segments:
+        e2 = t_end if e is None else e
+        s2 = max(s, t0)
+        if e2 > s2:
+            out[arm] = out.get(arm, 0.0) + (e2 - s2) / 1e9
+    return out
+
+
+def fmt_ms(v: float | None) -> str:
+    return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """A plain-text table of the summary (stdout of a headless run)."""
+    rows = [("arm", "ok", "fail", "tok/s", "req/s", "TTFT p50", "TTFT p95", "TPOT p50",
+             "TPOT p99", "dec p50", "accept")]
+    for name, a in summary["arms"].items():
+        acc = a.get("acceptance_rate")
+        rows.append((
+            name,
+            str(a["requests"]["ok"]),
+            str(a["requests"]["failed"]),
+            f"{a['output_tokens_per_s']:.1f}",
+            f"{a['requests_per_s']:.2f}",
+            fmt_ms(a["ttft_ms"]["p50"]),
+            fmt_ms(a["ttft_ms"]["p95"]),
+            fmt_ms(a["tpot_ms"]["p50"]),
+            fmt_ms(a["tpot_ms"]["p99"]),
+            "—" if a["decode_tokens_per_s"]["p50"] is None else f"{a['decode_tokens_per_s']['p50']:.1f}",
+            "n/a" if acc is None else f"{acc:.0%}",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                       enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "  ".join("─" * w for w in widths))
+    out = [f"tokmon {summary['tokmon_version']} · {summary['target'].get('url', '')} · "
+           f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",
+           "times in ms, decode in tokens/s per request; warm-up excluded", *lines]
+    for name, a in summary["arms"].items():
+        by = a["requests"]["by_outcome"]
+        fails = {k: v for k, v in by.items() if k != "ok"}
+        if fails:
+            out.append(f"{name} failures: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items())))
+        if a.get("tokens_estimated"):
+            out.append(f"{name}: token counts estimated (server sent no usage)")
+    comp = summary.get("comparison")
+    for c in ([comp] if isinstance(comp, dict) else comp or []):
+        out.append(f"{c['other']} vs {c['baseline']} (ratio of medians, 95% CI by {c['method']}):")
+        for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms"):
+            v = c.get(key)
+            if v is None:
+                out.append(f"  {key:<20} not enough data")
+            else:
+                lo, hi = v["ci95"]
+                out.append(f"  {key:<20} ×{v['ratio']:.3f}  [{lo:.3f}, {hi:.3f}]")
+    return "\n".join(out)
+
+
+def np_or_none(x: np.ndarray) -> float | None:
+    return float(x) if x.size else None

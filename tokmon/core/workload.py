@@ -1,0 +1,278 @@
+"""What to send and when: length distributions, arrival processes, prompts, task kinds."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class WorkloadError(ValueError):
+    """A workload option that cannot be used; the message names it."""
+
+
+_SUFFIX = {"k": 1_000, "K": 1_024}
+
+
+def parse_count(text: str) -> int:
+    """``512``, ``4k`` (4000), ``32K`` (32768)."""
+    t = text.strip()
+    mult = 1
+    if t and t[-1] in _SUFFIX:
+        mult = _SUFFIX[t[-1]]
+        t = t[:-1]
+    try:
+        v = float(t)
+    except ValueError:
+        raise WorkloadError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise WorkloadError(f"not a finite number: {text!r}")
+    return int(round(v * mult))
+
+
+@dataclass(frozen=True, slots=True)
+class LengthDist:
+    """A token-length distribution: fixed, uniform ``lo:hi`` or ``normal:mean,sd``."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> LengthDist:
+        t = str(text).strip()
+        if t.startswith("normal:"):
+            parts = t[7:].split(",")
+            if len(parts) != 2:
+                raise WorkloadError(f"expected normal:MEAN,SD, got {text!r}")
+            mean, sd = parse_count(parts[0]), float(parts[1])
+            if mean < 1 or sd < 0:
+                raise WorkloadError(f"normal:MEAN,SD needs MEAN >= 1 and SD >= 0, got {text!r}")
+            return cls("normal", mean, sd)
+        if ":" in t:
+            lo_s, hi_s = t.split(":", 1)
+            lo, hi = parse_count(lo_s), parse_count(hi_s)
+            if lo < 1 or hi < lo:
+                raise WorkloadError(f"uniform LO:HI needs 1 <= LO <= HI, got {text!r}")
+            return cls("uniform", lo, hi)
+        v = parse_count(t)
+        if v < 1:
+            raise WorkloadError(f"a length must be at least 1, got {text!r}")
+        return cls("fixed", v)
+
+    def sample(self, rng: np.random.Generator) -> int:
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return int(rng.integers(int(self.a), int(self.b) + 1))
+        return max(1, int(round(rng.normal(self.a, self.b))))
+
+    @property
+    def mean(self) -> float:
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        return self.a
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return str(int(self.a))
+        if self.kind == "uniform":
+            return f"{int(self.a)}:{int(self.b)}"
+        return f"normal:{int(self.a)},{self.b:g}"
+
+
+class Arrivals:
+    """Open-loop inter-arrival gaps: poisson, constant, or gamma with a burstiness shape.
+
+    Gamma with shape 1 is Poisson; shape < 1 is burstier, > 1 smoother. The mean gap is
+    always 1/rate, so the long-run rate holds whatever the shape.
+    """
+
+    KINDS = ("poisson", "constant", "gamma")
+
+    def __init__(self, kind: str, rate: float, burstiness: float = 1.0, seed: int | None = None):
+        if kind not in self.KINDS:
+            raise WorkloadError(f"--arrival must be one of {', '.join(self.KINDS)}, got {kind!r}")
+        if not (rate > 0 and math.isfinite(rate)):
+            raise WorkloadError(f"--rate must be a positive number, got {rate!r}")
+        if not (burstiness > 0 and math.isfinite(burstiness)):
+            raise WorkloadError(f"--burstiness must be positive, got {burstiness!r}")
+        self.kind = kind
+        self.rate = rate
+        self.burstiness = burstiness
+        self.rng = np.random.default_rng(seed)
+
+    def set_rate(self, rate: float) -> None:
+        self.rate = rate
+
+    def next_gap(self) -> float:
+        """Seconds until the next arrival."""
+        if self.kind == "constant":
+            return 1.0 / self.rate
+        if self.kind == "poisson":
+            return float(self.rng.exponential(1.0 / self.rate))
+        k = self.burstiness
+        return float(self.rng.gamma(k, 1.0 / (self.rate * k)))
+
+
+# ----------------------------------------------------------------------------- prompts
+
+KINDS = ("chat", "code", "structured", "summarize", "creative")
+
+_WORDS = (
+    "the service latency model request token cache batch queue memory system data time "
+    "value result engine server stream output input user report metric window sample "
+    "measure speed rate load test run step change error signal trend level point case "
+    "state price energy power budget plan team review network storage compute process"
+).split()
+
+_KIND_LEADS = {
+    "chat": "Let us talk about how a busy team keeps a service healthy.",
+    "code": "Write a Python function that parses a log file and returns the error count.",
+    "structured": "Extract the fields below into JSON with keys name, value and unit.",
+    "summarize": "Summarize the following notes in three sentences.",
+    "creative": "Write a short story with an unexpected ending about a lighthouse.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt: chat messages or completion text, with its task kind."""
+
+    kind: str
+    messages: tuple[tuple[str, str], ...] = ()
+    text: str = ""
+    approx_tokens: int = 0
+
+    def body_fields(self, endpoint: str) -> dict[str, Any]:
+        if endpoint == "completions":
+            if self.text:
+                return {"prompt": self.text}
+            return {"prompt": "\n".join(c for _, c in self.messages)}
+        if self.messages:
+            return {"messages": [{"role": r, "content": c} for r, c in self.messages]}
+        return {"messages": [{"role": "user", "content": self.text}]}
+
+
+def synthetic_prompt(kind: str, tokens: int, rng: np.random.Generator) -> Prompt:
+    """A readable prompt of about ``tokens`` tokens (one common English word ≈ one token)."""
+    lead = _KIND_LEADS.get(kind, _KIND_LEADS["chat"])
+    n_lead = len(lead.split())
+    n_fill = max(0, tokens - n_lead)
+    idx = rng.integers(0, len(_WORDS), n_fill)
+    filler = " ".join(_WORDS[i] for i in idx)
+    text = f"{lead} {filler}".strip() if filler else lead
+    return Prompt(kind=kind, text=text, approx_tokens=max(tokens, n_lead))
+
+
+def load_prompt_file(path: str) -> list[Prompt]:
+    """JSON Lines with ``prompt`` or ``messages`` (optional ``kind``), or ShareGPT JSON."""
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise WorkloadError(f"--prompts: cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"--prompts: {path} is not UTF-8 text") from None
+    prompts: list[Prompt] = []
+    stripped = raw.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise WorkloadError(f"--prompts: {path} is not valid JSON: {e}") from None
+        for item in data:
+            conv = item.get("conversations") if isinstance(item, dict) else None
+            if not isinstance(conv, list):
+                continue
+            for turn in conv:
+                if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+                    v = str(turn.get("value", ""))
+                    if v:
+                        prompts.append(Prompt(kind="chat", text=v, approx_tokens=len(v.split())))
+                    break
+    else:
+        for ln, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise WorkloadError(f"--prompts: {path} line {ln} is not JSON") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(f"--prompts: {path} line {ln} is not a JSON object")
+            kind = str(obj.get("kind") or "chat")
+            if "messages" in obj and isinstance(obj["messages"], list):
+                msgs = tuple(
+                    (str(m.get("role", "user")), str(m.get("content", "")))
+                    for m in obj["messages"]
+                    if isinstance(m, dict)
+                )
+                n = sum(len(c.split()) for _, c in msgs)
+                prompts.append(Prompt(kind=kind, messages=msgs, approx_tokens=n))
+            elif "prompt" in obj:
+                t = str(obj["prompt"])
+                prompts.append(Prompt(kind=kind, text=t, approx_tokens=len(t.split())))
+            else:
+                raise WorkloadError(
+                    f"--prompts: {path} line {ln} has neither 'prompt' nor 'messages'"
+                )
+    if not prompts:
+        raise WorkloadError(f"--prompts: {path} holds no prompts")
+    return prompts
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``code=0.3,chat=0.5,creative=0.2`` -> normalised weights."""
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise WorkloadError(f"--mix: expected KIND=WEIGHT, got {part!r}")
+        k, v = part.split("=", 1)
+        k = k.strip()
+        if k not in KINDS:
+            raise WorkloadError(f"--mix: unknown kind {k!r} (kinds: {', '.join(KINDS)})")
+        try:
+            w = float(v)
+        except ValueError:
+            raise WorkloadError(f"--mix: weight of {k} is not a number: {v!r}") from None
+        if w < 0 or not math.isfinite(w):
+            raise WorkloadError(f"--mix: weight of {k} must be >= 0")
+        weights[k] = w
+    total = sum(weights.values())
+    if total <= 0:
+        raise WorkloadError("--mix: weights must sum to a positive number")
+    return {k: w / total for k, w in weights.items()}
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``10m``, ``2h``, ``1h30m``, ``500ms`` or plain seconds -> seconds."""
+    t = str(text).strip().lower()
+    if not t:
+        raise WorkloadError("empty duration")
+    try:
+        v = float(t)
+    except ValueError:
+        pass
+    else:
+        if v < 0 or not math.isfinite(v):
+            raise WorkloadError(f"a duration must be >= 0, got {text!r}")
+        return v
+    total = 0.0
+    pos = 0
+    for m in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", t):
+        if m.start() != pos:
+            raise WorkloadError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h)")
+        pos = m.end()
+        n = float(m.group(1))
+        total += n * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if pos != len(t) or pos == 0:
+        raise WorkloadError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h)")
+    return total

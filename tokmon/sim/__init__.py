@@ -1,0 +1,1 @@
+"""The built-in simulated inference server (``tokmon sim``): see ``tokmon.sim.model``."""

@@ -1,0 +1,676 @@
+"""The simulated OpenAI-compatible server: HTTP/1.1 on asyncio, continuous batching.
+
+The HTTP layer is a small asyncio ``Protocol`` rather than a web framework: the
+simulator must stream over 50,000 one-token chunks a second on one core so that it is
+never the bottleneck when the client is measured (bench/sim_speed.py). The timing model
+is in ``tokmon.sim.model``; faults in ``tokmon.sim.faults``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tokmon import __version__
+from tokmon.sim.faults import Faults
+from tokmon.sim.model import ALPHA, PROFILES, Profile, classify_prompt
+
+MAX_HEADER = 64 * 1024
+MAX_BODY = 16 * 1024 * 1024
+
+_VOCAB = (
+    "the of and to in is that for it as with was on be by this are from at or an have "
+    "not which but were all their one can has more will would there been if its also into "
+    "than other some these time only two may first new any such could made over after "
+    "system model data value each work used between both under state well where most "
+    "result number through should during same part well point case order form level"
+).split()
+TOKENS = [" " + w for w in _VOCAB]
+
+
+@dataclass
+class SimConfig:
+    profile: Profile = field(default_factory=lambda: PROFILES["27b-h100"])
+    spec: bool = False
+    seed: int | None = None
+    model_name: str = "sim-27b"
+    time_scale: float = 1.0
+    faults: Faults = field(default_factory=Faults)
+    # A fixed per-request schedule (ttft_ms, gap_ms, tokens_per_chunk) instead of the
+    # batching model: a server with a known token schedule, for timing-fidelity tests.
+    schedule: tuple[float, float, int] | None = None
+    alter_outputs: float = 0.0  # share of greedy outputs changed (an arm that alters text)
+
+
+class Metrics:
+    """vLLM V1 metric names, on a fresh registry (a restart resets every counter)."""
+
+    def __init__(self, model: str) -> None:
+        r = self.registry = CollectorRegistry()
+        lbl = ["model_name", "engine"]
+        self.lv = {"model_name": model, "engine": "0"}
+        self.running = Gauge("vllm:num_requests_running", "Running requests", lbl, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Waiting requests", lbl, registry=r)
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (0-1)", lbl, registry=r)
+        self.prompt = Counter("vllm:prompt_tokens", "Prefill tokens", lbl, registry=r)
+        self.gen = Counter("vllm:generation_tokens", "Generation tokens", lbl, registry=r)
+        self.preempt = Counter("vllm:num_preemptions", "Preemptions", lbl, registry=r)
+        self.req_ok = Counter("vllm:request_success", "Finished requests", lbl + ["finished_reason"],
+                              registry=r)
+        self.drafts = Counter("vllm:spec_decode_num_drafts", "Drafts", lbl, registry=r)
+        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Draft tokens", lbl,
+                                    registry=r)
+        self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Accepted tokens", lbl,
+                                registry=r)
+        self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                               "Accepted tokens per position", lbl + ["position"], registry=r)
+        b = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+             7.5, 10.0, 20.0, 40.0, 80.0)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT", lbl, buckets=b,
+                              registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "ITL", lbl, buckets=b, registry=r)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "E2E", lbl, buckets=b, registry=r)
+        self.queue = Histogram("vllm:request_queue_time_seconds", "Queue time", lbl, buckets=b,
+                               registry=r)
+        self.spec_seen = False
+        # Counters are kept as plain ints and pushed before each scrape: cheap per token.
+        self.n_gen = 0
+        self.n_prompt = 0
+        self.n_drafts = 0
+        self.n_draft_tokens = 0
+        self.n_accepted = 0
+        self.n_pos = [0] * 16
+
+    def render(self, running: int, waiting: int, kv: float) -> bytes:
+        lv = self.lv
+        self.running.labels(**lv).set(running)
+        self.waiting.labels(**lv).set(waiting)
+        self.kv.labels(**lv).set(kv)
+        _push(self.gen.labels(**lv), self.n_gen)
+        _push(self.prompt.labels(**lv), self.n_prompt)
+        self.preempt.labels(**lv)
+        if self.spec_seen:
+            _push(self.drafts.labels(**lv), self.n_drafts)
+            _push(self.draft_tokens.labels(**lv), self.n_draft_tokens)
+            _push(self.accepted.labels(**lv), self.n_accepted)
+            for i, v in enumerate(self.n_pos):
+                if v or i < 4:
+                    _push(self.per_pos.labels(position=str(i), **lv), v)
+        return generate_latest(self.registry)
+
+
+def _push(counter: Any, total: int) -> None:
+    cur = counter._value.get()
+    if total > cur:
+        counter.inc(total - cur)
+
+
+class Seq:
+    """One request inside the simulated engine."""
+
+    __slots__ = (
+        "rid", "proto", "chat", "model", "created", "max_tokens", "prompt_tokens", "kind",
+        "alpha", "spec", "include_usage", "continuous", "stream", "produced", "t_arrival",
+        "t_first", "t_last", "fault", "fault_at", "rng", "parts", "done", "stall_until",
+        "kv_need", "cid", "role_sent", "steps", "drafted", "accepted", "future",
+    )
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.t_first = 0.0
+        self.t_last = 0.0
+        self.parts: list[str] = []
+        self.done = False
+        self.stall_until = 0.0
+        self.role_sent = False
+        self.steps = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.future: asyncio.Future[Any] | None = None
+
+
+class SimServer:
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.metrics = Metrics(cfg.model_name)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.kv_used = 0
+        self.wake = asyncio.Event()
+        self.t0 = time.monotonic()
+        self.next_id = 0
+        self.fault_counts: dict[str, int] = {}
+        self.requests = 0
+        self.server: asyncio.base_events.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.created = int(time.time())
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: HttpProtocol(self), host, port,
+                                               reuse_address=True, backlog=4096)
+        self._task = loop.create_task(self._engine_loop())
+        sock = self.server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+        if self.server:
+            self.server.close()
+
+    def hours(self) -> float:
+        return (time.monotonic() - self.t0) * self.cfg.time_scale / 3600.0
+
+    def scale(self) -> float:
+        """Cost multiplier from drift, per time scale (seconds of wall time per model second)."""
+        return (1.0 + self.cfg.faults.drift / 100.0 * self.hours()) / self.cfg.time_scale
+
+    def kv_budget(self) -> int:
+        return self.cfg.profile.kv_tokens
+
+    def kv_phantom(self) -> int:
+        return int(self.kv_budget() * min(0.95, self.cfg.faults.kv_creep / 100.0 * self.hours()))
+
+    def restart(self) -> None:
+        """Counters back to zero, in-flight streams dropped: what a server restart looks like."""
+        self.metrics = Metrics(self.cfg.model_name)
+        for s in list(self.running) + list(self.waiting):
+            s.done = True
+            s.proto.abort()
+        self.running.clear()
+        self.waiting.clear()
+        self.kv_used = 0
+        self.t0 = time.monotonic()
+        self.restarts += 1
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, proto: HttpProtocol, body: dict[str, Any], chat: bool) -> Seq | tuple[int, str]:
+        cfg = self.cfg
+        model = body.get("model") or cfg.model_name
+        if model != cfg.model_name:
+            return 404, f"The model `{model}` does not exist."
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                return 400, "'messages' must be a non-empty list"
+            texts = []
+            for m in msgs:
+                if not isinstance(m, dict):
+                    return 400, "each message must be an object"
+                c = m.get("content", "")
+                if isinstance(c, list):
+                    c = " ".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
+                texts.append(str(c or ""))
+            prompt = "\n".join(texts)
+        else:
+            p = body.get("prompt")
+            if isinstance(p, list):
+                p = " ".join(str(x) for x in p)
+            if not isinstance(p, str):
+                return 400, "'prompt' must be a string"
+            prompt = p
+        mt = body.get("max_tokens", body.get("max_completion_tokens", 256))
+        if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+            return 400, "'max_tokens' must be a positive integer"
+        mt = min(mt, 1_000_000)
+        s = Seq()
+        s.rid = self.next_id
+        self.next_id += 1
+        s.cid = f"{'chatcmpl' if chat else 'cmpl'}-sim{s.rid:08x}"
+        s.proto = proto
+        s.chat = chat
+        s.model = model
+        s.created = self.created
+        s.max_tokens = mt
+        s.prompt_tokens = max(1, len(prompt.split()))
+        s.kind = classify_prompt(prompt)
+        s.alpha = ALPHA.get(s.kind, 0.5)
+        spec = cfg.spec
+        if body.get("speculative") is False or body.get("speculative.n_max") == 0:
+            spec = False
+        s.spec = spec and cfg.profile.spec_k > 0
+        so = body.get("stream_options") or {}
+        s.stream = bool(body.get("stream", False))
+        s.include_usage = bool(isinstance(so, dict) and so.get("include_usage"))
+        s.continuous = bool(isinstance(so, dict) and so.get("continuous_usage_stats"))
+        # Greedy (temperature 0) output depends only on the prompt, like a real model.
+        if body.get("temperature", 1.0) == 0:
+            s.rng = random.Random(zlib.crc32(prompt.encode()) ^ mt)
+        else:
+            s.rng = random.Random(self.rng.getrandbits(64))
+        s.t_arrival = time.monotonic()
+        s.kv_need = s.prompt_tokens + mt
+        self.requests += 1
+        fault = cfg.faults.draw(self.rng.random())
+        s.fault = fault
+        s.fault_at = self.rng.randint(1, max(1, mt - 1)) if fault else 0
+        if fault:
+            self.fault_counts[fault] = self.fault_counts.get(fault, 0) + 1
+        if fault == "http_500":
+            return 500, "Internal server error (simulated fault)"
+        if fault == "http_429":
+            return 429, "Too many requests (simulated fault)"
+        self.metrics.n_prompt += s.prompt_tokens
+        if cfg.schedule is not None:
+            asyncio.get_running_loop().create_task(self._scheduled(s))
+        else:
+            self.waiting.append(s)
+            self.wake.set()
+        return s
+
+    # ------------------------------------------------------------------ engine
+    async def _engine_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        t_next = loop.time()
+        prof = self.cfg.profile
+        while True:
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                await self.wake.wait()
+                t_next = loop.time()
+            # Admit while the batch and the KV budget allow (FIFO: no overtaking).
+            prefill_tokens = 0
+            admitted = 0
+            budget = self.kv_budget() - self.kv_phantom()
+            while self.waiting and len(self.running) < prof.max_batch:
+                s = self.waiting[0]
+                if s.done:
+                    self.waiting.popleft()
+                    continue
+                if self.kv_used + s.kv_need > budget and self.running:
+                    break
+                self.waiting.popleft()
+                self.kv_used += s.kv_need
+                self.running.append(s)
+                prefill_tokens += s.prompt_tokens
+                admitted += 1
+                self.metrics.queue.labels(**self.metrics.lv).observe(time.monotonic() - s.t_arrival)
+            if not self.running:
+                continue
+            spec_any = any(s.spec for s in self.running)
+            step_ms = prof.decode_step_ms(len(self.running), spec_any)
+            if admitted:
+                step_ms += prof.prefill_ms(prefill_tokens)
+            dt = step_ms / 1000.0 * self.scale()
+            if dt > 0:
+                t_next = max(t_next + dt, loop.time())
+                await asyncio.sleep(t_next - loop.time())
+            else:
+                await asyncio.sleep(0)
+            self._step(spec_any)
+
+    def _step(self, spec_any: bool) -> None:
+        now = time.monotonic()
+        k = self.cfg.profile.spec_k
+        m = self.metrics
+        keep: list[Seq] = []
+        observe = self.cfg.profile.step_base_ms > 0
+        for s in self.running:
+            if s.done:
+                self.kv_used -= s.kv_need
+                continue
+            if s.stall_until and now < s.stall_until:
+                keep.append(s)
+                continue
+            n = 1
+            if s.spec and s.produced > 0:
+                acc = 0
+                rnd = s.rng.random
+                while acc < k and rnd() < s.alpha:
+                    acc += 1
+                s.drafted += k
+                s.accepted += acc
+                s.steps += 1
+                m.spec_seen = True
+                m.n_drafts += 1
+                m.n_draft_tokens += k
+                m.n_accepted += acc
+                for i in range(acc):
+                    m.n_pos[i] += 1
+                n = acc + 1
+            n = min(n, s.max_tokens - s.produced)
+            if observe and s.produced:
+                m.itl.labels(**m.lv).observe((now - s.t_last) / max(n, 1))
+            self._emit(s, n, now)
+            if s.done:
+                self.kv_used -= s.kv_need
+            else:
+                keep.append(s)
+        self.running = keep
+
+    def _emit(self, s: Seq, n: int, now: float) -> None:
+        """Write one chunk of ``n`` tokens (and the end of the stream when it is done)."""
+        if s.proto.closed:
+            s.done = True
+            return
+        first = s.produced == 0
+        if first:
+            s.t_first = now
+            self.metrics.ttft.labels(**self.metrics.lv).observe(now - s.t_arrival)
+        s.t_last = now
+        start = s.produced
+        s.produced += n
+        self.metrics.n_gen += n
+        rng = s.rng
+        text = "".join(TOKENS[rng.randrange(len(TOKENS))] for _ in range(n))
+        if self.cfg.alter_outputs and start == 0 and rng.random() < self.cfg.alter_outputs:
+            text = " altered" + text  # this arm's greedy output differs from the other's
+        last = s.produced >= s.max_tokens
+        fault = s.fault
+        if fault and start < s.fault_at <= s.produced and fault != "stall":
+            self._fault_mid_stream(s)
+            return
+        if fault == "stall" and start < s.fault_at <= s.produced:
+            s.stall_until = now + self.cfg.faults.stall_s / self.cfg.time_scale
+            s.fault = None
+        if not s.stream:
+            s.parts.append(text)
+            if last:
+                self._finish_plain(s, now)
+            return
+        out = []
+        if first and s.chat:
+            out.append(self._chunk(s, role=True))
+        out.append(self._chunk(s, text=text, finish="length" if last else None))
+        if last:
+            s.done = True
+            if s.include_usage:
+                out.append(self._usage_chunk(s))
+            out.append(b"data: [DONE]\n\n")
+            self._observe_end(s, now)
+        s.proto.write_chunk(b"".join(out), end=last)
+
+    def _observe_end(self, s: Seq, now: float) -> None:
+        m = self.metrics
+        m.e2e.labels(**m.lv).observe(now - s.t_arrival)
+        m.req_ok.labels(finished_reason="length", **m.lv).inc()
+
+    def _fault_mid_stream(self, s: Seq) -> None:
+        s.done = True
+        if s.fault == "drop":
+            s.proto.abort()
+            return
+        if s.fault == "stream_error":
+            err = {"error": {"message": "simulated engine error", "type": "InternalServerError",
+                             "code": 500}}
+            s.proto.write_chunk(b"data: " + json.dumps(err).encode() + b"\n\n", end=True)
+        elif s.fault == "malformed":
+            s.proto.write_chunk(b'data: {"choices": [{"delta": {"content": \n\n', end=False)
+            s.proto.write_chunk(b"data: [DONE]\n\n", end=True)
+        elif s.fault == "overlong":
+            s.proto.write_chunk(b"data: " + b"x" * (5 * 1024 * 1024), end=False)
+            s.proto.write_chunk(b"\n\ndata: [DONE]\n\n", end=True)
+
+    def _chunk(self, s: Seq, text: str = "", role: bool = False, finish: str | None = None) -> bytes:
+        fr = "null" if finish is None else f'"{finish}"'
+        if s.chat:
+            delta = '{"role":"assistant","content":""}' if role else json.dumps({"content": text})
+            choice = f'{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{fr}}}'
+            obj = "chat.completion.chunk"
+        else:
+            choice = f'{{"index":0,"text":{json.dumps(text)},"logprobs":null,"finish_reason":{fr}}}'
+            obj = "text_completion"
+        usage = ""
+        if s.continuous and not role:
+            usage = (f',"usage":{{"prompt_tokens":{s.prompt_tokens},"total_tokens":'
+                     f'{s.prompt_tokens + s.produced},"completion_tokens":{s.produced}}}')
+        return (f'data: {{"id":"{s.cid}","object":"{obj}","created":{s.created},'
+                f'"model":"{s.model}","choices":[{choice}]{usage}}}\n\n').encode()
+
+    def _usage_chunk(self, s: Seq) -> bytes:
+        obj = "chat.completion.chunk" if s.chat else "text_completion"
+        d: dict[str, Any] = {
+            "id": s.cid, "object": obj, "created": s.created, "model": s.model, "choices": [],
+            "usage": {"prompt_tokens": s.prompt_tokens, "total_tokens": s.prompt_tokens + s.produced,
+                      "completion_tokens": s.produced},
+        }
+        if s.steps:
+            # As vLLM with --per-request-spec-decode-metrics summary.
+            d["metrics"] = {"speculative_decoding": {
+                "num_spec_steps": s.steps,
+                "num_draft_tokens": s.drafted,
+                "num_accepted_draft_tokens": s.accepted,
+                "draft_acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
+                "mean_acceptance_length": 1 + s.accepted / s.steps,
+            }}
+        return b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n"
+
+    def _finish_plain(self, s: Seq, now: float) -> None:
+        s.done = True
+        text = "".join(s.parts)
+        if s.chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": "length"}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": "length"}
+        d = {"id": s.cid, "object": "chat.completion" if s.chat else "text_completion",
+             "created": s.created, "model": s.model, "choices": [choice],
+             "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.produced,
+                       "total_tokens": s.prompt_tokens + s.produced}}
+        self._observe_end(s, now)
+        s.proto.respond_json(200, d)
+
+    async def _scheduled(self, s: Seq) -> None:
+        """A fixed schedule: first chunk at ttft, then one chunk every gap, tpc tokens each."""
+        assert self.cfg.schedule is not None
+        ttft_ms, gap_ms, tpc = self.cfg.schedule
+        loop = asyncio.get_running_loop()
+        scale = self.cfg.time_scale
+        t0 = loop.time()
+        i = 0
+        while not s.done:
+            target = t0 + (ttft_ms + i * gap_ms) / 1000.0 / scale
+            delay = target - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            n = min(tpc, s.max_tokens - s.produced)
+            self._emit(s, n, time.monotonic())
+            i += 1
+
+    def metrics_text(self) -> bytes:
+        budget = self.kv_budget()
+        kv = min(1.0, (self.kv_used + self.kv_phantom()) / budget) if budget else 0.0
+        return self.metrics.render(len(self.running), len(self.waiting), kv)
+
+
+class HttpProtocol(asyncio.Protocol):
+    """A minimal HTTP/1.1 server connection: keep-alive, Content-Length bodies, chunked
+    streaming responses."""
+
+    def __init__(self, sim: SimServer) -> None:
+        self.sim = sim
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.busy = False
+        self.keep_alive = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) > MAX_HEADER + MAX_BODY:
+            self.respond_error(413, "request too large")
+            self.abort()
+            return
+        self._process()
+
+    def _process(self) -> None:
+        while not self.busy and not self.closed:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > MAX_HEADER:
+                    self.respond_error(431, "headers too large")
+                    self.abort()
+                return
+            head = self.buf[:end].decode("latin-1")
+            lines = head.split("\r\n")
+            try:
+                method, path, version = lines[0].split(" ", 2)
+            except ValueError:
+                self.respond_error(400, "bad request line")
+                self.abort()
+                return
+            headers = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            try:
+                clen = int(headers.get("content-length", "0"))
+            except ValueError:
+                self.respond_error(400, "bad content-length")
+                self.abort()
+                return
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self.respond_error(411, "chunked request bodies are not supported")
+                self.abort()
+                return
+            if len(self.buf) < end + 4 + clen:
+                return
+            body = self.buf[end + 4 : end + 4 + clen]
+            self.buf = self.buf[end + 4 + clen :]
+            conn = headers.get("connection", "").lower()
+            self.keep_alive = not (conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive"))
+            self.busy = True
+            try:
+                self._dispatch(method, path.split("?", 1)[0], headers, body)
+            except Exception as e:  # never let a request take the server down
+                self.respond_error(500, f"internal error: {type(e).__name__}")
+
+    def _dispatch(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        sim = self.sim
+        if path in ("/v1/chat/completions", "/v1/completions", "/chat/completions", "/completions"):
+            if method != "POST":
+                self.respond_error(405, "use POST")
+                return
+            try:
+                obj = json.loads(body or b"null")
+            except ValueError:
+                self.respond_error(400, "request body is not valid JSON")
+                return
+            if not isinstance(obj, dict):
+                self.respond_error(400, "request body must be a JSON object")
+                return
+            res = sim.submit(self, obj, chat=path.endswith("chat/completions"))
+            if isinstance(res, tuple):
+                status, msg = res
+                extra = {"retry-after": "1"} if status == 429 else None
+                self.respond_error(status, msg, extra)
+                return
+            if res.stream:
+                self._start_stream()
+            return
+        if method == "GET" and path in ("/v1/models", "/models"):
+            self.respond_json(200, {"object": "list", "data": [{
+                "id": sim.cfg.model_name, "object": "model", "created": sim.created,
+                "owned_by": "tokmon-sim", "max_model_len": 131072}]})
+        elif method == "GET" and path == "/health":
+            self.respond(200, b"", "text/plain")
+        elif method == "GET" and path == "/version":
+            self.respond_json(200, {"version": f"tokmon-sim {__version__}"})
+        elif method == "GET" and path == "/metrics":
+            self.respond(200, sim.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/admin/faults":
+            if method == "POST":
+                try:
+                    obj = json.loads(body or b"{}")
+                    if not isinstance(obj, dict):
+                        raise ValueError("expected a JSON object")
+                    sim.cfg.faults.update(obj)
+                except ValueError as e:
+                    self.respond_error(400, str(e))
+                    return
+            self.respond_json(200, {"faults": sim.cfg.faults.as_dict(), "injected": sim.fault_counts,
+                                    "requests": sim.requests})
+        elif path == "/admin/restart" and method == "POST":
+            sim.restart()
+            self.respond_json(200, {"restarts": sim.restarts})
+        else:
+            self.respond_error(404, f"no route {method} {path}")
+
+    # ------------------------------------------------------------------ responses
+    def _start_stream(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
+            + (b"" if self.keep_alive else b"connection: close\r\n")
+            + b"\r\n"
+        )
+
+    def write_chunk(self, data: bytes, end: bool) -> None:
+        if self.transport is None or self.closed:
+            return
+        out = b"%x\r\n%s\r\n" % (len(data), data)
+        if end:
+            out += b"0\r\n\r\n"
+        self.transport.write(out)
+        if end:
+            self._done()
+
+    def respond(self, status: int, body: bytes, ctype: str,
+                extra: dict[str, str] | None = None) -> None:
+        if self.transport is None or self.closed:
+            return
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                  411: "Length Required", 413: "Payload Too Large", 429: "Too Many Requests",
+                  431: "Request Header Fields Too Large", 500: "Internal Server Error"}.get(status, "")
+        hdr = f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
+        for k, v in (extra or {}).items():
+            hdr += f"{k}: {v}\r\n"
+        if not self.keep_alive:
+            hdr += "connection: close\r\n"
+        self.transport.write(hdr.encode() + b"\r\n" + body)
+        self._done()
+
+    def respond_json(self, status: int, obj: Any) -> None:
+        self.respond(status, json.dumps(obj).encode(), "application/json")
+
+    def respond_error(self, status: int, msg: str, extra: dict[str, str] | None = None) -> None:
+        kind = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError"}.get(
+            status, "InternalServerError")
+        self.respond(status, json.dumps({"error": {"message": msg, "type": kind, "code": status}})
+                     .encode(), "application/json", extra)
+
+    def _done(self) -> None:
+        self.busy = False
+        if not self.keep_alive:
+            if self.transport is not None:
+                self.transport.close()
+            self.closed = True
+            return
+        if self.buf:
+            asyncio.get_running_loop().call_soon(self._process)
+
+
+async def serve(cfg: SimConfig, host: str, port: int, ready: Any = None) -> None:
+    sim = SimServer(cfg)
+    real_port = await sim.start(host, port)
+    if ready is not None:
+        ready(real_port)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await sim.close()
