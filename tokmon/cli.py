@@ -28,13 +28,17 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    run_parser: argparse.ArgumentParser
+
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(EXIT_USAGE)
 
 
 def _fmt() -> Any:
-    return lambda prog: argparse.ArgumentDefaultsHelpFormatter(prog, max_help_position=32, width=100)
+    return lambda prog: argparse.ArgumentDefaultsHelpFormatter(
+        prog, max_help_position=32, width=100
+    )
 
 
 # ----------------------------------------------------------------------------- parser
@@ -42,41 +46,86 @@ def _fmt() -> Any:
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("load")
-    g.add_argument("--concurrency", "-c", type=int, default=None,
-                   help="closed loop: this many streams always in flight (default 4)")
-    g.add_argument("--rate", "-r", type=float, default=None,
-                   help="open loop: requests per second (instead of --concurrency)")
-    g.add_argument("--arrival", default="poisson", choices=["poisson", "constant", "gamma"],
-                   help="arrival process under --rate")
-    g.add_argument("--burstiness", type=float, default=1.0,
-                   help="gamma shape under --arrival gamma (<1 burstier, >1 smoother)")
-    g.add_argument("--max-concurrency", type=int, default=1024,
-                   help="cap on streams in flight under --rate (waits show as send lag)")
+    g.add_argument(
+        "--concurrency",
+        "-c",
+        type=int,
+        default=None,
+        help="closed loop: this many streams always in flight (default 4)",
+    )
+    g.add_argument(
+        "--rate",
+        "-r",
+        type=float,
+        default=None,
+        help="open loop: requests per second (instead of --concurrency)",
+    )
+    g.add_argument(
+        "--arrival",
+        default="poisson",
+        choices=["poisson", "constant", "gamma"],
+        help="arrival process under --rate",
+    )
+    g.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma shape under --arrival gamma (<1 burstier, >1 smoother)",
+    )
+    g.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=1024,
+        help="cap on streams in flight under --rate (waits show as send lag)",
+    )
     g.add_argument("--duration", "-d", default=None, help="run length: 30s, 10m, 2h")
     g.add_argument("--requests", "-n", type=int, default=None, help="stop after this many requests")
-    g.add_argument("--warmup", default="0",
-                   help="warm-up: N requests or a duration (20s); recorded, excluded from summaries")
+    g.add_argument(
+        "--warmup",
+        default="0",
+        help="warm-up: N requests or a duration (20s); recorded, excluded from summaries",
+    )
     g.add_argument("--workers", type=int, default=1, help="engine processes sharing the load")
 
 
 def add_request_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("requests")
-    g.add_argument("--prompt-tokens", default="128",
-                   help="synthetic prompt length: 512, 256:2048 (uniform), normal:512,128")
+    g.add_argument(
+        "--prompt-tokens",
+        default="128",
+        help="synthetic prompt length: 512, 256:2048 (uniform), normal:512,128",
+    )
     g.add_argument("--max-tokens", default="256", help="output length, same syntax")
-    g.add_argument("--prompts", default=None,
-                   help="prompt file: JSON Lines with prompt or messages (and kind), or ShareGPT JSON")
-    g.add_argument("--mix", default=None, help="task kinds by weight: code=0.3,chat=0.5,creative=0.2")
+    g.add_argument(
+        "--prompts",
+        default=None,
+        help="prompt file: JSON Lines with prompt or messages (and kind), or ShareGPT JSON",
+    )
+    g.add_argument(
+        "--mix", default=None, help="task kinds by weight: code=0.3,chat=0.5,creative=0.2"
+    )
     g.add_argument("--ignore-eos", action="store_true", help="ask for exactly max-tokens tokens")
     g.add_argument("--temperature", type=float, default=None)
     g.add_argument("--top-p", type=float, default=None)
-    g.add_argument("--seed", type=int, default=None, help="seed for the workload (and request seed)")
+    g.add_argument(
+        "--seed", type=int, default=None, help="seed for the workload (and request seed)"
+    )
     g.add_argument("--extra-body", default=None, help="JSON object merged into every request body")
-    g.add_argument("--header", action="append", default=[], metavar="K:V",
-                   help="extra request header (repeatable)")
-    g.add_argument("--continuous-usage", action="store_true",
-                   help="ask for per-chunk usage (vLLM, SGLang): exact tokens per chunk")
-    g.add_argument("--stall-threshold", default="1s", help="a chunk gap longer than this is a stall")
+    g.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="K:V",
+        help="extra request header (repeatable)",
+    )
+    g.add_argument(
+        "--continuous-usage",
+        action="store_true",
+        help="ask for per-chunk usage (vLLM, SGLang): exact tokens per chunk",
+    )
+    g.add_argument(
+        "--stall-threshold", default="1s", help="a chunk gap longer than this is a stall"
+    )
     g.add_argument("--connect-timeout", default="10s")
     g.add_argument("--first-token-timeout", default="120s")
     g.add_argument("--idle-timeout", default="60s", help="longest gap between chunks")
@@ -86,23 +135,40 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
 
 def add_arm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("arms (A/B)")
-    g.add_argument("--arm", action="append", default=[], metavar="NAME:key=value,...",
-                   help="an arm: url=, model=, endpoint=, body={json}, header=K:V (repeatable)")
+    g.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME:key=value,...",
+        help="an arm: url=, model=, endpoint=, body={json}, header=K:V (repeatable)",
+    )
     g.add_argument("--alternate", default=None, help="switch arms automatically every DURATION")
-    g.add_argument("--settle", default="0s",
-                   help="requests sent this soon after a switch are kept out of the comparison")
-    g.add_argument("--assign", default="switch", choices=["switch", "alternate", "random"],
-                   help="switch: one arm at a time; alternate/random: each request picks its arm")
+    g.add_argument(
+        "--settle",
+        default="0s",
+        help="requests sent this soon after a switch are kept out of the comparison",
+    )
+    g.add_argument(
+        "--assign",
+        default="switch",
+        choices=["switch", "alternate", "random"],
+        help="switch: one arm at a time; alternate/random: each request picks its arm",
+    )
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output")
-    g.add_argument("--headless", action="store_true", help="no dashboard: status lines and a summary")
+    g.add_argument(
+        "--headless", action="store_true", help="no dashboard: status lines and a summary"
+    )
     g.add_argument("--summary-json", default=None, metavar="FILE", help="write the summary as JSON")
     g.add_argument("--status-interval", default="5s", help="headless status line period")
     g.add_argument("--slo", default=None, help="SLOs in ms for goodput: ttft=500,tpot=50,e2e=10000")
-    g.add_argument("--fail-on-slo", action="store_true",
-                   help="exit 1 when the goodput fraction is below --slo-target")
+    g.add_argument(
+        "--fail-on-slo",
+        action="store_true",
+        help="exit 1 when the goodput fraction is below --slo-target",
+    )
     g.add_argument("--slo-target", type=float, default=0.95)
     g.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
     g.add_argument("--fps", type=float, default=4.0, help="dashboard redraws per second (max)")
@@ -110,17 +176,27 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> Parser:
-    top = Parser(prog="tokmon", description="A live monitor for LLM inference servers.",
-                 formatter_class=_fmt())
+    top = Parser(
+        prog="tokmon",
+        description="A live monitor for LLM inference servers.",
+        formatter_class=_fmt(),
+    )
     top.add_argument("--version", action="version", version=f"tokmon {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    run = sub.add_parser("run", help="drive a streaming workload against a server and watch it",
-                         formatter_class=_fmt(),
-                         description="Drive a streaming workload against an OpenAI-compatible "
-                                     "server; measure every request.")
-    run.add_argument("--url", "-u", default=None,
-                     help="base URL of the API, e.g. http://127.0.0.1:8000/v1 (env TOKMON_URL)")
+    run = sub.add_parser(
+        "run",
+        help="drive a streaming workload against a server and watch it",
+        formatter_class=_fmt(),
+        description="Drive a streaming workload against an OpenAI-compatible "
+        "server; measure every request.",
+    )
+    run.add_argument(
+        "--url",
+        "-u",
+        default=None,
+        help="base URL of the API, e.g. http://127.0.0.1:8000/v1 (env TOKMON_URL)",
+    )
     run.add_argument("--endpoint", default="chat", choices=["chat", "completions"])
     run.add_argument("--model", "-m", default=None, help="model name (default: the server's first)")
     run.add_argument("--config", default=None, help="TOML file of defaults (CLI flags win)")
@@ -129,16 +205,23 @@ def build_parser() -> Parser:
     add_arm_options(run)
     add_output_options(run)
 
-    demo = sub.add_parser("demo", help="run tokmon against its built-in simulator (no GPU needed)",
-                          formatter_class=_fmt(),
-                          description="Start two simulated servers (speculative decoding off and "
-                                      "on) and monitor them as arms 'baseline' and 'spec'.")
+    demo = sub.add_parser(
+        "demo",
+        help="run tokmon against its built-in simulator (no GPU needed)",
+        formatter_class=_fmt(),
+        description="Start two simulated servers (speculative decoding off and "
+        "on) and monitor them as arms 'baseline' and 'spec'.",
+    )
     demo.add_argument("--headless", action="store_true")
-    demo.add_argument("--duration", "-d", default=None, help="stop after this long (default: never)")
+    demo.add_argument(
+        "--duration", "-d", default=None, help="stop after this long (default: never)"
+    )
     demo.add_argument("--concurrency", "-c", type=int, default=8)
     demo.add_argument("--profile", default="27b-h100", help="simulator profile")
     demo.add_argument("--time-scale", type=float, default=1.0)
-    demo.add_argument("--alternate", default="30s", help="switch arms every DURATION ('off' for never)")
+    demo.add_argument(
+        "--alternate", default="30s", help="switch arms every DURATION ('off' for never)"
+    )
     demo.add_argument("--no-faults", action="store_true", help="no injected faults")
     demo.add_argument("--seed", type=int, default=None)
     demo.add_argument("--summary-json", default=None, metavar="FILE")
@@ -146,10 +229,13 @@ def build_parser() -> Parser:
     demo.add_argument("--theme", default=None)
     demo.add_argument("--fps", type=float, default=4.0)
 
-    sim = sub.add_parser("sim", help="serve the built-in simulated OpenAI-compatible server",
-                         formatter_class=_fmt(),
-                         description="A simulated inference server (continuous batching, "
-                                     "speculative decoding, vLLM metrics, fault injection).")
+    sim = sub.add_parser(
+        "sim",
+        help="serve the built-in simulated OpenAI-compatible server",
+        formatter_class=_fmt(),
+        description="A simulated inference server (continuous batching, "
+        "speculative decoding, vLLM metrics, fault injection).",
+    )
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=8000)
     sim.add_argument("--profile", default="27b-h100", help="model/GPU class (see --list-profiles)")
@@ -159,13 +245,25 @@ def build_parser() -> Parser:
     sim.add_argument("--seed", type=int, default=None)
     sim.add_argument("--model-name", default="sim-27b")
     sim.add_argument("--time-scale", type=float, default=1.0, help="run this many times faster")
-    sim.add_argument("--faults", default="", metavar="NAME=V,...",
-                     help="http_500=0.01,http_429=,stream_error=,drop=,malformed=,overlong=,"
-                          "stall=,stall_s=3,drift=%%/h,kv_creep=%%/h")
-    sim.add_argument("--schedule", default=None, metavar="TTFT_MS,GAP_MS,TOKENS",
-                     help="fixed per-request schedule instead of the batching model")
-    sim.add_argument("--alter-outputs", type=float, default=0.0,
-                     help="share of greedy outputs this server changes (output-check tests)")
+    sim.add_argument(
+        "--faults",
+        default="",
+        metavar="NAME=V,...",
+        help="http_500=0.01,http_429=,stream_error=,drop=,malformed=,overlong=,"
+        "stall=,stall_s=3,drift=%%/h,kv_creep=%%/h",
+    )
+    sim.add_argument(
+        "--schedule",
+        default=None,
+        metavar="TTFT_MS,GAP_MS,TOKENS",
+        help="fixed per-request schedule instead of the batching model",
+    )
+    sim.add_argument(
+        "--alter-outputs",
+        type=float,
+        default=0.0,
+        help="share of greedy outputs this server changes (output-check tests)",
+    )
     return top
 
 
@@ -208,12 +306,46 @@ def parse_slo(text: str | None) -> Any:
 
 
 CONFIG_KEYS = {
-    "url", "endpoint", "model", "concurrency", "rate", "arrival", "burstiness",
-    "max_concurrency", "duration", "requests", "warmup", "workers", "prompt_tokens",
-    "max_tokens", "prompts", "mix", "ignore_eos", "temperature", "top_p", "seed", "extra_body",
-    "header", "continuous_usage", "stall_threshold", "connect_timeout", "first_token_timeout",
-    "idle_timeout", "total_timeout", "insecure", "alternate", "settle", "assign", "headless",
-    "summary_json", "status_interval", "slo", "fail_on_slo", "slo_target", "theme", "fps",
+    "url",
+    "endpoint",
+    "model",
+    "concurrency",
+    "rate",
+    "arrival",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "requests",
+    "warmup",
+    "workers",
+    "prompt_tokens",
+    "max_tokens",
+    "prompts",
+    "mix",
+    "ignore_eos",
+    "temperature",
+    "top_p",
+    "seed",
+    "extra_body",
+    "header",
+    "continuous_usage",
+    "stall_threshold",
+    "connect_timeout",
+    "first_token_timeout",
+    "idle_timeout",
+    "total_timeout",
+    "insecure",
+    "alternate",
+    "settle",
+    "assign",
+    "headless",
+    "summary_json",
+    "status_interval",
+    "slo",
+    "fail_on_slo",
+    "slo_target",
+    "theme",
+    "fps",
     "window",
 }
 
@@ -272,7 +404,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     if mode == "concurrency" and not 1 <= conc <= 100_000:
         raise UsageError(f"--concurrency must be between 1 and 100000, got {conc}")
     if mode == "rate" and not (args.rate > 0 and args.rate <= 1e6):
-        raise UsageError(f"--rate must be a positive number of requests/s (at most 1e6), got {args.rate}")
+        raise UsageError(
+            f"--rate must be a positive number of requests/s (at most 1e6), got {args.rate}"
+        )
     if not 1 <= args.max_concurrency <= 100_000:
         raise UsageError("--max-concurrency must be between 1 and 100000")
     if args.requests is not None and args.requests < 1:
@@ -302,7 +436,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             prompts = tuple(load_prompt_file(args.prompts))
         except WorkloadError as e:
             raise UsageError(str(e)) from None
-    mix = (("chat", 1.0),)
+    mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     if args.mix:
         try:
             mix = tuple(parse_mix(args.mix).items())
@@ -333,23 +467,34 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     if not arms:
         arms = [Arm(name="default")]
     if not url and any(not a.url for a in arms):
-        raise UsageError("no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm")
+        raise UsageError(
+            "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
+        )
     key = api_key()
-    auth = {"authorization": f"Bearer {key}"} if key else {}
+    auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
     resolved: list[Arm] = []
     models_cache: dict[str, dict[str, Any]] = {}
     for a in arms:
         a_url = a.url or url or ""
         try:
             if a_url not in models_cache:
-                models_cache[a_url] = fetch_models(a_url, {**auth, **headers, **a.headers},
-                                                   insecure=args.insecure)
+                models_cache[a_url] = fetch_models(
+                    a_url, {**auth, **headers, **a.headers}, insecure=args.insecure
+                )
             model = resolve_model(a_url, a.model or args.model or "", models_cache[a_url])
         except PreflightError as e:
             prefix = f"arm {a.name}: " if len(arms) > 1 else ""
             raise PreflightError(prefix + str(e)) from None
-        resolved.append(Arm(name=a.name, url=a_url, model=model,
-                            endpoint=a.endpoint or args.endpoint, body=a.body, headers=a.headers))
+        resolved.append(
+            Arm(
+                name=a.name,
+                url=a_url,
+                model=model,
+                endpoint=a.endpoint or args.endpoint,
+                body=a.body,
+                headers=a.headers,
+            )
+        )
     timeouts = Timeouts(
         connect_s=dur("--connect-timeout", args.connect_timeout, False) or 10.0,
         first_token_s=dur("--first-token-timeout", args.first_token_timeout, False) or 120.0,
@@ -358,29 +503,54 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     )
     alternate = dur("--alternate", args.alternate, allow_zero=False) if args.alternate else None
     cfg = RunConfig(
-        arms=tuple(resolved), mode=mode, concurrency=conc, rate=args.rate or 1.0,
-        arrival=args.arrival, burstiness=args.burstiness, max_concurrency=args.max_concurrency,
-        duration_s=duration, requests=args.requests, prompt_tokens=ptoks, max_tokens=mtoks,
-        prompts=prompts, mix=mix, ignore_eos=args.ignore_eos, temperature=args.temperature,
-        top_p=args.top_p, seed=args.seed, extra_body=extra, headers=headers, api_key=key,
-        warmup_requests=warm_req, warmup_s=warm_s,
-        settle_s=dur("--settle", args.settle) or 0.0, assign=args.assign,
-        alternate_s=alternate, stall_ms=(dur("--stall-threshold", args.stall_threshold, False) or 1.0) * 1000,
-        timeouts=timeouts, insecure=args.insecure, workers=args.workers,
+        arms=tuple(resolved),
+        mode=mode,
+        concurrency=conc,
+        rate=args.rate or 1.0,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        max_concurrency=args.max_concurrency,
+        duration_s=duration,
+        requests=args.requests,
+        prompt_tokens=ptoks,
+        max_tokens=mtoks,
+        prompts=prompts,
+        mix=mix,
+        ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        extra_body=extra,
+        headers=headers,
+        api_key=key,
+        warmup_requests=warm_req,
+        warmup_s=warm_s,
+        settle_s=dur("--settle", args.settle) or 0.0,
+        assign=args.assign,
+        alternate_s=alternate,
+        stall_ms=(dur("--stall-threshold", args.stall_threshold, False) or 1.0) * 1000,
+        timeouts=timeouts,
+        insecure=args.insecure,
+        workers=args.workers,
         continuous_usage=args.continuous_usage,
     )
-    versions = {}
+    versions: dict[str, str] = {}
     for a_url in models_cache:
-        v = server_version(a_url, auth, args.insecure)
-        if v:
-            versions[a_url] = v
-    info = {"models": models_cache, "versions": versions, "target": url or resolved[0].url,
-            "model": resolved[0].model}
+        ver = server_version(a_url, auth, args.insecure)
+        if ver:
+            versions[a_url] = ver
+    info = {
+        "models": models_cache,
+        "versions": versions,
+        "target": url or resolved[0].url,
+        "model": resolved[0].model,
+    }
     return cfg, info
 
 
-def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any],
-                extra_cleanup: list[Any] | None = None) -> int:
+def run_session(
+    args: argparse.Namespace, cfg: Any, info: dict[str, Any], extra_cleanup: list[Any] | None = None
+) -> int:
     from tokmon.core.session import LiveSession
 
     slo = parse_slo(getattr(args, "slo", None))
@@ -410,11 +580,15 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any],
             return 1
     if getattr(args, "fail_on_slo", False) and slo.any:
         ok = sum(a["requests"]["ok"] + a["requests"]["failed"] for a in summary["arms"].values())
-        good = sum((a.get("goodput_per_s") or 0) * a.get("active_s", 0) for a in summary["arms"].values())
+        good = sum(
+            (a.get("goodput_per_s") or 0) * a.get("active_s", 0) for a in summary["arms"].values()
+        )
         frac = good / ok if ok else 0.0
         if frac < args.slo_target:
-            print(f"tokmon: goodput {frac:.1%} is below the SLO target {args.slo_target:.0%}",
-                  file=sys.stderr)
+            print(
+                f"tokmon: goodput {frac:.1%} is below the SLO target {args.slo_target:.0%}",
+                file=sys.stderr,
+            )
             return 1
     return 0
 
@@ -432,8 +606,10 @@ def run_headless(session: Any, every: float) -> None:
     def on_sigint(signum: int, frame: Any) -> None:
         interrupted["n"] += 1
         if interrupted["n"] == 1:
-            print("\ntokmon: stopping — draining in-flight requests (Ctrl-C again to stop now)",
-                  file=sys.stderr)
+            print(
+                "\ntokmon: stopping — draining in-flight requests (Ctrl-C again to stop now)",
+                file=sys.stderr,
+            )
             session.command("stop")
         else:
             session.command("stop", True)
@@ -460,11 +636,19 @@ def status_line(s: Any) -> str:
     from tokmon.core.summary import fmt_ms
 
     w = s.window
-    parts = [f"[{s.elapsed_s:7.1f}s]", f"arm {s.arm}", f"ok {s.ok}", f"failed {s.failed}",
-             f"in flight {s.in_flight}"]
+    parts = [
+        f"[{s.elapsed_s:7.1f}s]",
+        f"arm {s.arm}",
+        f"ok {s.ok}",
+        f"failed {s.failed}",
+        f"in flight {s.in_flight}",
+    ]
     if w is not None:
-        parts += [f"{w.tokens_per_s:8.1f} tok/s", f"TTFT p50 {fmt_ms(w.ttft_p50)} p95 {fmt_ms(w.ttft_p95)} ms",
-                  f"TPOT p50 {fmt_ms(w.tpot_p50)} ms"]
+        parts += [
+            f"{w.tokens_per_s:8.1f} tok/s",
+            f"TTFT p50 {fmt_ms(w.ttft_p50)} p95 {fmt_ms(w.ttft_p95)} ms",
+            f"TPOT p50 {fmt_ms(w.tpot_p50)} ms",
+        ]
     if s.warming_up:
         parts.append("(warming up)")
     return " · ".join(parts)
@@ -478,23 +662,38 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     from tokmon.sim.faults import Faults
     from tokmon.sim.model import PROFILES, parse_profile
-    from tokmon.sim.server import SimConfig, serve
+    from tokmon.sim.server import serve
 
     if args.list_profiles:
         for p in PROFILES.values():
-            print(f"{p.name:<10} {p.description}: single stream {p.single_stream_tps():.0f} tok/s"
-                  if p.step_base_ms else f"{p.name:<10} {p.description}")
+            print(
+                f"{p.name:<10} {p.description}: single stream {p.single_stream_tps():.0f} tok/s"
+                if p.step_base_ms
+                else f"{p.name:<10} {p.description}"
+            )
         return 0
-    cfg = sim_config(args.profile, args.set, args.spec == "on", args.seed, args.model_name,
-                     args.time_scale, args.faults, args.schedule, args.alter_outputs)
+    cfg = sim_config(
+        args.profile,
+        args.set,
+        args.spec == "on",
+        args.seed,
+        args.model_name,
+        args.time_scale,
+        args.faults,
+        args.schedule,
+        args.alter_outputs,
+    )
     _ = (Faults, PROFILES, parse_profile)
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
 
     def ready(port: int) -> None:
-        print(f"tokmon sim: serving {cfg.model_name} ({cfg.profile.name}, spec "
-              f"{'on' if cfg.spec else 'off'}) on http://{args.host}:{port}/v1", file=sys.stderr,
-              flush=True)
+        print(
+            f"tokmon sim: serving {cfg.model_name} ({cfg.profile.name}, spec "
+            f"{'on' if cfg.spec else 'off'}) on http://{args.host}:{port}/v1",
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
         asyncio.run(serve(cfg, args.host, args.port, ready))
@@ -505,8 +704,17 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def sim_config(profile: str, overrides: str, spec: bool, seed: int | None, model: str,
-               time_scale: float, faults: str, schedule: str | None, alter: float) -> Any:
+def sim_config(
+    profile: str,
+    overrides: str,
+    spec: bool,
+    seed: int | None,
+    model: str,
+    time_scale: float,
+    faults: str,
+    schedule: str | None,
+    alter: float,
+) -> Any:
     from tokmon.sim.faults import Faults
     from tokmon.sim.model import parse_profile
     from tokmon.sim.server import SimConfig
@@ -532,8 +740,16 @@ def sim_config(profile: str, overrides: str, spec: bool, seed: int | None, model
             raise UsageError("--schedule: values must be >= 0 and TOKENS >= 1")
     if not 0 <= alter <= 1:
         raise UsageError("--alter-outputs must be between 0 and 1")
-    return SimConfig(profile=prof, spec=spec, seed=seed, model_name=model, time_scale=time_scale,
-                     faults=fl, schedule=sched, alter_outputs=alter)
+    return SimConfig(
+        profile=prof,
+        spec=spec,
+        seed=seed,
+        model_name=model,
+        time_scale=time_scale,
+        faults=fl,
+        schedule=sched,
+        alter_outputs=alter,
+    )
 
 
 DEMO_FAULTS = "http_500=0.004,http_429=0.004,stream_error=0.003,stall=0.004,stall_s=1.5"
@@ -545,22 +761,54 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not 1 <= args.concurrency <= 4096:
         raise UsageError("--concurrency must be between 1 and 4096")
     faults = "" if args.no_faults else DEMO_FAULTS
-    base = sim_config(args.profile, "", False, args.seed, "sim-27b", args.time_scale, faults, None, 0)
-    spec = sim_config(args.profile, "", True, None if args.seed is None else args.seed + 1,
-                      "sim-27b", args.time_scale, faults, None, 0)
+    base = sim_config(
+        args.profile, "", False, args.seed, "sim-27b", args.time_scale, faults, None, 0
+    )
+    spec = sim_config(
+        args.profile,
+        "",
+        True,
+        None if args.seed is None else args.seed + 1,
+        "sim-27b",
+        args.time_scale,
+        faults,
+        None,
+        0,
+    )
     sims = [SimProcess(base), SimProcess(spec)]
     try:
         for s in sims:
             s.start()
-        ns = build_parser().parse_args([
-            "run", "--url", sims[0].url,
-            "--arm", f"baseline:url={sims[0].url}", "--arm", f"spec:url={sims[1].url}",
-            "--concurrency", str(args.concurrency), "--prompt-tokens", "64:512",
-            "--max-tokens", "128:384", "--mix", "code=0.35,structured=0.15,chat=0.3,creative=0.2",
-            "--warmup", "4", "--settle", "2s",
-        ] + (["--duration", args.duration] if args.duration else [])
-          + ([] if str(args.alternate).lower() in ("off", "0", "none") else ["--alternate", args.alternate])
-          + (["--seed", str(args.seed)] if args.seed is not None else []))
+        ns = build_parser().parse_args(
+            [
+                "run",
+                "--url",
+                sims[0].url,
+                "--arm",
+                f"baseline:url={sims[0].url}",
+                "--arm",
+                f"spec:url={sims[1].url}",
+                "--concurrency",
+                str(args.concurrency),
+                "--prompt-tokens",
+                "64:512",
+                "--max-tokens",
+                "128:384",
+                "--mix",
+                "code=0.35,structured=0.15,chat=0.3,creative=0.2",
+                "--warmup",
+                "4",
+                "--settle",
+                "2s",
+            ]
+            + (["--duration", args.duration] if args.duration else [])
+            + (
+                []
+                if str(args.alternate).lower() in ("off", "0", "none")
+                else ["--alternate", args.alternate]
+            )
+            + (["--seed", str(args.seed)] if args.seed is not None else [])
+        )
         ns.headless = args.headless
         ns.summary_json = args.summary_json
         ns.status_interval = args.status_interval
@@ -590,8 +838,7 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as e:
             print(f"tokmon run: error: {e}", file=sys.stderr)
             return EXIT_USAGE
-        run_p = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
-        run_p.set_defaults(**defaults)
+        parser.run_parser.set_defaults(**defaults)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -171,11 +171,19 @@ async def stream_request(
                                 meter.on_event(perf_counter_ns(), info)
                         # A body that ended cleanly is an end even without [DONE]
                         # (llama.cpp after an error, native endpoints).
-                        if outcome == "ok" and meter.text_chunks == 0 and meter.finish_reason is None:
+                        if (
+                            outcome == "ok"
+                            and meter.text_chunks == 0
+                            and meter.finish_reason is None
+                        ):
                             outcome, error = "protocol", "stream ended without any generated text"
     except TimeoutError:
         outcome = "timeout"
-        error = "no first token in time" if meter is None or meter.t_first_text is None else "total timeout"
+        error = (
+            "no first token in time"
+            if meter is None or meter.t_first_text is None
+            else "total timeout"
+        )
     except httpx.ReadTimeout:
         outcome, error = "timeout", "idle timeout between chunks"
     except httpx.TimeoutException as e:
@@ -230,8 +238,19 @@ def _finish(
         m = meter.finish(t_end)
         if outcome != "ok":
             # Figures of a failed request are not latencies; keep only what it produced.
-            m = {k: v for k, v in m.items() if k in ("output_tokens", "tokens_estimated",
-                                                     "chunks", "prompt_tokens", "stalls",
-                                                     "ttft_ms", "max_gap_ms")}
+            m = {
+                k: v
+                for k, v in m.items()
+                if k
+                in (
+                    "output_tokens",
+                    "tokens_estimated",
+                    "chunks",
+                    "prompt_tokens",
+                    "stalls",
+                    "ttft_ms",
+                    "max_gap_ms",
+                )
+            }
         f.update(m)
     return f

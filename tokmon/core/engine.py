@@ -121,6 +121,7 @@ class Engine:
             max_connections=max(64, cfg.max_concurrency, cfg.concurrency) + 16,
         )
         self.outputs: list[tuple[str, str]] = []
+        self.batches: list[tuple[Any, ...]] = []
 
     # ------------------------------------------------------------------ requests
     def _pick_prompt(self) -> tuple[Prompt, int]:
@@ -166,8 +167,13 @@ class Engine:
         if self.cfg.warmup_s and (t_sched - self.t_start) < self.cfg.warmup_s * 1e9:
             warm = True
         settle = bool(self.t_switch) and (t_sched - self.t_switch) < self.cfg.settle_s * 1e9
-        base = {"kind": prompt.kind, "segment": self.segment, "warmup": warm,
-                "settle": settle, "worker": self.worker}
+        base: dict[str, Any] = {
+            "kind": prompt.kind,
+            "segment": self.segment,
+            "warmup": warm,
+            "settle": settle,
+            "worker": self.worker,
+        }
         self.in_flight[rid] = (arm_name, t_sched, prompt.kind, self.segment)
         self.sent += 1
         try:
@@ -187,15 +193,28 @@ class Engine:
             )
         except asyncio.CancelledError:
             self.records.append(
-                RequestRecord(rid=rid, arm=arm_name, outcome="cancelled", t_sched=t_sched,
-                              t_end=perf_counter_ns(), error="cancelled at stop", **base)
+                RequestRecord(
+                    rid=rid,
+                    arm=arm_name,
+                    outcome="cancelled",
+                    t_sched=t_sched,
+                    t_end=perf_counter_ns(),
+                    error="cancelled at stop",
+                    **base,
+                )
             )
             self.in_flight.pop(rid, None)
             raise
         except Exception as e:  # a bug must cost one request, never the run
-            rec = RequestRecord(rid=rid, arm=arm_name, outcome="protocol", t_sched=t_sched,
-                                t_end=perf_counter_ns(), error=f"internal: {type(e).__name__}",
-                                **base)
+            rec = RequestRecord(
+                rid=rid,
+                arm=arm_name,
+                outcome="protocol",
+                t_sched=t_sched,
+                t_end=perf_counter_ns(),
+                error=f"internal: {type(e).__name__}",
+                **base,
+            )
         self.in_flight.pop(rid, None)
         if rec.send_lag_ms is not None:
             self.lags.append(rec.send_lag_ms)
@@ -224,8 +243,12 @@ class Engine:
                 self.slots[i] = self._spawn(self.slot(i))
 
     async def arrivals(self) -> None:
-        arr = Arrivals(self.cfg.arrival, max(self.level, 1e-9), self.cfg.burstiness,
-                       seed=None if self.cfg.seed is None else self.cfg.seed + 31 * self.worker)
+        arr = Arrivals(
+            self.cfg.arrival,
+            max(self.level, 1e-9),
+            self.cfg.burstiness,
+            seed=None if self.cfg.seed is None else self.cfg.seed + 31 * self.worker,
+        )
         cap = max(1, split_share(self.cfg.max_concurrency, self.worker, self.nworkers))
         sem = asyncio.Semaphore(cap)
         next_t = perf_counter_ns()
@@ -309,11 +332,19 @@ class Engine:
         )
 
     def flush(self, done: bool = False) -> None:
-        batch = ("batch", self.worker, self.records, self.ticks.take(), self.events,
-                 self._status(done))
+        batch = (
+            "batch",
+            self.worker,
+            self.records,
+            self.ticks.take(),
+            self.events,
+            self._status(done),
+        )
         self.records, self.events, self.lags = [], [], []
         self.loop_lag_ms = 0.0
-        if self.out is not None:
+        if self.out is None:
+            self.batches.append(batch)  # in-process use (tests, benchmarks)
+        else:
             try:
                 self.out.send(batch)
             except (BrokenPipeError, OSError):
@@ -399,8 +430,9 @@ def _set_pdeathsig() -> None:
         pass  # not Linux: the flusher's parent check still ends the engine
 
 
-def engine_main(cfg: RunConfig, worker: int, nworkers: int, out: Connection,
-                cmd: Connection) -> None:
+def engine_main(
+    cfg: RunConfig, worker: int, nworkers: int, out: Connection, cmd: Connection
+) -> None:
     """Entry point of an engine process."""
     _set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and sends "stop"

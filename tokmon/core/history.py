@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 FIELDS = (
     "tok_s",
@@ -54,7 +55,7 @@ class Point:
 
 def merge(a: Point, b: Point) -> Point:
     """Two adjacent points as one: means of what each has, sums of counts, union of marks."""
-    kw: dict[str, object] = {}
+    kw: dict[str, Any] = {}
     for f in FIELDS:
         va, vb = getattr(a, f), getattr(b, f)
         if va is None:
@@ -68,8 +69,14 @@ def merge(a: Point, b: Point) -> Point:
     arms: dict[str, float] = {}
     for name, v in a.arm_tok_s + b.arm_tok_s:
         arms[name] = arms.get(name, 0.0) + v / 2
-    return replace(a, span=a.span + b.span, arm=b.arm, marks=tuple(dict.fromkeys(a.marks + b.marks)),
-                   arm_tok_s=tuple(arms.items()), **kw)  # type: ignore[arg-type]
+    return replace(
+        a,
+        span=a.span + b.span,
+        arm=b.arm,
+        marks=tuple(dict.fromkeys(a.marks + b.marks)),
+        arm_tok_s=tuple(arms.items()),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 class History:
@@ -89,8 +96,9 @@ class History:
             self._pending = None
             if len(self.whole) > self.whole_cap:
                 w = self.whole
-                self.whole = [merge(w[i], w[i + 1]) if i + 1 < len(w) else w[i]
-                              for i in range(0, len(w), 2)]
+                self.whole = [
+                    merge(w[i], w[i + 1]) if i + 1 < len(w) else w[i] for i in range(0, len(w), 2)
+                ]
                 self.whole_span *= 2
         else:
             self._pending = cur

@@ -93,8 +93,12 @@ class LiveSession:
         for i in range(n):
             out_r, out_w = ctx.Pipe(duplex=False)
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=engine_main, args=(self.cfg, i, n, out_w, cmd_r),
-                            name=f"tokmon-engine-{i}", daemon=True)
+            p = ctx.Process(
+                target=engine_main,
+                args=(self.cfg, i, n, out_w, cmd_r),
+                name=f"tokmon-engine-{i}",
+                daemon=True,
+            )
             p.start()
             out_w.close()
             cmd_r.close()
@@ -148,18 +152,27 @@ class LiveSession:
                 pass
 
     def _level_str(self) -> str:
-        return f"{self.level:g} streams" if self.cfg.mode == "concurrency" else f"{self.level:g} req/s"
+        return (
+            f"{self.level:g} streams" if self.cfg.mode == "concurrency" else f"{self.level:g} req/s"
+        )
 
     def command(self, name: str, *args: Any) -> str | None:
         with self.lock:
             now = perf_counter_ns()
             if name == "switch":
                 if len(self.arm_names) < 2 or self.cfg.assign != "switch":
-                    return "only one arm: nothing to switch" if len(self.arm_names) < 2 else \
-                        f"arms are assigned per request ({self.cfg.assign})"
+                    return (
+                        "only one arm: nothing to switch"
+                        if len(self.arm_names) < 2
+                        else f"arms are assigned per request ({self.cfg.assign})"
+                    )
                 target = args[0] if args else None
                 i = self.arm_names.index(self.arm)
-                new = target if target in self.arm_names else self.arm_names[(i + 1) % len(self.arm_names)]
+                new = (
+                    target
+                    if target in self.arm_names
+                    else self.arm_names[(i + 1) % len(self.arm_names)]
+                )
                 if new == self.arm:
                     return None
                 seg_id, arm, s, _ = self.segments[-1]
@@ -181,8 +194,11 @@ class LiveSession:
                 if len(args) > 1:
                     new_level = float(args[1])
                 else:
-                    step = self.level_step or (max(1.0, round(self.level * 0.25)) if
-                                               self.cfg.mode == "concurrency" else max(0.1, self.level * 0.25))
+                    step = self.level_step or (
+                        max(1.0, round(self.level * 0.25))
+                        if self.cfg.mode == "concurrency"
+                        else max(0.1, self.level * 0.25)
+                    )
                     new_level = self.level + sign * step
                 if self.cfg.mode == "concurrency":
                     new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
@@ -203,32 +219,36 @@ class LiveSession:
                     hard = True  # a second stop does not wait any longer
                 self.stopping = True
                 self._send(("stop", hard))
-                self._event("stop", "stopping now" if hard else "stopping: draining in-flight requests")
+                self._event(
+                    "stop", "stopping now" if hard else "stopping: draining in-flight requests"
+                )
                 return "stopping"
             if name == "record" and self.recorder is not None:
                 return self.recorder.toggle()
         return None
 
-    def _event(self, kind: str, message: str, data: dict[str, Any] | None = None,
-               t: int | None = None) -> None:
-        ev = Event(t=t or perf_counter_ns(), kind=kind, message=message, data=data or {},
-                   wall=time.time())
+    def _event(
+        self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
+    ) -> None:
+        ev = Event(
+            t=t or perf_counter_ns(), kind=kind, message=message, data=data or {}, wall=time.time()
+        )
         self.events.append(ev)
         if self.recorder is not None:
             self.recorder.event(ev)
 
     # ------------------------------------------------------------------ ingest
     def _read_loop(self) -> None:
-        conns = list(self.out_conns)
-        by_conn = {c: i for i, c in enumerate(self.out_conns)}
+        conns: list[Any] = list(self.out_conns)
+        by_conn = {id(c): i for i, c in enumerate(self.out_conns)}
         while conns:
-            ready = wait(conns, timeout=0.2)
+            ready: list[Any] = wait(conns, timeout=0.2)
             for c in ready:
                 try:
-                    msg = c.recv()  # type: ignore[union-attr]
+                    msg: Any = c.recv()
                 except (EOFError, OSError):
                     conns.remove(c)
-                    self.finished_workers.add(by_conn[c])  # type: ignore[index]
+                    self.finished_workers.add(by_conn[id(c)])
                     continue
                 self._ingest(msg)
                 if msg[5].done:
@@ -298,9 +318,12 @@ class LiveSession:
             acc_rate = probes.get("spec_acceptance_rate", win.acceptance_rate)
             acc_len = probes.get("spec_acceptance_length", win.acceptance_length)
             if probes.get("spec_acceptance_rate") is not None:
-                win = _with_acc(win, probes["spec_acceptance_rate"],
-                                probes.get("spec_acceptance_length"),
-                                probes.get("spec_source", "server counters"))
+                win = _with_acc(
+                    win,
+                    probes["spec_acceptance_rate"],
+                    probes.get("spec_acceptance_length"),
+                    probes.get("spec_source", "server counters"),
+                )
             n_failed = sum(t.failed for t in self.totals.values())
             new_err = n_failed - self._last_errors
             self._last_errors = n_failed
@@ -308,32 +331,37 @@ class LiveSession:
             self._pending_marks.clear()
             stat = list(self.statuses.values())
             lag = max((s.send_lag_ms for s in stat), default=0.0)
-            self.history.add(Point(
-                t=elapsed,
-                arm=self.arm,
-                tok_s=win.tokens_per_s,
-                ttft_p50=win.ttft_p50,
-                ttft_p95=win.ttft_p95,
-                tpot_p50=win.tpot_p50,
-                decode_p50=win.decode_p50,
-                errors=float(new_err),
-                err_rate=(win.failed / win.ended) if win.ended else None,
-                acc_rate=acc_rate,
-                acc_len=acc_len,
-                gpu_util=probes.get("gpu_util"),
-                gpu_mem_pct=probes.get("gpu_mem_pct"),
-                kv_pct=probes.get("kv_pct"),
-                queue=probes.get("queue"),
-                send_lag=lag,
-                marks=marks,
-                arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
-            ))
+            self.history.add(
+                Point(
+                    t=elapsed,
+                    arm=self.arm,
+                    tok_s=win.tokens_per_s,
+                    ttft_p50=win.ttft_p50,
+                    ttft_p95=win.ttft_p95,
+                    tpot_p50=win.tpot_p50,
+                    decode_p50=win.decode_p50,
+                    errors=float(new_err),
+                    err_rate=(win.failed / win.ended) if win.ended else None,
+                    acc_rate=acc_rate,
+                    acc_len=acc_len,
+                    gpu_util=probes.get("gpu_util"),
+                    gpu_mem_pct=probes.get("gpu_mem_pct"),
+                    kv_pct=probes.get("kv_pct"),
+                    queue=probes.get("queue"),
+                    send_lag=lag,
+                    marks=marks,
+                    arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
+                )
+            )
             if (now >= self._next_compare or final) and len(self.arm_names) >= 2:
                 self._next_compare = now + 3_000_000_000
                 names = self.arm_names
-                self._comparison = compare(self.totals[names[0]], self.totals[names[1]],
-                                           self.alternations)
-            warming = self.t_measure is None and (self.cfg.warmup_requests > 0 or self.cfg.warmup_s > 0)
+                self._comparison = compare(
+                    self.totals[names[0]], self.totals[names[1]], self.alternations
+                )
+            warming = self.t_measure is None and (
+                self.cfg.warmup_requests > 0 or self.cfg.warmup_s > 0
+            )
             ok = sum(t.ok for t in self.totals.values())
             self._snap = Snapshot(
                 t=now,
@@ -350,7 +378,9 @@ class LiveSession:
                 failed=n_failed,
                 in_flight=sum(s.in_flight for s in stat),
                 warming_up=warming,
-                recording=self.recorder.path if self.recorder is not None and self.recorder.active else None,
+                recording=self.recorder.path
+                if self.recorder is not None and self.recorder.active
+                else None,
                 window=win,
                 arm_views=tuple(arm_views),
                 recent=tuple(self.history.recent),
@@ -371,8 +401,14 @@ class LiveSession:
     def summary(self) -> dict[str, Any]:
         with self.lock:
             t_end = self.t_stop or perf_counter_ns()
-            active = active_time(self.segments, t_end, self.t_measure,
-                                 self.cfg.assign != "switch", self.arm_names, self.t_start)
+            active = active_time(
+                self.segments,
+                t_end,
+                self.t_measure,
+                self.cfg.assign != "switch",
+                self.arm_names,
+                self.t_start,
+            )
             server_spec = {}
             for pr in self.probes:
                 f = getattr(pr, "spec_by_arm", None)
@@ -381,8 +417,11 @@ class LiveSession:
             return build_summary(
                 started_at=self.started_at,
                 duration_s=(t_end - self.t_start) / 1e9,
-                target={"url": self.target, "model": self.model,
-                        "endpoint": self.cfg.arms[0].endpoint or "chat"},
+                target={
+                    "url": self.target,
+                    "model": self.model,
+                    "endpoint": self.cfg.arms[0].endpoint or "chat",
+                },
                 totals=self.totals,
                 active_s=active,
                 alternations=self.alternations,

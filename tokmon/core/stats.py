@@ -46,8 +46,16 @@ def pct_summary(values: np.ndarray) -> dict[str, float | int | None]:
     """The ``S`` object of the summary schema."""
     n = int(values.size)
     if n == 0:
-        return {"p50": None, "p90": None, "p95": None, "p99": None, "mean": None,
-                "min": None, "max": None, "count": 0}
+        return {
+            "p50": None,
+            "p90": None,
+            "p95": None,
+            "p99": None,
+            "mean": None,
+            "min": None,
+            "max": None,
+            "count": 0,
+        }
     ps = np.percentile(values, PCTS)
     return {
         "p50": float(ps[0]),

@@ -13,15 +13,25 @@ import numpy as np
 from tokmon import __version__
 from tokmon.core.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_segments
 
-COMPARED = (("decode_tokens_per_s", "decode", "seg_decode"), ("tpot_ms", "tpot", "seg_tpot"),
-            ("ttft_ms", "ttft", "seg_ttft"))
+COMPARED = (
+    ("decode_tokens_per_s", "decode", "seg_decode"),
+    ("tpot_ms", "tpot", "seg_tpot"),
+    ("ttft_ms", "ttft", "seg_ttft"),
+)
 
 
-def arm_summary(t: ArmTotals, active_s: float, server_spec: dict[str, Any] | None) -> dict[str, Any]:
+def arm_summary(
+    t: ArmTotals, active_s: float, server_spec: dict[str, Any] | None
+) -> dict[str, Any]:
     by = {k: v for k, v in t.by_outcome.items() if v}
     out: dict[str, Any] = {
-        "requests": {"ok": t.ok, "failed": t.failed, "by_outcome": by,
-                     "warmup": t.warmup, "settle": t.settle},
+        "requests": {
+            "ok": t.ok,
+            "failed": t.failed,
+            "by_outcome": by,
+            "warmup": t.warmup,
+            "settle": t.settle,
+        },
         "output_tokens": t.output_tokens,
         "output_tokens_per_s": t.output_tokens / active_s if active_s > 0 else 0.0,
         "requests_per_s": _counted_ok(t) / active_s if active_s > 0 else 0.0,
@@ -66,8 +76,9 @@ def compare(base: ArmTotals, other: ArmTotals, alternations: int) -> dict[str, A
         b = getattr(other, attr).values
         res = None
         if method == "segments":
-            res = ratio_ci_segments(a, getattr(base, seg_attr).values, b,
-                                    getattr(other, seg_attr).values)
+            res = ratio_ci_segments(
+                a, getattr(base, seg_attr).values, b, getattr(other, seg_attr).values
+            )
         if res is None:
             res = ratio_ci_requests(a, b)
             if res is not None and method == "segments":
@@ -108,8 +119,12 @@ def build_summary(
 
 
 def active_time(
-    segments: list[tuple[int, str, int, int | None]], t_end: int, t_measure: int | None,
-    concurrent_arms: bool, arms: list[str], t_start: int,
+    segments: list[tuple[int, str, int, int | None]],
+    t_end: int,
+    t_measure: int | None,
+    concurrent_arms: bool,
+    arms: list[str],
+    t_start: int,
 ) -> dict[str, float]:
     """Seconds each arm was active, excluding the warm-up (before ``t_measure``)."""
     t0 = t_measure if t_measure is not None else t_start
@@ -130,39 +145,65 @@ def fmt_ms(v: float | None) -> str:
 
 def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary (stdout of a headless run)."""
-    rows = [("arm", "ok", "fail", "tok/s", "req/s", "TTFT p50", "TTFT p95", "TPOT p50",
-             "TPOT p99", "dec p50", "accept")]
+    rows = [
+        (
+            "arm",
+            "ok",
+            "fail",
+            "tok/s",
+            "req/s",
+            "TTFT p50",
+            "TTFT p95",
+            "TPOT p50",
+            "TPOT p99",
+            "dec p50",
+            "accept",
+        )
+    ]
     for name, a in summary["arms"].items():
         acc = a.get("acceptance_rate")
-        rows.append((
-            name,
-            str(a["requests"]["ok"]),
-            str(a["requests"]["failed"]),
-            f"{a['output_tokens_per_s']:.1f}",
-            f"{a['requests_per_s']:.2f}",
-            fmt_ms(a["ttft_ms"]["p50"]),
-            fmt_ms(a["ttft_ms"]["p95"]),
-            fmt_ms(a["tpot_ms"]["p50"]),
-            fmt_ms(a["tpot_ms"]["p99"]),
-            "—" if a["decode_tokens_per_s"]["p50"] is None else f"{a['decode_tokens_per_s']['p50']:.1f}",
-            "n/a" if acc is None else f"{acc:.0%}",
-        ))
+        rows.append(
+            (
+                name,
+                str(a["requests"]["ok"]),
+                str(a["requests"]["failed"]),
+                f"{a['output_tokens_per_s']:.1f}",
+                f"{a['requests_per_s']:.2f}",
+                fmt_ms(a["ttft_ms"]["p50"]),
+                fmt_ms(a["ttft_ms"]["p95"]),
+                fmt_ms(a["tpot_ms"]["p50"]),
+                fmt_ms(a["tpot_ms"]["p99"]),
+                "—"
+                if a["decode_tokens_per_s"]["p50"] is None
+                else f"{a['decode_tokens_per_s']['p50']:.1f}",
+                "n/a" if acc is None else f"{acc:.0%}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                       enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
     lines.insert(1, "  ".join("─" * w for w in widths))
-    out = [f"tokmon {summary['tokmon_version']} · {summary['target'].get('url', '')} · "
-           f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",
-           "times in ms, decode in tokens/s per request; warm-up excluded", *lines]
+    out = [
+        f"tokmon {summary['tokmon_version']} · {summary['target'].get('url', '')} · "
+        f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",
+        "times in ms, decode in tokens/s per request; warm-up excluded",
+        *lines,
+    ]
     for name, a in summary["arms"].items():
         by = a["requests"]["by_outcome"]
         fails = {k: v for k, v in by.items() if k != "ok"}
         if fails:
-            out.append(f"{name} failures: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items())))
+            out.append(
+                f"{name} failures: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items()))
+            )
         if a.get("tokens_estimated"):
             out.append(f"{name}: token counts estimated (server sent no usage)")
     comp = summary.get("comparison")
-    for c in ([comp] if isinstance(comp, dict) else comp or []):
+    for c in [comp] if isinstance(comp, dict) else comp or []:
         out.append(f"{c['other']} vs {c['baseline']} (ratio of medians, 95% CI by {c['method']}):")
         for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms"):
             v = c.get(key)

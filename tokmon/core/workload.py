@@ -124,12 +124,59 @@ class Arrivals:
 
 KINDS = ("chat", "code", "structured", "summarize", "creative")
 
-_WORDS = (
-    "the service latency model request token cache batch queue memory system data time "
-    "value result engine server stream output input user report metric window sample "
-    "measure speed rate load test run step change error signal trend level point case "
-    "state price energy power budget plan team review network storage compute process"
-).split()
+_WORDS = [
+    "the",
+    "service",
+    "latency",
+    "model",
+    "request",
+    "token",
+    "cache",
+    "batch",
+    "queue",
+    "memory",
+    "system",
+    "data",
+    "time",
+    "value",
+    "result",
+    "engine",
+    "server",
+    "stream",
+    "output",
+    "input",
+    "user",
+    "report",
+    "metric",
+    "window",
+    "sample",
+    "measure",
+    "speed",
+    "rate",
+    "load",
+    "test",
+    "run",
+    "step",
+    "change",
+    "error",
+    "signal",
+    "trend",
+    "level",
+    "point",
+    "case",
+    "state",
+    "price",
+    "energy",
+    "power",
+    "budget",
+    "plan",
+    "team",
+    "review",
+    "network",
+    "storage",
+    "compute",
+    "process",
+]
 
 _KIND_LEADS = {
     "chat": "Let us talk about how a busy team keeps a service healthy.",

@@ -47,8 +47,11 @@ class Profile:
 
     def decode_step_ms(self, running: int, spec: bool) -> float:
         if spec:
-            return (self.step_base_ms + self.step_per_seq_ms * running * (self.spec_k + 1)
-                    + self.draft_ms_per_token * self.spec_k)
+            return (
+                self.step_base_ms
+                + self.step_per_seq_ms * running * (self.spec_k + 1)
+                + self.draft_ms_per_token * self.spec_k
+            )
         return self.step_base_ms + self.step_per_seq_ms * running
 
     def prefill_ms(self, prompt_tokens: int) -> float:
@@ -69,15 +72,53 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("27b-h100", "~27B dense model, one H100/H200-class GPU", 24.0, 0.12, 8.0,
-                0.05, 64, 200_000),
+        Profile(
+            "27b-h100",
+            "~27B dense model, one H100/H200-class GPU",
+            24.0,
+            0.12,
+            8.0,
+            0.05,
+            64,
+            200_000,
+        ),
         Profile("8b-l40s", "~8B model, one L40S-class GPU", 11.0, 0.08, 5.0, 0.03, 128, 400_000),
-        Profile("70b-4gpu", "~70B model, tensor-parallel on four GPUs", 32.0, 0.2, 15.0, 0.09,
-                128, 600_000, spec_k=5, draft_ms_per_token=1.5),
-        Profile("small-cpu", "a tiny model on a CPU (like REAL-ENGINES.md)", 8.0, 1.2, 2.0,
-                0.02, 16, 16_000, spec_k=3, draft_ms_per_token=0.3),
-        Profile("zero", "no artificial delay: measures the client, not a model", 0.0, 0.0,
-                0.0, 0.0, 100_000, 1 << 60, spec_k=3, draft_ms_per_token=0.0),
+        Profile(
+            "70b-4gpu",
+            "~70B model, tensor-parallel on four GPUs",
+            32.0,
+            0.2,
+            15.0,
+            0.09,
+            128,
+            600_000,
+            spec_k=5,
+            draft_ms_per_token=1.5,
+        ),
+        Profile(
+            "small-cpu",
+            "a tiny model on a CPU (like REAL-ENGINES.md)",
+            8.0,
+            1.2,
+            2.0,
+            0.02,
+            16,
+            16_000,
+            spec_k=3,
+            draft_ms_per_token=0.3,
+        ),
+        Profile(
+            "zero",
+            "no artificial delay: measures the client, not a model",
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            100_000,
+            1 << 60,
+            spec_k=3,
+            draft_ms_per_token=0.0,
+        ),
     )
 }
 

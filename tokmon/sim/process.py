@@ -40,8 +40,9 @@ class SimProcess:
     def start(self, timeout: float = 15.0) -> int:
         ctx = mp.get_context("spawn")
         r, w = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_child, args=(self.cfg, self.host, self.port, w),
-                                name="tokmon-sim", daemon=True)
+        self.proc = ctx.Process(
+            target=_child, args=(self.cfg, self.host, self.port, w), name="tokmon-sim", daemon=True
+        )
         self.proc.start()
         w.close()
         if not r.poll(timeout):

@@ -26,13 +26,91 @@ from tokmon.sim.model import ALPHA, PROFILES, Profile, classify_prompt
 MAX_HEADER = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
 
-_VOCAB = (
-    "the of and to in is that for it as with was on be by this are from at or an have "
-    "not which but were all their one can has more will would there been if its also into "
-    "than other some these time only two may first new any such could made over after "
-    "system model data value each work used between both under state well where most "
-    "result number through should during same part well point case order form level"
-).split()
+_VOCAB = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "from",
+    "at",
+    "or",
+    "an",
+    "have",
+    "not",
+    "which",
+    "but",
+    "were",
+    "all",
+    "their",
+    "one",
+    "can",
+    "has",
+    "more",
+    "will",
+    "would",
+    "there",
+    "been",
+    "if",
+    "its",
+    "also",
+    "into",
+    "than",
+    "other",
+    "some",
+    "these",
+    "time",
+    "only",
+    "two",
+    "may",
+    "first",
+    "new",
+    "any",
+    "such",
+    "could",
+    "made",
+    "over",
+    "after",
+    "system",
+    "model",
+    "data",
+    "value",
+    "each",
+    "work",
+    "used",
+    "between",
+    "both",
+    "under",
+    "state",
+    "well",
+    "where",
+    "most",
+    "result",
+    "number",
+    "through",
+    "should",
+    "during",
+    "same",
+    "part",
+    "well",
+    "point",
+    "case",
+    "order",
+    "form",
+    "level",
+]
 TOKENS = [" " + w for w in _VOCAB]
 
 
@@ -63,23 +141,51 @@ class Metrics:
         self.prompt = Counter("vllm:prompt_tokens", "Prefill tokens", lbl, registry=r)
         self.gen = Counter("vllm:generation_tokens", "Generation tokens", lbl, registry=r)
         self.preempt = Counter("vllm:num_preemptions", "Preemptions", lbl, registry=r)
-        self.req_ok = Counter("vllm:request_success", "Finished requests", lbl + ["finished_reason"],
-                              registry=r)
+        self.req_ok = Counter(
+            "vllm:request_success", "Finished requests", lbl + ["finished_reason"], registry=r
+        )
         self.drafts = Counter("vllm:spec_decode_num_drafts", "Drafts", lbl, registry=r)
-        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Draft tokens", lbl,
-                                    registry=r)
-        self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Accepted tokens", lbl,
-                                registry=r)
-        self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                               "Accepted tokens per position", lbl + ["position"], registry=r)
-        b = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-             7.5, 10.0, 20.0, 40.0, 80.0)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT", lbl, buckets=b,
-                              registry=r)
+        self.draft_tokens = Counter(
+            "vllm:spec_decode_num_draft_tokens", "Draft tokens", lbl, registry=r
+        )
+        self.accepted = Counter(
+            "vllm:spec_decode_num_accepted_tokens", "Accepted tokens", lbl, registry=r
+        )
+        self.per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per position",
+            lbl + ["position"],
+            registry=r,
+        )
+        b = (
+            0.001,
+            0.005,
+            0.01,
+            0.02,
+            0.04,
+            0.06,
+            0.08,
+            0.1,
+            0.25,
+            0.5,
+            0.75,
+            1.0,
+            2.5,
+            5.0,
+            7.5,
+            10.0,
+            20.0,
+            40.0,
+            80.0,
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "TTFT", lbl, buckets=b, registry=r
+        )
         self.itl = Histogram("vllm:inter_token_latency_seconds", "ITL", lbl, buckets=b, registry=r)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "E2E", lbl, buckets=b, registry=r)
-        self.queue = Histogram("vllm:request_queue_time_seconds", "Queue time", lbl, buckets=b,
-                               registry=r)
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds", "Queue time", lbl, buckets=b, registry=r
+        )
         self.spec_seen = False
         # Counters are kept as plain ints and pushed before each scrape: cheap per token.
         self.n_gen = 0
@@ -117,11 +223,56 @@ class Seq:
     """One request inside the simulated engine."""
 
     __slots__ = (
-        "rid", "proto", "chat", "model", "created", "max_tokens", "prompt_tokens", "kind",
-        "alpha", "spec", "include_usage", "continuous", "stream", "produced", "t_arrival",
-        "t_first", "t_last", "fault", "fault_at", "rng", "parts", "done", "stall_until",
-        "kv_need", "cid", "role_sent", "steps", "drafted", "accepted", "future",
+        "rid",
+        "proto",
+        "chat",
+        "model",
+        "created",
+        "max_tokens",
+        "prompt_tokens",
+        "kind",
+        "alpha",
+        "spec",
+        "include_usage",
+        "continuous",
+        "stream",
+        "produced",
+        "t_arrival",
+        "t_first",
+        "t_last",
+        "fault",
+        "fault_at",
+        "rng",
+        "parts",
+        "done",
+        "stall_until",
+        "kv_need",
+        "cid",
+        "role_sent",
+        "steps",
+        "drafted",
+        "accepted",
+        "future",
     )
+    rid: int
+    proto: HttpProtocol
+    chat: bool
+    model: str
+    created: int
+    max_tokens: int
+    prompt_tokens: int
+    kind: str
+    alpha: float
+    spec: bool
+    include_usage: bool
+    continuous: bool
+    stream: bool
+    t_arrival: float
+    fault: str | None
+    fault_at: int
+    rng: random.Random
+    kv_need: int
+    cid: str
 
     def __init__(self) -> None:
         self.produced = 0
@@ -154,17 +305,21 @@ class SimServer:
         self._task: asyncio.Task[None] | None = None
         self.created = int(time.time())
         self.restarts = 0
+        self.scheduled: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: HttpProtocol(self), host, port,
-                                               reuse_address=True, backlog=4096)
+        self.server = await loop.create_server(
+            lambda: HttpProtocol(self), host, port, reuse_address=True, backlog=4096
+        )
         self._task = loop.create_task(self._engine_loop())
         sock = self.server.sockets[0]
         return int(sock.getsockname()[1])
 
     async def close(self) -> None:
+        for t in list(self.scheduled):
+            t.cancel()
         if self._task:
             self._task.cancel()
         if self.server:
@@ -196,7 +351,9 @@ class SimServer:
         self.restarts += 1
 
     # ------------------------------------------------------------------ requests
-    def submit(self, proto: HttpProtocol, body: dict[str, Any], chat: bool) -> Seq | tuple[int, str]:
+    def submit(
+        self, proto: HttpProtocol, body: dict[str, Any], chat: bool
+    ) -> Seq | tuple[int, str]:
         cfg = self.cfg
         model = body.get("model") or cfg.model_name
         if model != cfg.model_name:
@@ -264,7 +421,9 @@ class SimServer:
             return 429, "Too many requests (simulated fault)"
         self.metrics.n_prompt += s.prompt_tokens
         if cfg.schedule is not None:
-            asyncio.get_running_loop().create_task(self._scheduled(s))
+            t = asyncio.get_running_loop().create_task(self._scheduled(s))
+            self.scheduled.add(t)
+            t.add_done_callback(self.scheduled.discard)
         else:
             self.waiting.append(s)
             self.wake.set()
@@ -403,8 +562,13 @@ class SimServer:
             s.proto.abort()
             return
         if s.fault == "stream_error":
-            err = {"error": {"message": "simulated engine error", "type": "InternalServerError",
-                             "code": 500}}
+            err = {
+                "error": {
+                    "message": "simulated engine error",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            }
             s.proto.write_chunk(b"data: " + json.dumps(err).encode() + b"\n\n", end=True)
         elif s.fault == "malformed":
             s.proto.write_chunk(b'data: {"choices": [{"delta": {"content": \n\n', end=False)
@@ -413,7 +577,9 @@ class SimServer:
             s.proto.write_chunk(b"data: " + b"x" * (5 * 1024 * 1024), end=False)
             s.proto.write_chunk(b"\n\ndata: [DONE]\n\n", end=True)
 
-    def _chunk(self, s: Seq, text: str = "", role: bool = False, finish: str | None = None) -> bytes:
+    def _chunk(
+        self, s: Seq, text: str = "", role: bool = False, finish: str | None = None
+    ) -> bytes:
         fr = "null" if finish is None else f'"{finish}"'
         if s.chat:
             delta = '{"role":"assistant","content":""}' if role else json.dumps({"content": text})
@@ -424,41 +590,65 @@ class SimServer:
             obj = "text_completion"
         usage = ""
         if s.continuous and not role:
-            usage = (f',"usage":{{"prompt_tokens":{s.prompt_tokens},"total_tokens":'
-                     f'{s.prompt_tokens + s.produced},"completion_tokens":{s.produced}}}')
-        return (f'data: {{"id":"{s.cid}","object":"{obj}","created":{s.created},'
-                f'"model":"{s.model}","choices":[{choice}]{usage}}}\n\n').encode()
+            usage = (
+                f',"usage":{{"prompt_tokens":{s.prompt_tokens},"total_tokens":'
+                f'{s.prompt_tokens + s.produced},"completion_tokens":{s.produced}}}'
+            )
+        return (
+            f'data: {{"id":"{s.cid}","object":"{obj}","created":{s.created},'
+            f'"model":"{s.model}","choices":[{choice}]{usage}}}\n\n'
+        ).encode()
 
     def _usage_chunk(self, s: Seq) -> bytes:
         obj = "chat.completion.chunk" if s.chat else "text_completion"
         d: dict[str, Any] = {
-            "id": s.cid, "object": obj, "created": s.created, "model": s.model, "choices": [],
-            "usage": {"prompt_tokens": s.prompt_tokens, "total_tokens": s.prompt_tokens + s.produced,
-                      "completion_tokens": s.produced},
+            "id": s.cid,
+            "object": obj,
+            "created": s.created,
+            "model": s.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": s.prompt_tokens,
+                "total_tokens": s.prompt_tokens + s.produced,
+                "completion_tokens": s.produced,
+            },
         }
         if s.steps:
             # As vLLM with --per-request-spec-decode-metrics summary.
-            d["metrics"] = {"speculative_decoding": {
-                "num_spec_steps": s.steps,
-                "num_draft_tokens": s.drafted,
-                "num_accepted_draft_tokens": s.accepted,
-                "draft_acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
-                "mean_acceptance_length": 1 + s.accepted / s.steps,
-            }}
+            d["metrics"] = {
+                "speculative_decoding": {
+                    "num_spec_steps": s.steps,
+                    "num_draft_tokens": s.drafted,
+                    "num_accepted_draft_tokens": s.accepted,
+                    "draft_acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
+                    "mean_acceptance_length": 1 + s.accepted / s.steps,
+                }
+            }
         return b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n"
 
     def _finish_plain(self, s: Seq, now: float) -> None:
         s.done = True
         text = "".join(s.parts)
         if s.chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": "length"}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
         else:
             choice = {"index": 0, "text": text, "finish_reason": "length"}
-        d = {"id": s.cid, "object": "chat.completion" if s.chat else "text_completion",
-             "created": s.created, "model": s.model, "choices": [choice],
-             "usage": {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.produced,
-                       "total_tokens": s.prompt_tokens + s.produced}}
+        d = {
+            "id": s.cid,
+            "object": "chat.completion" if s.chat else "text_completion",
+            "created": s.created,
+            "model": s.model,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": s.prompt_tokens,
+                "completion_tokens": s.produced,
+                "total_tokens": s.prompt_tokens + s.produced,
+            },
+        }
         self._observe_end(s, now)
         s.proto.respond_json(200, d)
 
@@ -478,6 +668,10 @@ class SimServer:
             n = min(tpc, s.max_tokens - s.produced)
             self._emit(s, n, time.monotonic())
             i += 1
+            pause = s.stall_until - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
+                t0 += pause
 
     def metrics_text(self) -> bytes:
         budget = self.kv_budget()
@@ -551,7 +745,9 @@ class HttpProtocol(asyncio.Protocol):
             body = self.buf[end + 4 : end + 4 + clen]
             self.buf = self.buf[end + 4 + clen :]
             conn = headers.get("connection", "").lower()
-            self.keep_alive = not (conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive"))
+            self.keep_alive = not (
+                conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
+            )
             self.busy = True
             try:
                 self._dispatch(method, path.split("?", 1)[0], headers, body)
@@ -582,9 +778,21 @@ class HttpProtocol(asyncio.Protocol):
                 self._start_stream()
             return
         if method == "GET" and path in ("/v1/models", "/models"):
-            self.respond_json(200, {"object": "list", "data": [{
-                "id": sim.cfg.model_name, "object": "model", "created": sim.created,
-                "owned_by": "tokmon-sim", "max_model_len": 131072}]})
+            self.respond_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": sim.cfg.model_name,
+                            "object": "model",
+                            "created": sim.created,
+                            "owned_by": "tokmon-sim",
+                            "max_model_len": 131072,
+                        }
+                    ],
+                },
+            )
         elif method == "GET" and path == "/health":
             self.respond(200, b"", "text/plain")
         elif method == "GET" and path == "/version":
@@ -601,8 +809,14 @@ class HttpProtocol(asyncio.Protocol):
                 except ValueError as e:
                     self.respond_error(400, str(e))
                     return
-            self.respond_json(200, {"faults": sim.cfg.faults.as_dict(), "injected": sim.fault_counts,
-                                    "requests": sim.requests})
+            self.respond_json(
+                200,
+                {
+                    "faults": sim.cfg.faults.as_dict(),
+                    "injected": sim.fault_counts,
+                    "requests": sim.requests,
+                },
+            )
         elif path == "/admin/restart" and method == "POST":
             sim.restart()
             self.respond_json(200, {"restarts": sim.restarts})
@@ -630,13 +844,22 @@ class HttpProtocol(asyncio.Protocol):
         if end:
             self._done()
 
-    def respond(self, status: int, body: bytes, ctype: str,
-                extra: dict[str, str] | None = None) -> None:
+    def respond(
+        self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+    ) -> None:
         if self.transport is None or self.closed:
             return
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                  411: "Length Required", 413: "Payload Too Large", 429: "Too Many Requests",
-                  431: "Request Header Fields Too Large", 500: "Internal Server Error"}.get(status, "")
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            411: "Length Required",
+            413: "Payload Too Large",
+            429: "Too Many Requests",
+            431: "Request Header Fields Too Large",
+            500: "Internal Server Error",
+        }.get(status, "")
         hdr = f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
         for k, v in (extra or {}).items():
             hdr += f"{k}: {v}\r\n"
@@ -650,9 +873,14 @@ class HttpProtocol(asyncio.Protocol):
 
     def respond_error(self, status: int, msg: str, extra: dict[str, str] | None = None) -> None:
         kind = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError"}.get(
-            status, "InternalServerError")
-        self.respond(status, json.dumps({"error": {"message": msg, "type": kind, "code": status}})
-                     .encode(), "application/json", extra)
+            status, "InternalServerError"
+        )
+        self.respond(
+            status,
+            json.dumps({"error": {"message": msg, "type": kind, "code": status}}).encode(),
+            "application/json",
+            extra,
+        )
 
     def _done(self) -> None:
         self.busy = False

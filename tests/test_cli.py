@@ -1,0 +1,189 @@
+"""The command line end to end, in subprocesses, against real loopback servers."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tokmon.sim.process import SimProcess
+from tokmon.sim.server import SimConfig
+
+PY = sys.executable
+
+
+def tokmon(*args, timeout=60, env=None):
+    e = dict(os.environ)
+    e.pop("OPENAI_API_KEY", None)
+    e.update(env or {})
+    return subprocess.run(
+        [PY, "-m", "tokmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimProcess(SimConfig(schedule=(20.0, 2.0, 1), seed=1)) as s:
+        yield s
+
+
+def test_headless_summary_json(sim, tmp_path):
+    out = tmp_path / "s.json"
+    r = tokmon(
+        "run",
+        "--url",
+        sim.url,
+        "--headless",
+        "--requests",
+        "40",
+        "-c",
+        "4",
+        "--max-tokens",
+        "32",
+        "--warmup",
+        "4",
+        "--summary-json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads(out.read_text())
+    a = s["arms"]["default"]
+    assert a["requests"]["ok"] == 40 and a["requests"]["failed"] == 0
+    assert a["requests"]["warmup"] == 4
+    assert a["ttft_ms"]["count"] == 36
+    assert set(a["ttft_ms"]) == {"p50", "p90", "p95", "p99", "mean", "min", "max", "count"}
+    assert a["output_tokens"] == 36 * 32
+    assert 15 < a["ttft_ms"]["p50"] < 40
+    assert s["target"]["model"] == "sim-27b" and s["target"]["endpoint"] == "chat"
+    for key in ("tokmon_version", "started_at", "duration_s"):
+        assert key in s
+    assert "default" in r.stdout and "TTFT" in r.stdout
+
+
+BAD = [
+    (["run", "--url", "http://127.0.0.1:9/v1", "-n", "1"], "refused"),
+    (["run", "--url", "not-a-url", "-n", "1"], "url"),
+    (["run", "-n", "1"], "--url"),
+    (["run", "--url", "{sim}", "--rate", "-1"], "--rate"),
+    (["run", "--url", "{sim}", "--rate", "0"], "--rate"),
+    (["run", "--url", "{sim}", "-c", "1000000000"], "--concurrency"),
+    (["run", "--url", "{sim}", "--duration", "-5s"], "--duration"),
+    (["run", "--url", "{sim}", "--duration", "soon"], "--duration"),
+    (["run", "--url", "{sim}", "--extra-body", "{bad"], "--extra-body"),
+    (["run", "--url", "{sim}", "--prompts", "/nonexistent.jsonl"], "--prompts"),
+    (["run", "--url", "{sim}", "--model", "nope"], "unknown model"),
+    (["run", "--url", "{sim}", "--max-tokens", "0"], "--max-tokens"),
+    (["run", "--url", "{sim}", "--arm", "a:url={sim}", "--arm", "a:url={sim}"], "two arms"),
+    (["run", "--url", "{sim}", "--arm", ":url={sim}"], "name"),
+    (["run", "--url", "{sim}", "--arm", "a:colour=red"], "unknown key"),
+    (["run", "--url", "{sim}", "--mix", "poetry=1"], "--mix"),
+    (["run", "--url", "{sim}", "--slo", "ttft=fast"], "--slo"),
+    (["run", "--url", "{sim}", "--config", "/nonexistent.toml"], "--config"),
+    (["run", "--url", "{base}/nowhere", "-n", "1"], "404"),
+    (["sim", "--profile", "nope"], "unknown profile"),
+    (["sim", "--faults", "explode=1"], "unknown fault"),
+    (["sim", "--faults", "http_500=2"], "between 0 and 1"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_one_line_exit_2(sim, args, needle):
+    base = sim.url[: -len("/v1")]
+    args = [a.replace("{sim}", sim.url).replace("{base}", base) for a in args]
+    t0 = time.monotonic()
+    r = tokmon(*args, timeout=30)
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert needle.lower() in lines[0].lower(), lines[0]
+    assert time.monotonic() - t0 < 10
+
+
+def test_sim_port_in_use(sim):
+    r = tokmon("sim", "--port", str(sim.port), timeout=20)
+    assert r.returncode == 2 and "cannot listen" in r.stderr
+
+
+def test_config_file(sim, tmp_path):
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(
+        f'url = "{sim.url}"\nrequests = 6\nmax-tokens = "8"\nheadless = true\n'
+        f"[arms.one]\n[arms.two]\nbody = {{speculative = false}}\n"
+    )
+    out = tmp_path / "s.json"
+    r = tokmon("run", "--config", str(cfg), "--summary-json", str(out), "--assign", "alternate")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(out.read_text())
+    assert set(s["arms"]) == {"one", "two"}
+    assert s["arms"]["one"]["requests"]["ok"] + s["arms"]["two"]["requests"]["ok"] == 6
+    bad = tmp_path / "bad.toml"
+    bad.write_text("colour = 'red'\n")
+    r = tokmon("run", "--config", str(bad))
+    assert r.returncode == 2 and "unknown key" in r.stderr
+
+
+def test_core_never_imports_ui():
+    code = (
+        "import sys, tokmon.core.session, tokmon.core.engine, tokmon.core.summary, "
+        "tokmon.core.client, tokmon.sim.server; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def session_members(sid):
+    out = subprocess.run(["ps", "-eo", "sid=,pid=,args="], capture_output=True, text=True).stdout
+    # A zombie has exited; it lingers only where PID 1 does not reap orphans (containers).
+    return [
+        ln
+        for ln in out.splitlines()
+        if ln.split() and ln.split()[0] == str(sid) and "<defunct>" not in ln
+    ]
+
+
+def test_demo_headless_exits_cleanly_no_children():
+    e = dict(os.environ)
+    p = subprocess.Popen(
+        [PY, "-m", "tokmon", "demo", "--headless", "--duration", "6s", "--time-scale", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=e,
+        stdin=subprocess.DEVNULL,
+    )
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    assert "baseline" in out and "spec" in out
+    time.sleep(0.5)
+    assert session_members(p.pid) == []  # no engine or simulator process left
+
+
+def test_killed_parent_leaves_no_children():
+    p = subprocess.Popen(
+        [PY, "-m", "tokmon", "demo", "--headless"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(session_members(p.pid)) < 4:
+        time.sleep(0.2)
+    assert len(session_members(p.pid)) >= 4  # parent, engine, two simulators
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and session_members(p.pid):
+        time.sleep(0.2)
+    assert session_members(p.pid) == []

@@ -1,0 +1,108 @@
+import numpy as np
+
+from tokmon.core.history import History, Point
+from tokmon.core.records import RequestRecord
+from tokmon.core.stats import (
+    ArmTotals,
+    Slo,
+    _boot_medians,
+    pct_summary,
+    ratio_ci_requests,
+    ratio_ci_segments,
+    window_stats,
+)
+
+
+def rec(i, outcome="ok", ttft=100.0, tpot=10.0, arm="a", seg=0, warm=False, toks=50):
+    return RequestRecord(
+        rid=i,
+        arm=arm,
+        outcome=outcome,
+        t_sched=0,
+        t_end=i,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        e2e_ms=ttft + tpot * (toks - 1),
+        decode_tps=1000 / tpot,
+        output_tokens=toks,
+        chunks=toks,
+        segment=seg,
+        warmup=warm,
+    )
+
+
+def test_percentiles_match_numpy_linear():
+    v = np.array([1.0, 2, 3, 4, 10])
+    s = pct_summary(v)
+    assert s["p50"] == 3 and s["p90"] == np.percentile(v, 90) and s["count"] == 5
+    assert pct_summary(np.empty(0))["p50"] is None
+
+
+def test_window_gap_not_zero_and_errors_by_class():
+    w = window_stats([], 0, 0, 10.0)
+    assert w.ttft_p50 is None and w.tokens_per_s == 0
+    recs = [rec(1), rec(2, "http_5xx"), rec(3, "timeout"), rec(4, ttft=300)]
+    w = window_stats(recs, 500, 0, 10.0, slo=Slo(ttft_ms=200))
+    assert w.errors == {"http_5xx": 1, "timeout": 1}
+    assert w.ended == 4 and w.ok == 2 and w.tokens_per_s == 50
+    assert w.ttft_p50 == 200 and w.goodput_per_s == 0.1
+
+
+def test_warmup_excluded_from_totals():
+    t = ArmTotals("a")
+    t.add(rec(1, warm=True, ttft=999), None)
+    t.add(rec(2), None)
+    assert t.warmup == 1 and len(t.ttft) == 1 and t.ok == 2
+
+
+def test_boot_medians_match_brute_force():
+    rng = np.random.default_rng(1)
+    for n in (11, 12):
+        x = rng.lognormal(0, 1, n)
+        fast = _boot_medians(x, 40000, np.random.default_rng(2))
+        brute = np.median(rng.choice(x, (40000, n)), axis=1)
+        for q in (10, 50, 90):
+            assert abs(np.percentile(fast, q) - np.percentile(brute, q)) < 0.06 * np.median(x)
+
+
+def test_ratio_ci_contains_truth_and_narrows():
+    rng = np.random.default_rng(3)
+    widths = []
+    for n in (100, 1600):
+        a = rng.lognormal(np.log(40), 0.2, n)
+        b = rng.lognormal(np.log(40 * 1.5), 0.2, n)
+        r, lo, hi = ratio_ci_requests(a, b)
+        assert lo < 1.5 < hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 2.5
+
+
+def test_segment_bootstrap_resists_drift():
+    # No true difference, a slow drift, arms alternating A B A B: the request bootstrap
+    # calls the drift an effect, the segment bootstrap does not.
+    rng = np.random.default_rng(4)
+    a, b, sa, sb = [], [], [], []
+    for seg in range(8):
+        level = 40 * (1 + 0.05 * seg)  # drift
+        v = rng.lognormal(np.log(level), 0.05, 300)
+        if seg % 2 == 0:
+            a.append(v)
+            sa.append(np.full(300, seg))
+        else:
+            b.append(v)
+            sb.append(np.full(300, seg))
+    a, b, sa, sb = map(np.concatenate, (a, b, sa, sb))
+    _, lo_r, hi_r = ratio_ci_requests(a, b)
+    _, lo_s, hi_s = ratio_ci_segments(a, sa, b, sb)
+    assert lo_r > 1.0  # the request bootstrap says "significant"
+    assert lo_s <= 1.0 <= hi_s  # the segment bootstrap does not
+
+
+def test_history_bounded_and_compressed():
+    h = History(recent_points=100, whole_points=64)
+    for i in range(10_000):
+        h.add(Point(t=float(i), tok_s=float(i % 7), errors=1.0))
+    assert len(h.recent) == 100
+    whole = h.whole_view()
+    assert len(whole) <= 65
+    assert abs(sum(p.errors for p in whole) - 10_000) < 1e-6  # counts are kept, not averaged
