@@ -191,6 +191,7 @@ def build_parser() -> Parser:
         description="Drive a streaming workload against an OpenAI-compatible "
         "server; measure every request.",
     )
+    top.run_parser = run
     run.add_argument(
         "--url",
         "-u",
