@@ -1,0 +1,152 @@
+"""A scripted, deterministic source for dashboard tests."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tokmon.core.history import Point
+from tokmon.core.records import Event
+from tokmon.core.snapshot import ArmView, Snapshot
+from tokmon.core.stats import WindowStats
+
+
+def window(arm: str = "", tok: float = 1200.0, ttft: float | None = 85.0) -> WindowStats:
+    return WindowStats(
+        t=0,
+        width_s=10.0,
+        arm=arm,
+        tokens_per_s=tok,
+        requests_per_s=3.2,
+        ended=32,
+        ok=31,
+        failed=1,
+        errors={"http_5xx": 1},
+        ttft_p50=ttft,
+        ttft_p95=None if ttft is None else ttft * 2.1,
+        ttft_p99=None,
+        tpot_p50=24.5,
+        tpot_p95=27.0,
+        e2e_p50=6000.0,
+        decode_p50=40.8,
+        goodput_per_s=None,
+        gap_p50=24.0,
+        gap_p99=40.0,
+        tpot_cv=0.05,
+        stalls=0,
+        tokens_per_chunk=1.0,
+        acceptance_rate=0.71,
+        acceptance_length=3.1,
+        acceptance_source="server counters",
+    )
+
+
+class FakeSource:
+    """Hands out a fixed, scripted snapshot and records the commands it gets."""
+
+    commands = frozenset({"switch", "pause", "level", "marker", "stop", "record"})
+
+    def __init__(self, seconds: int = 120, in_flight: int = 8, text: str = "") -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.arm = "baseline"
+        self.paused = False
+        self.level = 8.0
+        self.recording: str | None = None
+        self.stopped: bool | None = None
+        self.in_flight = in_flight
+        self.seconds = seconds
+        self.text = text
+        self._snap = self._make()
+
+    def _make(self) -> Snapshot:
+        pts = []
+        for i in range(self.seconds):
+            marks: tuple[str, ...] = ()
+            if i == 60:
+                marks = ("arm",)
+            if i == 90:
+                marks = ("marker",)
+            pts.append(
+                Point(
+                    t=float(i),
+                    tok_s=1000 + 300 * math.sin(i / 9),
+                    ttft_p50=80 + (i % 7),
+                    ttft_p95=150.0,
+                    tpot_p50=25.0,
+                    decode_p50=40 + (i % 5),
+                    errors=1.0 if i % 17 == 0 else 0.0,
+                    acc_rate=0.7 if i >= 60 else None,
+                    gpu_util=None,
+                    kv_pct=40 + i / 4,
+                    queue=2.0,
+                    marks=marks,
+                )
+            )
+        events = (
+            Event(t=0, kind="start", message="run started: concurrency 8 streams"),
+            Event(t=60_000_000_000, kind="arm", message="arm → spec"),
+            Event(t=90_000_000_000, kind="marker", message=self.text or "note"),
+        )
+        return Snapshot(
+            t=self.seconds * 1_000_000_000,
+            elapsed_s=float(self.seconds),
+            target="http://127.0.0.1:8000/v1",
+            model="sim-27b",
+            arm=self.arm,
+            arms=("baseline", "spec"),
+            mode="concurrency",
+            level=self.level,
+            paused=self.paused,
+            sent=400,
+            ok=380,
+            failed=12,
+            in_flight=self.in_flight,
+            warming_up=False,
+            recording=self.recording,
+            window=window(),
+            arm_views=(
+                ArmView("baseline", 200, 6, window("baseline", 800.0)),
+                ArmView("spec", 180, 6, window("spec", 1600.0)),
+            ),
+            recent=tuple(pts),
+            whole=tuple(pts),
+            events=events,
+            comparison={
+                "baseline": "baseline",
+                "other": "spec",
+                "method": "segments",
+                "decode_tokens_per_s": {"ratio": 2.31, "ci95": [2.12, 2.5]},
+                "tpot_ms": {"ratio": 0.44, "ci95": [0.4, 0.48]},
+                "ttft_ms": {"ratio": 1.02, "ci95": [0.97, 1.08]},
+            },
+            probes={
+                "kv_pct": 70.0,
+                "queue": 2.0,
+                "running": 8.0,
+                "engine": "vllm",
+                "gpu_note": "no NVML library",
+            },
+            done=False,
+        )
+
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    def command(self, name: str, *args: Any) -> str | None:
+        self.calls.append((name, *args))
+        if name == "switch":
+            self.arm = "spec" if self.arm == "baseline" else "baseline"
+        elif name == "pause":
+            self.paused = not self.paused
+        elif name == "level":
+            self.level += args[0]
+        elif name == "record":
+            self.recording = None if self.recording else "run.tokmon.jsonl"
+        elif name == "stop":
+            self.stopped = bool(args[0]) if args else False
+            self.in_flight = 0
+        self._snap = self._make()
+        return f"{name} done"
+
+    def close(self) -> None:
+        pass

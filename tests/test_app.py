@@ -1,0 +1,104 @@
+"""The dashboard through Textual's pilot: keys become commands; text stays text."""
+
+import pytest
+from fakes import FakeSource
+
+from tokmon.ui.app import ConfirmQuit, DashboardApp, HelpScreen, MarkerScreen
+from tokmon.ui.widgets import MarkerRow, MetricSpark, spark_rows
+
+
+def test_spark_rows_gap_is_not_zero_and_fixed_scale():
+    rows = spark_rows([None, 0.0, 50.0, 100.0], 4, 1, 0.0, 100.0)
+    assert rows[0][0] == " " and rows[0][1] != " "  # a gap is blank, a zero is not
+    rows = spark_rows([90.0], 1, 2, 0.0, 100.0)
+    assert rows[1] == "█" and rows[0] != " "  # 90% draws near the top on a 0-100 scale
+
+
+async def test_keys_send_commands():
+    src = FakeSource()
+    app = DashboardApp(src)
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        assert src.arm == "spec"
+        await pilot.press("p")
+        assert src.paused
+        await pilot.press("plus")
+        await pilot.press("minus")
+        await pilot.press("minus")
+        assert src.level == 7.0
+        await pilot.press("r")
+        assert src.recording
+        await pilot.press("z")
+        assert app.view == "whole"
+        await pilot.press("z")
+        assert app.view == "recent"
+        await pilot.press("m")
+        assert isinstance(app.screen, MarkerScreen)
+        await pilot.press(*"slow node", "enter")
+        assert ("marker", "slow node") in src.calls
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmQuit)
+        await pilot.press("n")
+        assert src.stopped is None
+        await pilot.press("q")
+        await pilot.press("y")
+        assert src.stopped is False  # a drain, not a hard stop
+        await pilot.pause(0.5)
+    assert app.return_code == 0 or app.return_code is None
+
+
+async def test_shows_figures_and_marks():
+    src = FakeSource()
+    app = DashboardApp(src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.3)
+        tok = app.screen.query_one("#spark-tok", MetricSpark)
+        assert len(tok.spark.values) > 0
+        marks = app.screen.query_one("#marks", MarkerRow)
+        assert any("arm" in m for m in marks.marks)
+        text = app.screen.query_one("#compare").render()
+        assert "×2.31" in str(text)
+
+
+async def test_server_text_is_never_markup_or_escape():
+    evil = "[bold red]pwned[/] \x1b]0;title\x07\x1b[31mred\x1b[0m [link=x]y[/link]"
+    src = FakeSource(text=evil)
+    app = DashboardApp(src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.3)
+        events = str(app.screen.query_one("#events").render())
+        assert "[bold red]pwned[/]" in events  # shown literally
+        assert "\x1b" not in events and "\x07" not in events
+
+
+async def test_compact_at_80x24():
+    app = DashboardApp(FakeSource())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        assert app.screen.has_class("compact")
+        sparks = list(app.screen.query(MetricSpark))
+        bottom = app.screen.query_one("#bottom")
+        # nothing overlaps: every chart row ends above the bottom panel
+        assert all(s.region.bottom <= bottom.region.y for s in sparks)
+        assert bottom.region.height >= 4
+
+
+@pytest.mark.parametrize("theme", ["tokmon-dark", "tokmon-light", "tokmon-contrast"])
+async def test_themes_load(theme):
+    app = DashboardApp(FakeSource(), theme=theme)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.theme == theme
+
+
+async def test_broken_theme_falls_back(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 'x'\nprimary = 'not a colour'\n")
+    app = DashboardApp(FakeSource(), theme=str(bad))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.theme == "tokmon-dark"

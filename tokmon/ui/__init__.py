@@ -1,0 +1,1 @@
+"""The Textual dashboard. It draws snapshots from a source; it never measures."""

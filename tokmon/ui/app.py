@@ -1,0 +1,496 @@
+"""The dashboard: a Textual app fed by a *source* (live session, replay, or a fake).
+
+It redraws on its own clock, at most ``fps`` times a second, from the latest frozen
+snapshot, and skips the frame when the snapshot has not changed. Keys become commands
+to the source; the app never measures anything and never blocks the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Input, Label
+
+from tokmon.core.history import Point, merge
+from tokmon.core.snapshot import Snapshot, Source
+from tokmon.core.summary import fmt_ms
+from tokmon.core.textsafe import clean_text
+from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
+from tokmon.ui.widgets import InfoPanel, MarkerRow, MetricSpark
+
+SPARKS = (
+    ("tok", "tokens/s", None, False),
+    ("decode", "decode", None, False),
+    ("ttft", "TTFT", None, False),
+    ("accept", "accept", (0.0, 100.0), False),
+    ("errors", "errors", None, True),
+    ("gpu", "GPU", (0.0, 100.0), False),
+    ("kv", "server", (0.0, 100.0), False),
+)
+
+HELP = """\
+ s      switch arm (A ⇄ B, or cycle)        z   time view: recent ⇄ whole run
+ p      pause / resume sending              m   add a marker (with a note)
+ + / -  more / less load (streams or rate)  r   start / stop recording
+ ?      this help                           q   quit (drains in-flight requests)
+ ctrl+p command palette: the same actions, and the themes
+
+ Sparklines share one time axis: one column per second (recent view), or the
+ whole run compressed to the width. Marks under them: │ arm switch, ◆ marker,
+ ! alert or stall. Rates auto-scale from 0; percentages use a fixed 0–100%.
+ Figures are windowed (default 10 s); a gap means no data, never zero.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 84; height: auto; border: round $primary; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(Text("tokmon keys", style="bold"))
+            yield Label(Text(HELP))
+
+    def action_dismiss(self, result: Any = None) -> Any:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class ConfirmQuit(ModalScreen[bool]):
+    BINDINGS = [Binding("escape,n", "no", "no"), Binding("y,q", "yes", "yes")]
+    DEFAULT_CSS = """
+    ConfirmQuit { align: center middle; }
+    ConfirmQuit > Vertical { width: 60; height: auto; border: round $warning; background: $surface; padding: 0 1; }
+    ConfirmQuit Horizontal { height: auto; }
+    """
+
+    def __init__(self, in_flight: int) -> None:
+        super().__init__()
+        self.in_flight = in_flight
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(
+                f"{self.in_flight} requests are in flight. Stop sending, let them "
+                "finish, and quit?  (y/n)"
+            )
+            with Horizontal():
+                yield Button("Quit", id="yes", variant="warning")
+                yield Button("Keep running", id="no")
+
+    def action_yes(self) -> None:
+        self.dismiss(True)
+
+    def action_no(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class MarkerScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    DEFAULT_CSS = """
+    MarkerScreen { align: center middle; }
+    MarkerScreen > Vertical { width: 60; height: auto; border: round $secondary; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label("Marker note (enter to add, escape to cancel):")
+            yield Input(placeholder="e.g. restarted vLLM with --max-num-seqs 64", id="note")
+
+    @on(Input.Submitted)
+    def _submit(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or "marker")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class Dashboard(Screen[None]):
+    def on_resize(self, event: Any) -> None:
+        # Small terminals (80×24 over SSH): one-row sparklines so that nothing overlaps.
+        self.set_class(self.size.height < 34, "compact")
+
+    def compose(self) -> ComposeResult:
+        yield InfoPanel(id="header")
+        with Vertical(id="charts"):
+            for key, title, fixed, warn in SPARKS:
+                yield MetricSpark(key, title, fixed=fixed, warn=warn)
+            yield MarkerRow(id="marks")
+        with Horizontal(id="bottom"):
+            yield InfoPanel(id="compare")
+            yield InfoPanel(id="events")
+        yield Footer()
+
+
+class DashboardApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "tokmon"
+    BINDINGS = [
+        Binding("s", "switch_arm", "arm"),
+        Binding("p", "pause", "pause"),
+        Binding("plus,equals_sign", "level(1)", "+load", key_display="+"),
+        Binding("minus", "level(-1)", "-load", key_display="-"),
+        Binding("m", "marker", "mark"),
+        Binding("r", "record", "rec"),
+        Binding("z", "zoom", "view"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit_tokmon", "quit"),
+    ]
+
+    def __init__(self, source: Source, *, theme: str | None = None, fps: float = 4.0) -> None:
+        super().__init__()
+        self.source = source
+        self.fps = max(0.5, min(fps, 30.0))
+        self.view = "recent"
+        self.last_snapshot: Snapshot | None = None
+        self.last_view = ""
+        self.quitting = False
+        self.notice = ""
+        self._theme_request = theme
+        self._theme_errors: list[str] = []
+        self.frames = 0  # frames actually drawn (skipped ones are not counted)
+
+    # ------------------------------------------------------------------ setup
+    def on_mount(self) -> None:
+        themes, errors = builtin_themes()
+        for t in themes:
+            self.register_theme(t)
+        self._theme_errors = errors
+        want = self._theme_request or DEFAULT
+        if want.endswith(".toml"):
+            try:
+                t = load_theme_file(__import__("pathlib").Path(want))
+                self.register_theme(t)
+                want = t.name
+            except ThemeError as e:
+                self._theme_errors.append(str(e))
+                want = DEFAULT
+        if want not in self.available_themes:
+            self._theme_errors.append(f"unknown theme {want!r}: using {DEFAULT}")
+            want = DEFAULT if DEFAULT in self.available_themes else "textual-dark"
+        self.theme = want
+        for msg in self._theme_errors:
+            self.notify(msg, severity="warning", timeout=8)
+        self.push_screen(Dashboard())
+        self.call_after_refresh(self.draw)
+        self.set_interval(1.0 / self.fps, self.draw)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand(
+            "Switch arm", "Send new requests to the next arm (s)", self.action_switch_arm
+        )
+        yield SystemCommand("Pause / resume", "Stop or restart sending (p)", self.action_pause)
+        yield SystemCommand(
+            "More load", "One step more concurrency or rate (+)", lambda: self.action_level(1)
+        )
+        yield SystemCommand(
+            "Less load", "One step less concurrency or rate (-)", lambda: self.action_level(-1)
+        )
+        yield SystemCommand("Add marker", "Mark this moment with a note (m)", self.action_marker)
+        yield SystemCommand("Recording on / off", "Start or stop recording (r)", self.action_record)
+        yield SystemCommand("Time view", "Recent minutes or the whole run (z)", self.action_zoom)
+
+    # ------------------------------------------------------------------ actions
+    def _cmd(self, name: str, *args: Any) -> None:
+        if name not in self.source.commands:
+            self.notify(f"not available here: {name}", timeout=3)
+            return
+        try:
+            msg = self.source.command(name, *args)
+        except Exception as e:  # a failing command is reported, never fatal
+            self.notify(f"{name} failed: {e}", severity="error")
+            return
+        if msg:
+            self.notice = msg
+            self.notify(clean_text(msg, keep_newlines=False), timeout=3)
+
+    def action_switch_arm(self) -> None:
+        self._cmd("switch")
+
+    def action_pause(self) -> None:
+        self._cmd("pause")
+
+    def action_level(self, sign: int) -> None:
+        self._cmd("level", sign)
+
+    def action_record(self) -> None:
+        self._cmd("record")
+
+    def action_marker(self) -> None:
+        def done(note: str | None) -> None:
+            if note is not None:
+                self._cmd("marker", note)
+
+        self.push_screen(MarkerScreen(), done)
+
+    def action_zoom(self) -> None:
+        self.view = "whole" if self.view == "recent" else "recent"
+        self.last_snapshot = None  # redraw now
+        self.draw()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_quit_tokmon(self) -> None:
+        snap = self.source.snapshot()
+        if (
+            self.quitting
+            or snap is None
+            or snap.done
+            or snap.in_flight == 0
+            or "stop" not in self.source.commands
+        ):
+            if "stop" in self.source.commands and not (snap is not None and snap.done):
+                self.source.command("stop", True)
+            self.exit()
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.quitting = True
+                self.source.command("stop")
+                self.notify("stopping: waiting for in-flight requests (q again: now)", timeout=10)
+
+        self.push_screen(ConfirmQuit(snap.in_flight), done)
+
+    # ------------------------------------------------------------------ drawing
+    def draw(self) -> None:
+        snap = self.source.snapshot()
+        if self.quitting and (snap is None or snap.done):
+            self.exit()
+            return
+        if snap is None or (snap is self.last_snapshot and self.view == self.last_view):
+            return  # nothing changed: no frame
+        self.last_snapshot = snap
+        self.last_view = self.view
+        try:
+            screen = (
+                self.screen if isinstance(self.screen, Dashboard) else self.get_screen_dashboard()
+            )
+        except Exception:
+            return
+        if screen is None:
+            return
+        self.frames += 1
+        with self.batch_update():
+            self._draw(screen, snap)
+
+    def get_screen_dashboard(self) -> Dashboard | None:
+        for s in self.screen_stack:
+            if isinstance(s, Dashboard):
+                return s
+        return None
+
+    def _series(self, snap: Snapshot, width: int) -> list[Point]:
+        if self.view == "recent":
+            return list(snap.recent)[-width:]
+        pts = list(snap.whole)
+        if len(pts) <= width or width <= 0:
+            return pts
+        group = -(-len(pts) // width)
+        out = []
+        for i in range(0, len(pts), group):
+            p = pts[i]
+            for q in pts[i + 1 : i + group]:
+                p = merge(p, q)
+            out.append(p)
+        return out
+
+    def _draw(self, screen: Dashboard, snap: Snapshot) -> None:
+        header = screen.query_one("#header", InfoPanel)
+        header.show(self._header_text(snap))
+        charts = list(screen.query(MetricSpark))
+        width = max(10, (charts[0].spark.size.width if charts else 60) or 60)
+        pts = self._series(snap, width)
+        w = snap.window
+        col = {
+            "tok": [p.tok_s for p in pts],
+            "decode": [p.decode_p50 for p in pts],
+            "ttft": [p.ttft_p50 for p in pts],
+            "accept": [None if p.acc_rate is None else 100 * p.acc_rate for p in pts],
+            "errors": [
+                p.errors if p.errors else (0.0 if p.errors is not None else None) for p in pts
+            ],
+            "gpu": [p.gpu_util for p in pts],
+            "kv": [p.kv_pct for p in pts],
+        }
+        labels = self._labels(snap)
+        for ch in charts:
+            l1, l2 = labels.get(ch.key, ("", ""))
+            ch.show(tuple(col.get(ch.key, ())), l1, l2)
+        marks = screen.query_one("#marks", MarkerRow)
+        marks.marks = tuple(p.marks for p in pts)
+        span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
+        marks.axis = f"{'recent' if self.view == 'recent' else 'whole run'} · {_hms(span)} shown"
+        screen.query_one("#compare", InfoPanel).show(self._compare_text(snap))
+        screen.query_one("#events", InfoPanel).show(self._events_text(snap))
+        _ = w
+
+    def _header_text(self, s: Snapshot) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" tokmon ", style="bold reverse")
+        t.append(f" {clean_text(s.target, False)} · {clean_text(s.model, False)} ", style="bold")
+        if s.replay is not None:
+            t.append(
+                f"· REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} "
+            )
+        t.append("· arm ")
+        t.append(clean_text(s.arm, False), style="bold reverse")
+        lvl = f"{s.level:g} streams" if s.mode == "concurrency" else f"{s.level:g} req/s"
+        t.append(f" · {lvl} · {_hms(s.elapsed_s)}\n")
+        t.append(f" ok {s.ok} · failed {s.failed} · in flight {s.in_flight} · ")
+        if s.recording:
+            t.append("● REC", style="bold red")
+        else:
+            t.append("not recording", style="dim")
+        if s.paused:
+            t.append(" · PAUSED", style="bold reverse")
+        if s.warming_up:
+            t.append(" · warming up", style="italic")
+        if s.insecure:
+            t.append(" · TLS NOT VERIFIED", style="bold reverse")
+        if s.done:
+            t.append(" · finished (q to quit)", style="bold")
+        if s.send_lag_ms > 50:
+            t.append(f" · client lag {s.send_lag_ms:.0f} ms", style="bold reverse")
+        return t
+
+    def _labels(self, s: Snapshot) -> dict[str, tuple[str, str]]:
+        w = s.window
+        if w is None:
+            return {}
+        arms = (
+            " · ".join(
+                f"{v.name} {v.window.tokens_per_s:,.0f}"
+                for v in s.arm_views
+                if v.window is not None
+            )
+            if len(s.arm_views) > 1
+            else f"{w.requests_per_s:.2f} req/s"
+        )
+        err_cls = (
+            " ".join(f"{k.replace('http_', '')} {v}" for k, v in sorted(w.errors.items())) or "none"
+        )
+        acc1, acc2 = "n/a", "no acceptance source"
+        if w.acceptance_rate is not None:
+            acc1 = f"{w.acceptance_rate:.0%}"
+            if w.acceptance_length is not None:
+                acc1 += f" · len {w.acceptance_length:.2f}"
+            acc2 = f"from {w.acceptance_source}"
+        elif w.tokens_per_chunk is not None and w.tokens_per_chunk > 1.05:
+            acc1 = f"~{w.tokens_per_chunk:.2f} tok/chunk"
+            acc2 = "estimate from chunks"
+        pr = s.probes
+        gpu1 = "n/a" if pr.get("gpu_util") is None else f"util {pr['gpu_util']:.0f}%"
+        if pr.get("gpu_mem_used_gib") is not None:
+            gpu1 += f" · {pr['gpu_mem_used_gib']:.1f} GiB"
+        gpu2 = (
+            pr.get("gpu_note", "no GPU probe")
+            if pr.get("gpu_util") is None
+            else (
+                f"{pr.get('gpu_power_w', 0):.0f} W · {pr.get('gpu_temp_c', 0):.0f}°C"
+                if pr.get("gpu_power_w") is not None
+                else ""
+            )
+        )
+        kv1 = "n/a" if pr.get("kv_pct") is None else f"KV {pr['kv_pct']:.0f}%"
+        if pr.get("queue") is not None:
+            kv1 += f" · queue {pr['queue']:.0f}"
+        kv2 = (
+            pr.get("server_note", "no server metrics")
+            if pr.get("kv_pct") is None
+            else (f"running {pr.get('running', 0):.0f} · {pr.get('engine', '')}")
+        )
+        return {
+            "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
+            "decode": (
+                f"p50 {_num(w.decode_p50)} tok/s",
+                f"TPOT p50 {fmt_ms(w.tpot_p50)} p95 {fmt_ms(w.tpot_p95)} ms",
+            ),
+            "ttft": (
+                f"p50 {fmt_ms(w.ttft_p50)} ms",
+                f"p95 {fmt_ms(w.ttft_p95)} p99 {fmt_ms(w.ttft_p99)} ms",
+            ),
+            "accept": (acc1, acc2),
+            "errors": (
+                f"{w.failed}/{w.ended} ({(w.failed / w.ended if w.ended else 0):.1%})",
+                err_cls,
+            ),
+            "gpu": (gpu1, gpu2),
+            "kv": (kv1, kv2),
+        }
+
+    def _compare_text(self, s: Snapshot) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(f"{'arm':<9}{'ok':>5}{'err':>4}{'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold")
+        for v in s.arm_views:
+            w = v.window
+            mark = "▶" if v.name == s.arm else " "
+            t.append(f"{mark}{clean_text(v.name, False)[:8]:<8}{v.ok:>5}{v.failed:>4}")
+            if w is not None:
+                t.append(f"{w.tokens_per_s:>6.0f}{_num(w.decode_p50):>6}{fmt_ms(w.ttft_p50):>6}")
+            t.append("\n")
+        c = s.comparison
+        if c is not None:
+            t.append(
+                f"{c['other'][:8]}/{c['baseline'][:8]} ratio [95% CI] by {c['method']}\n",
+                style="bold",
+            )
+            for key, name in (
+                ("decode_tokens_per_s", "decode"),
+                ("tpot_ms", "TPOT"),
+                ("ttft_ms", "TTFT"),
+            ):
+                r = c.get(key)
+                if r is None:
+                    t.append(f"  {name:<7}collecting data…\n", style="dim")
+                else:
+                    lo, hi = r["ci95"]
+                    sig = lo > 1 or hi < 1
+                    t.append(
+                        f"  {name:<7}×{r['ratio']:.2f} [{lo:.2f}, {hi:.2f}]",
+                        style="bold" if sig else "",
+                    )
+                    t.append("\n" if sig else " n.s.\n", style="dim")
+        elif len(s.arms) < 2:
+            t.append("one arm: add --arm to compare\n", style="dim")
+        return t
+
+    def _events_text(self, s: Snapshot) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append("events\n", style="bold")
+        t0 = s.t - int(s.elapsed_s * 1e9)
+        for ev in list(s.events)[-6:]:
+            t.append(f"{_hms((ev.t - t0) / 1e9):>8} ", style="dim")
+            style = "bold" if ev.kind in ("arm", "alert", "restart") else ""
+            t.append(clean_text(ev.message, keep_newlines=False) + "\n", style=style)
+        return t
+
+
+def _num(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
+def _hms(s: float) -> str:
+    s = max(0, int(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def run_app(source: Source, theme: str | None = None, fps: float = 4.0) -> None:
+    DashboardApp(source, theme=theme, fps=fps).run()

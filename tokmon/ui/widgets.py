@@ -1,0 +1,184 @@
+"""Small widgets, each named for what it shows. They hold plain data and redraw only
+when that data changed (STYLE.md: drawing cost)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Static
+
+from tokmon.core.textsafe import clean_text
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark_rows(
+    values: Sequence[float | None], width: int, height: int, lo: float, hi: float
+) -> list[str]:
+    """Rows of block characters (top row first); None is a gap, never a zero."""
+    vals = list(values)[-width:] if width > 0 else []
+    pad = width - len(vals)
+    levels = height * 8
+    span = hi - lo
+    rows = [[" "] * width for _ in range(height)]
+    for i, v in enumerate(vals):
+        if v is None:
+            continue
+        frac = 0.0 if span <= 0 else (v - lo) / span
+        lvl = max(1, min(levels, round(frac * levels)))  # a value is never invisible
+        col = pad + i
+        for r in range(height):
+            fill = lvl - (height - 1 - r) * 8
+            rows[r][col] = BLOCKS[max(0, min(8, fill))]
+    return ["".join(r) for r in rows]
+
+
+class Sparkline(Widget):
+    """A sparkline drawn one colour per row: a handful of bytes per row instead of a
+    colour code per cell (the stock Sparkline's cost over SSH)."""
+
+    COMPONENT_CLASSES = {"spark--bar", "spark--warn"}
+    DEFAULT_CSS = """
+    Sparkline { height: 2; width: 1fr; }
+    Sparkline > .spark--bar { color: $primary; }
+    Sparkline > .spark--warn { color: $error; }
+    """
+
+    values: reactive[tuple[float | None, ...]] = reactive((), layout=False)
+    """The series, oldest first; only the last ``width`` points are drawn."""
+    fixed: reactive[tuple[float, float] | None] = reactive(None)
+    """A fixed (lo, hi) range, e.g. (0, 100) for percentages; None auto-scales from 0."""
+
+    def __init__(self, *, warn: bool = False, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.warn = warn
+
+    def render_line(self, y: int) -> Strip:
+        w = self.size.width
+        h = self.size.height
+        vals = self.values
+        if self.fixed is not None:
+            lo, hi = self.fixed
+        else:
+            shown = [v for v in vals[-w:] if v is not None]
+            lo, hi = 0.0, (max(shown) if shown else 1.0) or 1.0
+        rows = spark_rows(vals, w, h, lo, hi)
+        if y >= len(rows):
+            return Strip.blank(w)
+        style = self.get_component_rich_style("spark--warn" if self.warn else "spark--bar")
+        # Blank cells take the bar's style too: one run of one style per row.
+        return Strip([Segment(rows[y], style)], w)
+
+
+class MetricLabel(Static):
+    """The figures beside a sparkline: name, current value, window p50/p95."""
+
+    DEFAULT_CSS = """
+    MetricLabel { width: 30; height: 2; padding: 0 1 0 0; }
+    """
+
+
+class MetricSpark(Widget):
+    """A labelled sparkline row."""
+
+    DEFAULT_CSS = """
+    MetricSpark { layout: horizontal; height: 2; }
+    """
+
+    def __init__(
+        self, key: str, title: str, *, fixed: tuple[float, float] | None = None, warn: bool = False
+    ) -> None:
+        super().__init__(id=f"spark-{key}")
+        self.key = key
+        self.title = title
+        self.label = MetricLabel()
+        self.spark = Sparkline(warn=warn)
+        self.spark.fixed = fixed
+        self._label_text: tuple[str, str] | None = None
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield self.label
+        yield self.spark
+
+    def show(self, values: tuple[float | None, ...], line1: str, line2: str) -> None:
+        if values != self.spark.values:
+            self.spark.values = values
+        if (line1, line2) != self._label_text:
+            self._label_text = (line1, line2)
+            t = Text(no_wrap=True, overflow="ellipsis")
+            t.append(f"{self.title:<11}", style="bold")
+            t.append(clean_text(line1, keep_newlines=False))
+            t.append("\n" + clean_text(line2, keep_newlines=False), style="dim")
+            self.label.update(t)
+
+
+class MarkerRow(Widget):
+    """Where the arm switched (│), a marker was added (◆), an alert or stall fired (!), on
+    the sparklines' time axis, with the axis span at the right."""
+
+    COMPONENT_CLASSES = {"marker--arm", "marker--note", "marker--alert", "marker--axis"}
+    DEFAULT_CSS = """
+    MarkerRow { height: 1; width: 1fr; }
+    MarkerRow > .marker--arm { color: $accent; }
+    MarkerRow > .marker--note { color: $secondary; }
+    MarkerRow > .marker--alert { color: $error; }
+    MarkerRow > .marker--axis { color: $foreground-muted; }
+    """
+
+    marks: reactive[tuple[tuple[str, ...], ...]] = reactive(())
+    axis: reactive[str] = reactive("")
+    offset_cols: int = 30
+
+    def render_line(self, y: int) -> Strip:
+        w = self.size.width
+        cols = max(0, w - self.offset_cols)
+        marks = list(self.marks)[-cols:]
+        pad = cols - len(marks)
+        axis_style = self.get_component_rich_style("marker--axis")
+        segs = [
+            Segment(self.axis[: self.offset_cols].ljust(self.offset_cols), axis_style),
+            Segment(" " * pad, axis_style),
+        ]
+        styles = {
+            "arm": (self.get_component_rich_style("marker--arm"), "│"),
+            "marker": (self.get_component_rich_style("marker--note"), "◆"),
+            "alert": (self.get_component_rich_style("marker--alert"), "!"),
+            "stall": (self.get_component_rich_style("marker--alert"), "!"),
+        }
+        run_style: Style | None = None
+        run = ""
+        for m in marks:
+            st, ch = axis_style, "·" if False else " "
+            for kind in ("alert", "stall", "arm", "marker"):
+                if kind in m:
+                    st, ch = styles[kind]
+                    break
+            if st is run_style:
+                run += ch
+            else:
+                if run:
+                    segs.append(Segment(run, run_style))
+                run, run_style = ch, st
+        if run:
+            segs.append(Segment(run, run_style))
+        return Strip(segs, w)
+
+
+class InfoPanel(Static):
+    """A block of text that is only re-rendered when its content changed."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._last: str | None = None
+
+    def show(self, text: Text) -> None:
+        key = text.plain + "|" + "".join(str(s.style) for s in text.spans)
+        if key != self._last:
+            self._last = key
+            self.update(text)
