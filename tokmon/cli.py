@@ -175,6 +175,30 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--window", default="10s", help="width of the sliding window")
 
 
+def add_probe_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("probes")
+    g.add_argument(
+        "--metrics-url",
+        default=None,
+        help="server Prometheus endpoint (default: /metrics next to each --url)",
+    )
+    g.add_argument("--no-server-metrics", action="store_true", help="do not scrape /metrics")
+    g.add_argument("--gpu-interval", default="0.5s", help="NVML sampling period")
+    g.add_argument("--gpus", default=None, help="GPU indices to sample, e.g. 0,2")
+    g.add_argument("--no-gpu", action="store_true", help="do not sample the GPU")
+    g.add_argument(
+        "--server-pid",
+        type=int,
+        default=None,
+        help="the server's process id, for its own GPU memory (local servers)",
+    )
+    g.add_argument(
+        "--dcgm-url",
+        default=None,
+        help="a DCGM exporter's /metrics (GPU on another host) instead of NVML",
+    )
+
+
 def build_parser() -> Parser:
     top = Parser(
         prog="tokmon",
@@ -205,6 +229,7 @@ def build_parser() -> Parser:
     add_request_options(run)
     add_arm_options(run)
     add_output_options(run)
+    add_probe_options(run)
 
     demo = sub.add_parser(
         "demo",
@@ -557,7 +582,10 @@ def run_session(
     slo = parse_slo(getattr(args, "slo", None))
     window = dur("--window", getattr(args, "window", "10s"), allow_zero=False) or 10.0
     status_every = dur("--status-interval", args.status_interval, allow_zero=False) or 5.0
-    session = LiveSession(cfg, target=info["target"], model=info["model"], slo=slo, window_s=window)
+    probes = build_probes(args, cfg, window)
+    session = LiveSession(
+        cfg, target=info["target"], model=info["model"], slo=slo, window_s=window, probes=probes
+    )
     headless = args.headless or not sys.stdout.isatty()
     try:
         session.start()
@@ -592,6 +620,41 @@ def run_session(
             )
             return 1
     return 0
+
+
+def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]:
+    from tokmon.core.probes.gpu import DcgmProbe, NvmlProbe
+    from tokmon.core.probes.host import HostProbe
+    from tokmon.core.probes.server import ServerMetricsProbe, metrics_url_for
+
+    probes: list[Any] = [HostProbe()]
+    gpus = None
+    if getattr(args, "gpus", None):
+        try:
+            gpus = [int(x) for x in str(args.gpus).split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus must be indices like 0,2, got {args.gpus!r}") from None
+    if getattr(args, "dcgm_url", None):
+        probes.append(DcgmProbe(args.dcgm_url, gpus=gpus))
+    elif not getattr(args, "no_gpu", False):
+        interval = dur("--gpu-interval", getattr(args, "gpu_interval", "0.5s"), allow_zero=False)
+        probes.append(
+            NvmlProbe(interval or 0.5, gpus=gpus, server_pid=getattr(args, "server_pid", None))
+        )
+    if not getattr(args, "no_server_metrics", False):
+        by_url: dict[str, list[str]] = {}
+        for a in cfg.arms:
+            url = getattr(args, "metrics_url", None) or metrics_url_for(a.url)
+            by_url.setdefault(url, []).append(a.name)
+        key = api_key()
+        hdr = {"authorization": f"Bearer {key}"} if key else {}
+        for url, arms in by_url.items():
+            probes.append(
+                ServerMetricsProbe(
+                    url, tuple(arms), window_s=window, headers=hdr, insecure=cfg.insecure
+                )
+            )
+    return probes
 
 
 def _summary_text(summary: dict[str, Any]) -> str:

@@ -106,6 +106,9 @@ class LiveSession:
             self.out_conns.append(out_r)
             self.cmd_conns.append(cmd_w)
         for pr in self.probes:
+            pr.on_event = lambda kind, msg, data: self._event(kind, msg, data)
+            if self.recorder is not None:
+                pr.on_sample = self.recorder.sample
             pr.start()
         self._event("start", f"run started: {self.cfg.mode} {self._level_str()}")
         self._reader = threading.Thread(target=self._read_loop, name="tokmon-reader", daemon=True)
@@ -309,12 +312,7 @@ class LiveSession:
                 aw = window_stats(ar, tok.get(name, 0), now, width, name, self.slo)
                 t = self.totals[name]
                 arm_views.append(ArmView(name, t.ok, t.failed, aw))
-            probes: dict[str, Any] = {}
-            for pr in self.probes:
-                try:
-                    probes.update(pr.latest())
-                except Exception:
-                    pass
+            probes = self._probe_fields()
             acc_rate = probes.get("spec_acceptance_rate", win.acceptance_rate)
             acc_len = probes.get("spec_acceptance_length", win.acceptance_length)
             if probes.get("spec_acceptance_rate") is not None:
@@ -394,6 +392,47 @@ class LiveSession:
                 insecure=self.cfg.insecure,
             )
 
+    def _server_probe(self, arm: str) -> Any:
+        for pr in self.probes:
+            if getattr(pr, "name", "") == "server" and arm in getattr(pr, "arms", ()):
+                return pr
+        return None
+
+    def _probe_fields(self) -> dict[str, Any]:
+        """Latest probe fields; server fields from the active arm's server."""
+        out: dict[str, Any] = {}
+        for pr in self.probes:
+            if getattr(pr, "name", "") == "server":
+                continue
+            try:
+                out.update(pr.latest())
+            except Exception:
+                pass
+        srv = self._server_probe(self.arm)
+        if srv is not None:
+            out.update(srv.latest())
+        elif not any(getattr(p, "name", "") == "server" for p in self.probes):
+            out["server_note"] = "server metrics off"
+        return out
+
+    def _server_spec(self) -> dict[str, dict[str, Any]]:
+        """Acceptance per arm from server counters over the measured part of the run."""
+        out: dict[str, dict[str, Any]] = {}
+        for arm in self.arm_names:
+            pr = self._server_probe(arm)
+            if pr is None:
+                continue
+            if len(pr.arms) == 1 or self.cfg.assign != "switch":
+                tot = pr.totals(t0=self.t_measure) if len(pr.arms) == 1 else None
+            else:
+                segs = [
+                    (max(s, self.t_measure or s), e) for _, a, s, e in self.segments if a == arm
+                ]
+                tot = pr.totals(segments=segs)
+            if tot is not None:
+                out[arm] = tot
+        return out
+
     # ------------------------------------------------------------------ outputs
     def snapshot(self) -> Snapshot | None:
         return self._snap
@@ -409,11 +448,7 @@ class LiveSession:
                 self.arm_names,
                 self.t_start,
             )
-            server_spec = {}
-            for pr in self.probes:
-                f = getattr(pr, "spec_by_arm", None)
-                if f is not None:
-                    server_spec.update(f(self.segments, self.t_measure))
+            server_spec = self._server_spec()
             return build_summary(
                 started_at=self.started_at,
                 duration_s=(t_end - self.t_start) / 1e9,

@@ -1,0 +1,56 @@
+"""The host and tokmon itself, through psutil: if tokmon is the bottleneck, it shows."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psutil
+
+from tokmon.core.probes.base import Sampler
+
+
+class HostProbe(Sampler):
+    name = "host"
+
+    def __init__(self, interval: float = 1.0) -> None:
+        super().__init__(interval)
+        self.me = psutil.Process(os.getpid())
+        self._procs: dict[int, psutil.Process] = {}
+        psutil.cpu_percent(None)
+
+    def sample(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "host_cpu_pct": psutil.cpu_percent(None),
+            "host_mem_pct": psutil.virtual_memory().percent,
+        }
+        # tokmon's own processes: this one and its engine workers (CPU % of one core).
+        cpu = 0.0
+        rss = 0
+        try:
+            procs = [self.me] + self.me.children(recursive=True)
+        except psutil.Error:
+            procs = [self.me]
+        per: dict[str, float] = {}
+        for p in procs:
+            q = self._procs.get(p.pid)
+            if q is None:
+                q = self._procs[p.pid] = p
+                try:
+                    q.cpu_percent(None)
+                except psutil.Error:
+                    continue
+                continue
+            try:
+                c = q.cpu_percent(None)
+                r = q.memory_info().rss
+                name = q.name()
+            except psutil.Error:
+                continue
+            cpu += c
+            rss += r
+            per[f"{name}:{q.pid}"] = c
+        out["self_cpu_pct"] = cpu
+        out["self_rss_mib"] = rss / 2**20
+        out["self_procs"] = per
+        return out

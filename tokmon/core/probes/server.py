@@ -1,0 +1,361 @@
+"""The server's own view: scrape Prometheus ``/metrics`` and map each engine's names to
+neutral fields. Parsing uses prometheus_client's text parser (well kept, handles every
+quirk of the exposition format); rates come from counter deltas; a counter that goes
+down is a server restart: an event and a gap, never a negative rate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tokmon.core.probes.base import Sampler
+
+
+@dataclass(frozen=True)
+class EngineMap:
+    """Where an engine keeps each neutral field (first name that is present wins)."""
+
+    engine: str
+    marker: str  # a name prefix that identifies the engine
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    kv: tuple[str, ...] = ()  # 0-1 fraction
+    preemptions: tuple[str, ...] = ()
+    prompt_tokens: tuple[str, ...] = ()
+    gen_tokens: tuple[str, ...] = ()
+    drafts: tuple[str, ...] = ()
+    draft_tokens: tuple[str, ...] = ()
+    accepted: tuple[str, ...] = ()
+    per_pos: tuple[str, ...] = ()
+    acc_rate_gauge: tuple[str, ...] = ()
+    acc_len_gauge: tuple[str, ...] = ()
+    skipped_hist: str = ""  # TGI: histogram of accepted tokens per step
+
+
+ENGINES = (
+    EngineMap(
+        "vllm",
+        "vllm:",
+        running=("vllm:num_requests_running",),
+        waiting=("vllm:num_requests_waiting",),
+        kv=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        preemptions=("vllm:num_preemptions_total",),
+        prompt_tokens=("vllm:prompt_tokens_total",),
+        gen_tokens=("vllm:generation_tokens_total",),
+        drafts=("vllm:spec_decode_num_drafts_total",),
+        draft_tokens=("vllm:spec_decode_num_draft_tokens_total",),
+        accepted=("vllm:spec_decode_num_accepted_tokens_total",),
+        per_pos=("vllm:spec_decode_num_accepted_tokens_per_pos_total",),
+        acc_rate_gauge=("vllm:spec_decode_draft_acceptance_rate",),
+    ),
+    EngineMap(
+        "sglang",
+        "sglang:",
+        running=("sglang:num_running_reqs",),
+        waiting=("sglang:num_queue_reqs",),
+        kv=("sglang:token_usage",),
+        prompt_tokens=("sglang:prompt_tokens_total",),
+        gen_tokens=("sglang:generation_tokens_total",),
+        acc_rate_gauge=("sglang:spec_accept_rate",),
+        acc_len_gauge=("sglang:spec_accept_length",),
+    ),
+    EngineMap(
+        "llama.cpp",
+        "llamacpp:",
+        running=("llamacpp:requests_processing",),
+        waiting=("llamacpp:requests_deferred",),
+        prompt_tokens=("llamacpp:prompt_tokens_total",),
+        gen_tokens=("llamacpp:tokens_predicted_total",),
+        drafts=("llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts"),
+        draft_tokens=(
+            "llamacpp:spec_decode_num_draft_tokens_total",
+            "llamacpp:spec_decode_num_draft_tokens",
+        ),
+        accepted=(
+            "llamacpp:spec_decode_num_accepted_tokens_total",
+            "llamacpp:spec_decode_num_accepted_tokens",
+        ),
+    ),
+    EngineMap(
+        "tgi",
+        "tgi_",
+        running=("tgi_batch_current_size",),
+        waiting=("tgi_queue_size",),
+        skipped_hist="tgi_request_skipped_tokens",
+    ),
+    EngineMap(
+        "tensorrt-llm",
+        "trtllm_",
+        running=("trtllm_num_requests_running",),
+        waiting=("trtllm_num_requests_waiting",),
+        kv=("trtllm_kv_cache_utilization",),
+        draft_tokens=("trtllm_spec_decode_num_draft_tokens_total",),
+        accepted=("trtllm_spec_decode_num_accepted_tokens_total",),
+        acc_len_gauge=("trtllm_spec_decode_acceptance_length",),
+    ),
+    EngineMap(
+        "lmdeploy",
+        "lmdeploy:",
+        running=("lmdeploy:num_requests_running",),
+        waiting=("lmdeploy:num_requests_waiting",),
+        kv=("lmdeploy:gpu_cache_usage_perc",),
+        drafts=("lmdeploy:spec_decode_num_drafts_total",),
+        draft_tokens=("lmdeploy:spec_decode_num_draft_tokens_total",),
+        accepted=("lmdeploy:spec_decode_num_accepted_tokens_total",),
+    ),
+)
+
+COUNTERS = (
+    "preemptions",
+    "prompt_tokens",
+    "gen_tokens",
+    "drafts",
+    "draft_tokens",
+    "accepted",
+    "skipped_sum",
+    "skipped_count",
+)
+
+
+def flatten(text: str) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Sample name -> value summed over label sets; and per-position series."""
+    flat: dict[str, float] = {}
+    per_pos: dict[str, dict[str, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            flat[s.name] = flat.get(s.name, 0.0) + float(s.value)
+            pos = s.labels.get("position")
+            if pos is not None:
+                d = per_pos.setdefault(s.name, {})
+                d[pos] = d.get(pos, 0.0) + float(s.value)
+    return flat, per_pos
+
+
+def detect(flat: dict[str, float]) -> EngineMap | None:
+    for e in ENGINES:
+        if any(k.startswith(e.marker) for k in flat):
+            return e
+    return None
+
+
+def _first(flat: dict[str, float], names: tuple[str, ...]) -> float | None:
+    for n in names:
+        if n in flat:
+            return flat[n]
+    return None
+
+
+def neutral(text: str) -> dict[str, Any]:
+    """One scrape as neutral fields (gauges as they are, counters cumulative)."""
+    flat, per_pos = flatten(text)
+    e = detect(flat)
+    if e is None:
+        return {"engine": None}
+    out: dict[str, Any] = {"engine": e.engine}
+    for field in (
+        "running",
+        "waiting",
+        "kv",
+        "preemptions",
+        "prompt_tokens",
+        "gen_tokens",
+        "drafts",
+        "draft_tokens",
+        "accepted",
+        "acc_rate_gauge",
+        "acc_len_gauge",
+    ):
+        v = _first(flat, getattr(e, field))
+        if v is not None:
+            out[field] = v
+    for n in e.per_pos:
+        if n in per_pos:
+            out["per_pos"] = {int(k): v for k, v in per_pos[n].items() if k.isdigit()}
+    if e.skipped_hist:
+        s = flat.get(e.skipped_hist + "_sum")
+        c = flat.get(e.skipped_hist + "_count")
+        if s is not None and c is not None:
+            out["skipped_sum"], out["skipped_count"] = s, c
+    return out
+
+
+class ServerMetricsProbe(Sampler):
+    """Scrapes one server's /metrics (1 Hz by default) for the arms that use it."""
+
+    name = "server"
+
+    def __init__(
+        self,
+        url: str,
+        arms: tuple[str, ...] = (),
+        interval: float = 1.0,
+        window_s: float = 10.0,
+        headers: dict[str, str] | None = None,
+        insecure: bool = False,
+    ) -> None:
+        super().__init__(interval)
+        self.url = url
+        self.arms = arms
+        self.window_s = window_s
+        self.headers = headers or {}
+        self.insecure = insecure
+        self.history: deque[tuple[int, dict[str, Any]]] = deque()
+        self.deltas: list[tuple[int, float, float, float]] = []  # (t, Δdrafts, Δdraft_tok, Δacc)
+        self._prev: tuple[int, dict[str, Any]] | None = None
+        self._client: Any = None
+        self._unavailable = False
+        self.engine: str | None = None
+        self.restarts = 0
+
+    def _scrape(self) -> str | None:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(timeout=2.0, verify=not self.insecure, trust_env=False)
+        try:
+            r = self._client.get(self.url, headers=self.headers)
+        except httpx.HTTPError as e:
+            self._note_unavailable(f"{type(e).__name__}")
+            return None
+        if r.status_code != 200:
+            self._note_unavailable(f"HTTP {r.status_code}")
+            return None
+        if self._unavailable:
+            self._unavailable = False
+            self.event("probe", f"server metrics available again at {self.url}")
+        return r.text
+
+    def _note_unavailable(self, why: str) -> None:
+        if not self._unavailable:
+            self._unavailable = True
+            self.event("probe", f"no server metrics at {self.url} ({why}); the run goes on")
+
+    def sample(self) -> dict[str, Any]:
+        import time as _t
+
+        text = self._scrape()
+        if text is None:
+            return {"server_note": "no server metrics"}
+        try:
+            cur = neutral(text)
+        except Exception:
+            return {"server_note": "unparseable /metrics"}
+        return self.ingest(_t.perf_counter_ns(), cur)
+
+    def ingest(self, t: int, cur: dict[str, Any]) -> dict[str, Any]:
+        """Fold one scrape in; returns the live fields. Separate from I/O for tests."""
+        if cur.get("engine") is None:
+            return {"server_note": "unknown metrics (no known engine)"}
+        self.engine = cur["engine"]
+        prev = self._prev
+        reset = False
+        if prev is not None:
+            for k in COUNTERS:
+                if k in cur and k in prev[1] and cur[k] < prev[1][k]:
+                    reset = True
+            if reset:
+                self.restarts += 1
+                self.history.clear()
+                self.event(
+                    "restart",
+                    f"server restart detected at {self.url} (counters went back)",
+                    {"url": self.url},
+                )
+            else:
+                self.deltas.append(
+                    (
+                        t,
+                        cur.get("drafts", 0) - prev[1].get("drafts", 0),
+                        cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
+                        cur.get("accepted", 0) - prev[1].get("accepted", 0),
+                    )
+                )
+        self._prev = (t, cur)
+        self.history.append((t, cur))
+        lim = t - int(self.window_s * 1e9)
+        while len(self.history) > 1 and self.history[1][0] <= lim:
+            self.history.popleft()
+        out: dict[str, Any] = {"engine": cur["engine"]}
+        if "kv" in cur:
+            out["kv_pct"] = 100.0 * cur["kv"]
+        if "waiting" in cur:
+            out["queue"] = cur["waiting"]
+        if "running" in cur:
+            out["running"] = cur["running"]
+        if "preemptions" in cur:
+            out["preemptions"] = cur["preemptions"]
+        out.update(self.window_acceptance())
+        return out
+
+    def window_acceptance(self) -> dict[str, Any]:
+        """Acceptance over the window from counter deltas (source rank 1), else gauges."""
+        h = self.history
+        if len(h) >= 2:
+            a, b = h[0][1], h[-1][1]
+            dd = b.get("draft_tokens", 0) - a.get("draft_tokens", 0)
+            da = b.get("accepted", 0) - a.get("accepted", 0)
+            dn = b.get("drafts", 0) - a.get("drafts", 0)
+            if dd > 0:
+                out = {"spec_acceptance_rate": da / dd, "spec_source": "server counters"}
+                if dn > 0:
+                    out["spec_acceptance_length"] = 1 + da / dn
+                if "per_pos" in a and "per_pos" in b and dn > 0:
+                    out["spec_per_pos"] = {
+                        k: (b["per_pos"].get(k, 0) - a["per_pos"].get(k, 0)) / dn
+                        for k in sorted(b["per_pos"])
+                    }
+                return out
+            sc = b.get("skipped_count", 0) - a.get("skipped_count", 0)
+            if sc > 0:
+                ss = b.get("skipped_sum", 0) - a.get("skipped_sum", 0)
+                return {"spec_acceptance_length": 1 + ss / sc, "spec_source": "server counters"}
+        last = h[-1][1] if h else {}
+        if "acc_rate_gauge" in last or "acc_len_gauge" in last:
+            out = {"spec_source": "server gauges"}
+            if "acc_rate_gauge" in last:
+                out["spec_acceptance_rate"] = last["acc_rate_gauge"]
+            if "acc_len_gauge" in last:
+                out["spec_acceptance_length"] = last["acc_len_gauge"]
+            return out
+        return {}
+
+    def totals(
+        self,
+        t0: int | None = None,
+        t1: int | None = None,
+        segments: list[tuple[int, int | None]] | None = None,
+    ) -> dict[str, Any] | None:
+        """Acceptance over a span (or over segments), summing positive deltas only."""
+        dn = dd = da = 0.0
+        for t, a, b, c in self.deltas:
+            if t0 is not None and t < t0:
+                continue
+            if t1 is not None and t > t1:
+                continue
+            if segments is not None and not any(
+                s <= t <= (e if e is not None else t) for s, e in segments
+            ):
+                continue
+            dn, dd, da = dn + a, dd + b, da + c
+        if dd <= 0:
+            return None
+        out: dict[str, Any] = {"acceptance_rate": da / dd, "source": "server counters"}
+        out["acceptance_length"] = 1 + da / dn if dn > 0 else None
+        out["draft_tokens"], out["accepted_tokens"], out["drafts"] = dd, da, dn
+        return out
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def metrics_url_for(api_url: str) -> str:
+    """The /metrics next to an API base URL: http://h:8000/v1 -> http://h:8000/metrics."""
+    base = api_url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    return base + "/metrics"
