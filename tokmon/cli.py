@@ -173,6 +173,10 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
     g.add_argument("--fps", type=float, default=4.0, help="dashboard redraws per second (max)")
     g.add_argument("--window", default="10s", help="width of the sliding window")
+    g.add_argument("--record", default=None, metavar="FILE",
+                   help="record the session to FILE (JSON Lines; .gz to compress)")
+    g.add_argument("--record-chunks", action="store_true",
+                   help="also record every chunk gap of every request")
 
 
 def add_probe_options(p: argparse.ArgumentParser) -> None:
@@ -251,6 +255,7 @@ def build_parser() -> Parser:
     demo.add_argument("--no-faults", action="store_true", help="no injected faults")
     demo.add_argument("--seed", type=int, default=None)
     demo.add_argument("--summary-json", default=None, metavar="FILE")
+    demo.add_argument("--record", default=None, metavar="FILE")
     demo.add_argument("--status-interval", default="5s")
     demo.add_argument("--theme", default=None)
     demo.add_argument("--fps", type=float, default=4.0)
@@ -583,9 +588,9 @@ def run_session(
     window = dur("--window", getattr(args, "window", "10s"), allow_zero=False) or 10.0
     status_every = dur("--status-interval", args.status_interval, allow_zero=False) or 5.0
     probes = build_probes(args, cfg, window)
-    session = LiveSession(
-        cfg, target=info["target"], model=info["model"], slo=slo, window_s=window, probes=probes
-    )
+    recorder, header = make_recorder(args, cfg, info, slo, probes)
+    session = LiveSession(cfg, target=info["target"], model=info["model"], slo=slo,
+                          window_s=window, probes=probes, recorder=recorder, header=header)
     headless = args.headless or not sys.stdout.isatty()
     try:
         session.start()
@@ -620,6 +625,57 @@ def run_session(
             )
             return 1
     return 0
+
+
+def make_recorder(args: argparse.Namespace, cfg: Any, info: dict[str, Any], slo: Any,
+                  probes: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """The recorder for --record, and the header that writes the environment down."""
+    if not getattr(args, "record", None):
+        return None, {}
+    from tokmon.core.recording import Recorder, environment
+
+    secrets = [cfg.api_key or ""] + [v for h in (cfg.headers, *[a.headers for a in cfg.arms])
+                                     for k, v in h.items() if _secret_header(k)]
+    try:
+        Path(args.record).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.record, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"--record: cannot write {args.record}: {e.strerror or e}") from None
+    recorder = Recorder(args.record, secrets=tuple(secrets),
+                        chunks=getattr(args, "record_chunks", False))
+    gpu_info: dict[str, Any] = {}
+    for pr in probes:
+        if hasattr(pr, "info") and hasattr(pr, "_init"):
+            pr._init()
+            gpu_info = pr.info
+    header = {
+        "tokmon_version": __version__,
+        "command": _redact_argv(sys.argv),
+        "settings": cfg.redacted(),
+        "slo": {k: v for k, v in vars(slo).items() if v is not None},
+        "target": {"url": info["target"], "model": info["model"],
+                   "endpoint": cfg.arms[0].endpoint or "chat"},
+        "host": environment(),
+        "gpu": gpu_info,
+        "servers": {u: {"models": m, "version": info["versions"].get(u)}
+                    for u, m in info["models"].items()},
+    }
+    return recorder, header
+
+
+def _secret_header(k: str) -> bool:
+    from tokmon.core.config import _redact_header
+
+    return _redact_header(k, "x") != "x"
+
+
+def _redact_argv(argv: list[str]) -> list[str]:
+    out = []
+    for a in argv:
+        k, colon, _ = a.partition(":")
+        out.append(f"{k}: <redacted>" if colon and _secret_header(k.strip()) else a)
+    return out
 
 
 def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]:
@@ -875,6 +931,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         ns.headless = args.headless
         ns.summary_json = args.summary_json
+        ns.record = args.record
         ns.status_interval = args.status_interval
         ns.theme = args.theme
         ns.fps = args.fps

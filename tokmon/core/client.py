@@ -226,6 +226,8 @@ def _finish(
     error: str,
 ) -> dict[str, Any]:
     f: dict[str, Any] = {"http_status": status, "error": error}
+    # Every duration is kept to the microsecond: the recording then holds exactly the
+    # values the live statistics used, and a report equals the live summary.
     t_send = st["send"] or None
     f["t_send"] = t_send
     if t_send is not None:
@@ -253,4 +255,7 @@ def _finish(
                 )
             }
         f.update(m)
+    for k, v in f.items():
+        if isinstance(v, float):
+            f[k] = round(v, 3)
     return f

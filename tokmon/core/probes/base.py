@@ -59,7 +59,9 @@ class Sampler:
             vals = {f"{self.name}_note": f"{self.name} failed: {type(e).__name__}"}
         self._latest = vals
         if self.on_sample is not None and vals:
-            self.on_sample(self.name, time.perf_counter_ns(), vals)
+            # A probe may stamp its own sample (the moment it read it); else now.
+            t = vals.get("t_ns") or time.perf_counter_ns()
+            self.on_sample(self.name, t, {k: v for k, v in vals.items() if k != "t_ns"})
 
     def _loop(self) -> None:
         start = self.clock()

@@ -253,6 +253,7 @@ class ServerMetricsProbe(Sampler):
         self.engine = cur["engine"]
         prev = self._prev
         reset = False
+        delta: list[float] | None = None
         if prev is not None:
             for k in COUNTERS:
                 if k in cur and k in prev[1] and cur[k] < prev[1][k]:
@@ -266,20 +267,19 @@ class ServerMetricsProbe(Sampler):
                     {"url": self.url},
                 )
             else:
-                self.deltas.append(
-                    (
-                        t,
-                        cur.get("drafts", 0) - prev[1].get("drafts", 0),
-                        cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
-                        cur.get("accepted", 0) - prev[1].get("accepted", 0),
-                    )
-                )
+                delta = [cur.get("drafts", 0) - prev[1].get("drafts", 0),
+                         cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
+                         cur.get("accepted", 0) - prev[1].get("accepted", 0)]
+                self.deltas.append((t, delta[0], delta[1], delta[2]))
         self._prev = (t, cur)
         self.history.append((t, cur))
         lim = t - int(self.window_s * 1e9)
         while len(self.history) > 1 and self.history[1][0] <= lim:
             self.history.popleft()
-        out: dict[str, Any] = {"engine": cur["engine"]}
+        out: dict[str, Any] = {"engine": cur["engine"], "url": self.url, "arms": list(self.arms),
+                               "t_ns": t}
+        if delta is not None and any(delta):
+            out["delta"] = delta  # recorded, so a report recomputes the same acceptance
         if "kv" in cur:
             out["kv_pct"] = 100.0 * cur["kv"]
         if "waiting" in cur:

@@ -1,0 +1,212 @@
+"""Folding finished facts into live statistics: the one place where records become
+windows, history points, totals and snapshots. A live session and a replay both feed
+an ``Aggregator``; so the dashboard shows the same figures either way.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+from typing import Any
+
+from tokmon.core.history import History, Point
+from tokmon.core.records import EngineStatus, Event, RequestRecord
+from tokmon.core.snapshot import ArmView, Snapshot
+from tokmon.core.stats import ArmTotals, Slo, TokenWindow, window_stats
+from tokmon.core.summary import active_time, build_summary, compare
+
+MARK_KINDS = {"arm": "arm", "marker": "marker", "alert": "alert", "restart": "alert"}
+
+
+class Aggregator:
+    def __init__(
+        self,
+        arm_names: list[str],
+        *,
+        window_s: float = 10.0,
+        slo: Slo | None = None,
+        assign: str = "switch",
+        mode: str = "concurrency",
+        level: float = 0.0,
+        t_start: int = 0,
+        warmup: bool = False,
+    ) -> None:
+        self.arm_names = list(arm_names)
+        self.window_s = window_s
+        self.slo = slo or Slo()
+        self.assign = assign
+        self.mode = mode
+        self.level = level
+        self.paused = False
+        self.warmup = warmup
+        self.arm = self.arm_names[0]
+        self.totals = {n: ArmTotals(n) for n in self.arm_names}
+        self.window: deque[RequestRecord] = deque()
+        self.tokens = TokenWindow()
+        self.history = History()
+        self.events: deque[Event] = deque(maxlen=500)
+        self.statuses: dict[int, EngineStatus] = {}
+        self.t_start = t_start
+        self.t_measure: int | None = None
+        self.segments: list[tuple[int, str, int, int | None]] = [(0, self.arm, t_start, None)]
+        self.alternations = 0
+        self.comparison: dict[str, Any] | None = None
+        self._next_compare = 0
+        self._pending_marks: list[str] = []
+        self._last_errors = 0
+
+    # ------------------------------------------------------------------ input
+    def add_records(self, records: list[RequestRecord]) -> None:
+        for r in records:
+            self.totals.setdefault(r.arm, ArmTotals(r.arm)).add(r, self.slo)
+            self.window.append(r)
+            if r.counted and (self.t_measure is None or r.t_sched < self.t_measure):
+                self.t_measure = r.t_sched
+            if r.stalls:
+                self._pending_marks.append("stall")
+
+    def add_ticks(self, ticks: dict[tuple[int, str], int]) -> None:
+        for (t, arm), n in ticks.items():
+            self.tokens.add(t, arm, n)
+
+    def add_event(self, ev: Event) -> None:
+        self.events.append(ev)
+        mark = MARK_KINDS.get(ev.kind)
+        if mark:
+            self._pending_marks.append(mark)
+
+    def switch(self, new_arm: str, t: int) -> int:
+        """End the current segment and start one for ``new_arm``; returns its id."""
+        seg_id, arm, s, _ = self.segments[-1]
+        self.segments[-1] = (seg_id, arm, s, t)
+        self.segments.append((seg_id + 1, new_arm, t, None))
+        self.alternations = len(self.segments) // len(self.arm_names) - 1
+        self.arm = new_arm
+        return seg_id + 1
+
+    # ------------------------------------------------------------------ output
+    def tick(
+        self, now: int, *, probes: dict[str, Any], meta: dict[str, Any], final: bool = False
+    ) -> Snapshot:
+        """Window statistics, one history point, and a new snapshot (about once a second)."""
+        lim = now - int(self.window_s * 1e9)
+        w = self.window
+        while w and w[0].t_end < lim:
+            w.popleft()
+        self.tokens.trim(now)
+        elapsed = (now - self.t_start) / 1e9
+        width = min(self.window_s, max(elapsed, 1e-3))
+        # Token buckets still being filled by the engine are left out: the window ends at
+        # the last bucket that is surely complete.
+        t1 = now - 150_000_000
+        t1 -= t1 % self.tokens.bucket_ns
+        tok = self.tokens.tokens(t1 - int(width * 1e9), t1)
+        recs = list(w)
+        win = window_stats(recs, sum(tok.values()), now, width, "", self.slo)
+        arm_views = []
+        for name in self.arm_names:
+            aw = window_stats(
+                [r for r in recs if r.arm == name], tok.get(name, 0), now, width, name, self.slo
+            )
+            t = self.totals[name]
+            arm_views.append(ArmView(name, t.ok, t.failed, aw))
+        if (
+            probes.get("spec_acceptance_rate") is not None
+            or probes.get("spec_acceptance_length") is not None
+        ):
+            win = replace(
+                win,
+                acceptance_rate=probes.get("spec_acceptance_rate"),
+                acceptance_length=probes.get("spec_acceptance_length"),
+                acceptance_source=probes.get("spec_source", "server counters"),
+            )
+        n_failed = sum(t.failed for t in self.totals.values())
+        new_err = n_failed - self._last_errors
+        self._last_errors = n_failed
+        marks = tuple(dict.fromkeys(self._pending_marks))
+        self._pending_marks.clear()
+        stat = list(self.statuses.values())
+        lag = max((s.send_lag_ms for s in stat), default=0.0)
+        self.history.add(
+            Point(
+                t=elapsed,
+                arm=self.arm,
+                tok_s=win.tokens_per_s,
+                ttft_p50=win.ttft_p50,
+                ttft_p95=win.ttft_p95,
+                tpot_p50=win.tpot_p50,
+                decode_p50=win.decode_p50,
+                errors=float(new_err),
+                err_rate=(win.failed / win.ended) if win.ended else None,
+                acc_rate=win.acceptance_rate,
+                acc_len=win.acceptance_length,
+                gpu_util=probes.get("gpu_util"),
+                gpu_mem_pct=probes.get("gpu_mem_pct"),
+                kv_pct=probes.get("kv_pct"),
+                queue=probes.get("queue"),
+                send_lag=lag,
+                marks=marks,
+                arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
+            )
+        )
+        if (now >= self._next_compare or final) and len(self.arm_names) >= 2:
+            self._next_compare = now + 3_000_000_000
+            self.comparison = compare(
+                self.totals[self.arm_names[0]], self.totals[self.arm_names[1]], self.alternations
+            )
+        return Snapshot(
+            t=now,
+            elapsed_s=elapsed,
+            target=meta.get("target", ""),
+            model=meta.get("model", ""),
+            arm=self.arm if self.assign == "switch" else self.assign,
+            arms=tuple(self.arm_names),
+            mode=self.mode,
+            level=self.level,
+            paused=self.paused,
+            sent=sum(s.sent for s in stat),
+            ok=sum(t.ok for t in self.totals.values()),
+            failed=n_failed,
+            in_flight=sum(s.in_flight for s in stat),
+            warming_up=self.warmup and self.t_measure is None,
+            recording=meta.get("recording"),
+            window=win,
+            arm_views=tuple(arm_views),
+            recent=tuple(self.history.recent),
+            whole=tuple(self.history.whole_view()),
+            events=tuple(self.events),
+            comparison=self.comparison,
+            probes=probes,
+            done=final,
+            loop_lag_ms=max((s.loop_lag_ms for s in stat), default=0.0),
+            send_lag_ms=lag,
+            replay=meta.get("replay"),
+            insecure=bool(meta.get("insecure")),
+        )
+
+    def summary(
+        self,
+        *,
+        t_end: int,
+        started_at: str,
+        target: dict[str, str],
+        server_spec: dict[str, dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        active = active_time(
+            self.segments,
+            t_end,
+            self.t_measure,
+            self.assign != "switch",
+            self.arm_names,
+            self.t_start,
+        )
+        return build_summary(
+            started_at=started_at,
+            duration_s=(t_end - self.t_start) / 1e9,
+            target=target,
+            totals=self.totals,
+            active_s=active,
+            alternations=self.alternations,
+            server_spec=server_spec,
+            slo_good=self.slo.any,
+        )

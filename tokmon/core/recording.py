@@ -1,0 +1,395 @@
+"""Session recordings: one append-only JSON Lines file (optionally gzip), versioned.
+
+Lines, each a JSON object with a kind ``k``:
+
+* ``header`` — first line: ``schema_version``, tokmon version, command line, resolved
+  settings (secrets removed), start time, host, CPU, memory, Python, GPU names, driver
+  and NVML versions, each server's ``/v1/models`` answer and version.
+* ``r`` — one finished request (short keys, see ``REQUEST_KEYS``); times ``ts``/``te``
+  in integer nanoseconds since the session start, durations in ms (µs precision).
+* ``tok`` — tokens that arrived, per 250 ms bucket and arm: ``v: [[t_ns, arm, n], ...]``.
+* ``p`` — a probe sample: ``src`` (gpu, host, server), ``t`` and its fields ``v``.
+* ``e`` — an event (arm switch, pause, marker, alert, restart …).
+* ``summary`` — the run summary (the ``--summary-json`` object), at the end.
+* ``end`` — the session's end time; absent when the writer was killed.
+
+Crash safety: written through a buffer flushed at least once a second (a thread makes
+sure of it when nothing is written), so a cut file loses at most the last second; a
+reader takes every complete line and says that the file was cut.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tokmon import __version__
+from tokmon.core.records import Event, RequestRecord
+
+SCHEMA_VERSION = 1
+
+# RequestRecord field -> short key in a recording.
+REQUEST_KEYS = {
+    "rid": "id", "arm": "arm", "outcome": "o", "t_sched": "ts", "t_end": "te", "kind": "kind",
+    "segment": "seg", "t_send": "tsd", "send_lag_ms": "lag", "connect_ms": "con",
+    "ttfb_ms": "ttfb", "ttft_ms": "ttft", "ttfc_ms": "ttfc", "e2e_ms": "e2e",
+    "output_tokens": "n", "tokens_estimated": "est", "prompt_tokens": "pt", "chunks": "ch",
+    "tpot_ms": "tpot", "decode_tps": "dec", "max_gap_ms": "mg", "stalls": "st",
+    "finish_reason": "fr", "http_status": "hs", "error": "err", "warmup": "w", "settle": "s",
+    "spec_draft_tokens": "sd", "spec_accepted_tokens": "sa", "spec_drafts": "sn",
+    "spec_source": "ss", "worker": "wk", "gaps": "g",
+}
+SHORT_TO_FIELD = {v: k for k, v in REQUEST_KEYS.items()}
+TIME_FIELDS = ("t_sched", "t_end", "t_send")
+_DEFAULTS = {"kind": "", "segment": 0, "output_tokens": 0, "tokens_estimated": False,
+             "chunks": 0, "stalls": 0, "error": "", "warmup": False, "settle": False,
+             "spec_source": "", "worker": 0, "gaps": b""}
+
+
+class RecordingError(Exception):
+    """Not a recording, or one this version cannot read: one clear line."""
+
+
+def environment() -> dict[str, Any]:
+    """The machine, for the header (the method says: write the environment down)."""
+    try:
+        import psutil
+
+        mem = psutil.virtual_memory().total / 2**30
+        cores = psutil.cpu_count(logical=True)
+    except Exception:
+        mem, cores = None, os.cpu_count()
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"hostname": platform.node(), "os": platform.platform(), "cpu": cpu, "cores": cores,
+            "mem_gib": mem, "python": sys.version.split()[0]}
+
+
+def record_to_line(r: RequestRecord, t0: int, chunks: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = {"k": "r"}
+    for name, short in REQUEST_KEYS.items():
+        v = getattr(r, name)
+        if v is None or (name in _DEFAULTS and v == _DEFAULTS[name]):
+            continue
+        if name in TIME_FIELDS:
+            v = v - t0
+        elif name == "gaps":
+            if not chunks:
+                continue
+            v = base64.b64encode(v).decode()
+        d[short] = v
+    return d
+
+
+def line_to_record(d: dict[str, Any], t0: int = 0) -> RequestRecord:
+    kw: dict[str, Any] = {}
+    for short, v in d.items():
+        name = SHORT_TO_FIELD.get(short)
+        if name is None:
+            continue
+        if name in TIME_FIELDS:
+            v = int(v) + t0
+        elif name == "gaps":
+            v = base64.b64decode(v)
+        kw[name] = v
+    return RequestRecord(**kw)
+
+
+class Recorder:
+    def __init__(self, path: str, *, secrets: tuple[str, ...] = (), chunks: bool = False) -> None:
+        self.path = path
+        self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
+        self.chunks = chunks
+        self.t0 = 0
+        self.lock = threading.Lock()
+        self.active = False
+        self.lines = 0
+        self.requests = 0
+        self._raw: IO[bytes] | None = None
+        self._gz: Any = None
+        self._buf: list[str] = []
+        self._last_flush = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._header: dict[str, Any] | None = None
+
+    def open(self, header: dict[str, Any], t0: int) -> None:
+        """Create the file and write the header (``r`` in the dashboard calls this too)."""
+        self.t0 = t0
+        try:
+            self._raw = open(self.path, "ab")  # noqa: SIM115 — closed in close()
+        except OSError as e:
+            raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
+        if self.path.endswith(".gz"):
+            self._gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing
+        self._header = header
+        self.active = True
+        self._write({"k": "header", "schema_version": SCHEMA_VERSION, **header, "t0_ns": 0})
+        self.flush()
+        self._thread = threading.Thread(target=self._flusher, name="tokmon-recorder", daemon=True)
+        self._thread.start()
+
+    def _flusher(self) -> None:
+        while not self._stop.wait(0.5):
+            self.flush()
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
+        for s in self.secrets:
+            if s in line:
+                line = line.replace(s, "<redacted>")
+        with self.lock:
+            self._buf.append(line)
+            self.lines += 1
+        if time.monotonic() - self._last_flush > 1.0:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self._raw is None:
+                return
+            data = ("\n".join(self._buf) + "\n").encode() if self._buf else b""
+            self._buf.clear()
+            self._last_flush = time.monotonic()
+            try:
+                if self._gz is not None:
+                    data = self._gz.compress(data) + self._gz.flush(zlib.Z_SYNC_FLUSH)
+                if data:
+                    self._raw.write(data)
+                    self._raw.flush()
+            except (OSError, ValueError):
+                pass  # a full disk must not end the run; the reader sees where it stopped
+
+    # ------------------------------------------------------------------ content
+    def records(self, records: list[RequestRecord]) -> None:
+        if not self.active:
+            return
+        for r in records:
+            self._write(record_to_line(r, self.t0, self.chunks))
+        self.requests += len(records)
+
+    def ticks(self, ticks: dict[tuple[int, str], int]) -> None:
+        if self.active and ticks:
+            self._write({"k": "tok", "v": [[t - self.t0, arm, n] for (t, arm), n in ticks.items()]})
+
+    def sample(self, src: str, t: int, values: dict[str, Any]) -> None:
+        if self.active:
+            self._write({"k": "p", "src": src, "t": t - self.t0, "v": values})
+
+    def event(self, ev: Event) -> None:
+        if self.active:
+            self._write({"k": "e", "t": ev.t - self.t0, "kind": ev.kind, "msg": ev.message,
+                         "data": ev.data, "wall": ev.wall})
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        if self.active:
+            self._write({"k": "summary", **summary})
+
+    def end(self, t: int) -> None:
+        if self.active:
+            self._write({"k": "end", "t": t - self.t0})
+
+    def toggle(self) -> str:
+        if self.active:
+            self.close()
+            return f"recording stopped: {self.path}"
+        if self._header is None:
+            return "no recording configured"
+        self._stop.clear()
+        self.open(self._header, self.t0)
+        return f"recording to {self.path}"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+        self.flush()
+        with self.lock:
+            self.active = False
+            if self._raw is not None:
+                try:
+                    if self._gz is not None:
+                        self._raw.write(self._gz.flush(zlib.Z_FINISH))
+                    self._raw.close()
+                except (OSError, ValueError):
+                    pass
+                self._raw = None
+                self._gz = None
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass
+class Recording:
+    path: str
+    header: dict[str, Any]
+    records: list[RequestRecord] = field(default_factory=list)
+    ticks: list[tuple[int, str, int]] = field(default_factory=list)
+    samples: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    t_end: int | None = None
+    truncated: bool = False
+    corrupt: int = 0
+
+    @property
+    def last_t(self) -> int:
+        ts = [self.t_end or 0]
+        if self.records:
+            ts.append(self.records[-1].t_end)
+        if self.ticks:
+            ts.append(self.ticks[-1][0])
+        if self.events:
+            ts.append(self.events[-1].t)
+        return max(ts)
+
+
+def _open_text(path: str) -> tuple[bytes, bool]:
+    """The file's bytes, decompressed if gzip; for a cut gzip file, what decompresses."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise RecordingError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise RecordingError(f"{path} is a directory, not a recording") from None
+    except OSError as e:
+        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+    if raw[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(31)
+        try:
+            out = d.decompress(raw)
+        except zlib.error:
+            return b"", True
+        return out, not d.eof
+    return raw, False
+
+
+def iter_lines(data: bytes) -> Iterator[tuple[bytes, bool]]:
+    """Complete lines, and whether the file ends in a cut line."""
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: empty, or a cut line
+    for ln in lines:
+        yield ln, False
+    if tail.strip():
+        yield tail, True
+
+
+def read_recording(path: str) -> Recording:
+    data, cut = _open_text(path)
+    rec: Recording | None = None
+    for line, is_cut in iter_lines(data):
+        if is_cut:
+            if rec is not None:
+                rec.truncated = True
+            break
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError
+        except (ValueError, UnicodeDecodeError):
+            if rec is None:
+                raise RecordingError(f"{path} is not a tokmon recording (line 1 is not JSON)") from None
+            rec.corrupt += 1
+            continue
+        k = obj.get("k")
+        if rec is None:
+            if k != "header":
+                raise RecordingError(f"{path} is not a tokmon recording (no header line)")
+            v = obj.get("schema_version")
+            if not isinstance(v, int):
+                raise RecordingError(f"{path}: the header has no schema_version")
+            if v > SCHEMA_VERSION:
+                raise RecordingError(f"{path} was written by a newer tokmon (schema {v}; this "
+                                     f"tokmon {__version__} reads up to {SCHEMA_VERSION}): upgrade tokmon")
+            rec = Recording(path=path, header=obj)
+            continue
+        try:
+            if k == "r":
+                rec.records.append(line_to_record(obj))
+            elif k == "tok":
+                rec.ticks.extend((int(t), str(a), int(c)) for t, a, c in obj["v"])
+            elif k == "p":
+                rec.samples.append((int(obj["t"]), str(obj["src"]), dict(obj["v"])))
+            elif k == "e":
+                rec.events.append(Event(t=int(obj["t"]), kind=str(obj["kind"]),
+                                        message=str(obj["msg"]), data=dict(obj.get("data") or {}),
+                                        wall=float(obj.get("wall") or 0)))
+            elif k == "summary":
+                rec.summary = {kk: vv for kk, vv in obj.items() if kk != "k"}
+            elif k == "end":
+                rec.t_end = int(obj["t"])
+            elif k == "header":
+                rec.corrupt += 1
+        except (KeyError, TypeError, ValueError):
+            rec.corrupt += 1
+    if rec is None:
+        raise RecordingError(f"{path} is empty or not a tokmon recording")
+    if cut:
+        rec.truncated = True
+    if rec.t_end is None:
+        rec.truncated = True
+    return rec
+
+
+def recording_summary(rec: Recording) -> dict[str, Any]:
+    """The summary rebuilt from the requests, exactly as the live run computed it."""
+    from tokmon.core.aggregate import Aggregator
+    from tokmon.core.probes.server import ServerMetricsProbe
+    from tokmon.core.stats import Slo
+
+    h = rec.header
+    s = h.get("settings") or {}
+    arms = [a["name"] for a in s.get("arms", [])] or sorted({r.arm for r in rec.records}) or ["default"]
+    slo = Slo(**(h.get("slo") or {}))
+    agg = Aggregator(arms, slo=slo, assign=s.get("assign", "switch"), t_start=0)
+    for ev in rec.events:
+        arm = ev.data.get("arm")
+        if ev.kind == "arm" and isinstance(arm, str) and arm in arms:
+            agg.switch(arm, ev.t)
+    agg.add_records(rec.records)
+    # Server counters: the deltas the live probes used, replayed per probe.
+    server_spec: dict[str, dict[str, Any]] = {}
+    probes: dict[str, ServerMetricsProbe] = {}
+    for t, src, v in rec.samples:
+        if src != "server" or "delta" not in v:
+            continue
+        url = str(v.get("url", ""))
+        pr = probes.get(url)
+        if pr is None:
+            pr = probes[url] = ServerMetricsProbe(url, tuple(v.get("arms", ())))
+        d = v["delta"]
+        pr.deltas.append((t, float(d[0]), float(d[1]), float(d[2])))
+    for arm in arms:
+        for pr in probes.values():
+            if arm not in pr.arms:
+                continue
+            if len(pr.arms) == 1 or agg.assign != "switch":
+                tot = pr.totals(t0=agg.t_measure) if len(pr.arms) == 1 else None
+            else:
+                segs = [(max(a, agg.t_measure or a), e) for _, nm, a, e in agg.segments if nm == arm]
+                tot = pr.totals(segments=segs)
+            if tot is not None:
+                server_spec[arm] = tot
+    t_end = rec.t_end if rec.t_end is not None else rec.last_t
+    target = (rec.summary or {}).get("target") or h.get("target") or {}
+    return agg.summary(t_end=t_end, started_at=h.get("started_at", ""), target=target,
+                       server_spec=server_spec)
