@@ -173,10 +173,15 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
     g.add_argument("--fps", type=float, default=4.0, help="dashboard redraws per second (max)")
     g.add_argument("--window", default="10s", help="width of the sliding window")
-    g.add_argument("--record", default=None, metavar="FILE",
-                   help="record the session to FILE (JSON Lines; .gz to compress)")
-    g.add_argument("--record-chunks", action="store_true",
-                   help="also record every chunk gap of every request")
+    g.add_argument(
+        "--record",
+        default=None,
+        metavar="FILE",
+        help="record the session to FILE (JSON Lines; .gz to compress)",
+    )
+    g.add_argument(
+        "--record-chunks", action="store_true", help="also record every chunk gap of every request"
+    )
 
 
 def add_probe_options(p: argparse.ArgumentParser) -> None:
@@ -259,6 +264,50 @@ def build_parser() -> Parser:
     demo.add_argument("--status-interval", default="5s")
     demo.add_argument("--theme", default=None)
     demo.add_argument("--fps", type=float, default=4.0)
+
+    rp = sub.add_parser(
+        "replay",
+        help="replay a recording in the dashboard",
+        formatter_class=_fmt(),
+        description="Open a recording in the dashboard: space plays/pauses, "
+        "←/→ seek, [ ] jump between events, < > speed, e end.",
+    )
+    rp.add_argument("file")
+    rp.add_argument("--speed", type=float, default=1.0, help="1 to 100")
+    rp.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep reading a file that a running tokmon is still writing",
+    )
+    rp.add_argument("--theme", default=None)
+    rp.add_argument("--fps", type=float, default=4.0)
+
+    rep = sub.add_parser(
+        "report",
+        help="turn a recording into a report",
+        formatter_class=_fmt(),
+        description="Summary per arm and segment, the A/B comparison, drift, "
+        "errors and the environment, from a recording.",
+    )
+    rep.add_argument("file")
+    rep.add_argument(
+        "--format", "-F", default="text", choices=["text", "md", "json", "csv", "html"]
+    )
+    rep.add_argument("-o", "--output", default=None, help="write to this file (default: stdout)")
+    rep.add_argument(
+        "--compare",
+        default=None,
+        metavar="OTHER",
+        help="a second recording: its first arm against this one's",
+    )
+
+    ex = sub.add_parser(
+        "export", help="per-request data of a recording as CSV or Parquet", formatter_class=_fmt()
+    )
+    ex.add_argument("file")
+    ex.add_argument("--format", "-F", default="csv", choices=["csv", "parquet"])
+    ex.add_argument("-o", "--output", default=None)
 
     sim = sub.add_parser(
         "sim",
@@ -589,8 +638,16 @@ def run_session(
     status_every = dur("--status-interval", args.status_interval, allow_zero=False) or 5.0
     probes = build_probes(args, cfg, window)
     recorder, header = make_recorder(args, cfg, info, slo, probes)
-    session = LiveSession(cfg, target=info["target"], model=info["model"], slo=slo,
-                          window_s=window, probes=probes, recorder=recorder, header=header)
+    session = LiveSession(
+        cfg,
+        target=info["target"],
+        model=info["model"],
+        slo=slo,
+        window_s=window,
+        probes=probes,
+        recorder=recorder,
+        header=header,
+    )
     headless = args.headless or not sys.stdout.isatty()
     try:
         session.start()
@@ -627,23 +684,29 @@ def run_session(
     return 0
 
 
-def make_recorder(args: argparse.Namespace, cfg: Any, info: dict[str, Any], slo: Any,
-                  probes: list[Any]) -> tuple[Any, dict[str, Any]]:
+def make_recorder(
+    args: argparse.Namespace, cfg: Any, info: dict[str, Any], slo: Any, probes: list[Any]
+) -> tuple[Any, dict[str, Any]]:
     """The recorder for --record, and the header that writes the environment down."""
     if not getattr(args, "record", None):
         return None, {}
     from tokmon.core.recording import Recorder, environment
 
-    secrets = [cfg.api_key or ""] + [v for h in (cfg.headers, *[a.headers for a in cfg.arms])
-                                     for k, v in h.items() if _secret_header(k)]
+    secrets = [cfg.api_key or ""] + [
+        v
+        for h in (cfg.headers, *[a.headers for a in cfg.arms])
+        for k, v in h.items()
+        if _secret_header(k)
+    ]
     try:
         Path(args.record).parent.mkdir(parents=True, exist_ok=True)
         with open(args.record, "ab"):
             pass
     except OSError as e:
         raise UsageError(f"--record: cannot write {args.record}: {e.strerror or e}") from None
-    recorder = Recorder(args.record, secrets=tuple(secrets),
-                        chunks=getattr(args, "record_chunks", False))
+    recorder = Recorder(
+        args.record, secrets=tuple(secrets), chunks=getattr(args, "record_chunks", False)
+    )
     gpu_info: dict[str, Any] = {}
     for pr in probes:
         if hasattr(pr, "info") and hasattr(pr, "_init"):
@@ -654,12 +717,16 @@ def make_recorder(args: argparse.Namespace, cfg: Any, info: dict[str, Any], slo:
         "command": _redact_argv(sys.argv),
         "settings": cfg.redacted(),
         "slo": {k: v for k, v in vars(slo).items() if v is not None},
-        "target": {"url": info["target"], "model": info["model"],
-                   "endpoint": cfg.arms[0].endpoint or "chat"},
+        "target": {
+            "url": info["target"],
+            "model": info["model"],
+            "endpoint": cfg.arms[0].endpoint or "chat",
+        },
         "host": environment(),
         "gpu": gpu_info,
-        "servers": {u: {"models": m, "version": info["versions"].get(u)}
-                    for u, m in info["models"].items()},
+        "servers": {
+            u: {"models": m, "version": info["versions"].get(u)} for u, m in info["models"].items()
+        },
     }
     return recorder, header
 
@@ -942,6 +1009,84 @@ def cmd_demo(args: argparse.Namespace) -> int:
             s.stop()
 
 
+# ----------------------------------------------------------------------------- recordings
+
+
+def _write_out(path: str | None, text: str) -> None:
+    if path is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    print(f"tokmon: wrote {path}", file=sys.stderr)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tokmon.core.recording import read_recording
+    from tokmon.report import render
+
+    rec = read_recording(args.file)
+    if args.compare:
+        from tokmon.report import compare_recordings
+
+        other = read_recording(args.compare)
+        _write_out(args.output, compare_recordings(rec, other, args.format))
+    else:
+        _write_out(args.output, render(rec, args.format))
+    if rec.truncated:
+        print(
+            f"tokmon report: note: {args.file} was cut (the writer did not finish); "
+            "figures cover the complete lines",
+            file=sys.stderr,
+        )
+    if rec.corrupt:
+        print(f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tokmon.core.recording import read_recording
+    from tokmon.report import export_csv
+
+    rec = read_recording(args.file)
+    if args.format == "csv":
+        _write_out(args.output, export_csv(rec))
+        return 0
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found]
+        import pyarrow.csv as pacsv  # type: ignore[import-not-found]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError(
+            "Parquet export needs pyarrow: pip install pyarrow (or use --format csv)"
+        ) from None
+    if not args.output:
+        raise UsageError("Parquet export needs -o FILE")
+    table = pacsv.read_csv(pa.py_buffer(export_csv(rec).encode()))
+    pq.write_table(table, args.output)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tokmon.core.replay import SPEEDS, ReplaySource
+
+    if not 1 <= args.speed <= 100:
+        raise UsageError("--speed must be between 1 and 100")
+    src = ReplaySource(
+        args.file, speed=min(SPEEDS, key=lambda s: abs(s - args.speed)), follow=args.follow
+    )
+    src.start()
+    try:
+        from tokmon.ui.app import run_app
+
+        run_app(src, theme=args.theme, fps=args.fps)
+    finally:
+        src.close()
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -965,6 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     from tokmon.core.preflight import PreflightError
+    from tokmon.core.recording import RecordingError
 
     try:
         if args.command == "run":
@@ -974,7 +1120,16 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_demo(args)
         if args.command == "sim":
             return cmd_sim(args)
+        if args.command == "replay":
+            return cmd_replay(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "export":
+            return cmd_export(args)
     except (UsageError, PreflightError) as e:
+        print(f"tokmon {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecordingError as e:
         print(f"tokmon {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as e:

@@ -40,20 +40,56 @@ SCHEMA_VERSION = 1
 
 # RequestRecord field -> short key in a recording.
 REQUEST_KEYS = {
-    "rid": "id", "arm": "arm", "outcome": "o", "t_sched": "ts", "t_end": "te", "kind": "kind",
-    "segment": "seg", "t_send": "tsd", "send_lag_ms": "lag", "connect_ms": "con",
-    "ttfb_ms": "ttfb", "ttft_ms": "ttft", "ttfc_ms": "ttfc", "e2e_ms": "e2e",
-    "output_tokens": "n", "tokens_estimated": "est", "prompt_tokens": "pt", "chunks": "ch",
-    "tpot_ms": "tpot", "decode_tps": "dec", "max_gap_ms": "mg", "stalls": "st",
-    "finish_reason": "fr", "http_status": "hs", "error": "err", "warmup": "w", "settle": "s",
-    "spec_draft_tokens": "sd", "spec_accepted_tokens": "sa", "spec_drafts": "sn",
-    "spec_source": "ss", "worker": "wk", "gaps": "g",
+    "rid": "id",
+    "arm": "arm",
+    "outcome": "o",
+    "t_sched": "ts",
+    "t_end": "te",
+    "kind": "kind",
+    "segment": "seg",
+    "t_send": "tsd",
+    "send_lag_ms": "lag",
+    "connect_ms": "con",
+    "ttfb_ms": "ttfb",
+    "ttft_ms": "ttft",
+    "ttfc_ms": "ttfc",
+    "e2e_ms": "e2e",
+    "output_tokens": "n",
+    "tokens_estimated": "est",
+    "prompt_tokens": "pt",
+    "chunks": "ch",
+    "tpot_ms": "tpot",
+    "decode_tps": "dec",
+    "max_gap_ms": "mg",
+    "stalls": "st",
+    "finish_reason": "fr",
+    "http_status": "hs",
+    "error": "err",
+    "warmup": "w",
+    "settle": "s",
+    "spec_draft_tokens": "sd",
+    "spec_accepted_tokens": "sa",
+    "spec_drafts": "sn",
+    "spec_source": "ss",
+    "worker": "wk",
+    "gaps": "g",
 }
 SHORT_TO_FIELD = {v: k for k, v in REQUEST_KEYS.items()}
 TIME_FIELDS = ("t_sched", "t_end", "t_send")
-_DEFAULTS = {"kind": "", "segment": 0, "output_tokens": 0, "tokens_estimated": False,
-             "chunks": 0, "stalls": 0, "error": "", "warmup": False, "settle": False,
-             "spec_source": "", "worker": 0, "gaps": b""}
+_DEFAULTS = {
+    "kind": "",
+    "segment": 0,
+    "output_tokens": 0,
+    "tokens_estimated": False,
+    "chunks": 0,
+    "stalls": 0,
+    "error": "",
+    "warmup": False,
+    "settle": False,
+    "spec_source": "",
+    "worker": 0,
+    "gaps": b"",
+}
 
 
 class RecordingError(Exception):
@@ -78,8 +114,14 @@ def environment() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"hostname": platform.node(), "os": platform.platform(), "cpu": cpu, "cores": cores,
-            "mem_gib": mem, "python": sys.version.split()[0]}
+    return {
+        "hostname": platform.node(),
+        "os": platform.platform(),
+        "cpu": cpu,
+        "cores": cores,
+        "mem_gib": mem,
+        "python": sys.version.split()[0],
+    }
 
 
 def record_to_line(r: RequestRecord, t0: int, chunks: bool = False) -> dict[str, Any]:
@@ -195,8 +237,16 @@ class Recorder:
 
     def event(self, ev: Event) -> None:
         if self.active:
-            self._write({"k": "e", "t": ev.t - self.t0, "kind": ev.kind, "msg": ev.message,
-                         "data": ev.data, "wall": ev.wall})
+            self._write(
+                {
+                    "k": "e",
+                    "t": ev.t - self.t0,
+                    "kind": ev.kind,
+                    "msg": ev.message,
+                    "data": ev.data,
+                    "wall": ev.wall,
+                }
+            )
 
     def summary(self, summary: dict[str, Any]) -> None:
         if self.active:
@@ -307,7 +357,9 @@ def read_recording(path: str) -> Recording:
                 raise ValueError
         except (ValueError, UnicodeDecodeError):
             if rec is None:
-                raise RecordingError(f"{path} is not a tokmon recording (line 1 is not JSON)") from None
+                raise RecordingError(
+                    f"{path} is not a tokmon recording (line 1 is not JSON)"
+                ) from None
             rec.corrupt += 1
             continue
         k = obj.get("k")
@@ -318,8 +370,10 @@ def read_recording(path: str) -> Recording:
             if not isinstance(v, int):
                 raise RecordingError(f"{path}: the header has no schema_version")
             if v > SCHEMA_VERSION:
-                raise RecordingError(f"{path} was written by a newer tokmon (schema {v}; this "
-                                     f"tokmon {__version__} reads up to {SCHEMA_VERSION}): upgrade tokmon")
+                raise RecordingError(
+                    f"{path} was written by a newer tokmon (schema {v}; this "
+                    f"tokmon {__version__} reads up to {SCHEMA_VERSION}): upgrade tokmon"
+                )
             rec = Recording(path=path, header=obj)
             continue
         try:
@@ -330,9 +384,15 @@ def read_recording(path: str) -> Recording:
             elif k == "p":
                 rec.samples.append((int(obj["t"]), str(obj["src"]), dict(obj["v"])))
             elif k == "e":
-                rec.events.append(Event(t=int(obj["t"]), kind=str(obj["kind"]),
-                                        message=str(obj["msg"]), data=dict(obj.get("data") or {}),
-                                        wall=float(obj.get("wall") or 0)))
+                rec.events.append(
+                    Event(
+                        t=int(obj["t"]),
+                        kind=str(obj["kind"]),
+                        message=str(obj["msg"]),
+                        data=dict(obj.get("data") or {}),
+                        wall=float(obj.get("wall") or 0),
+                    )
+                )
             elif k == "summary":
                 rec.summary = {kk: vv for kk, vv in obj.items() if kk != "k"}
             elif k == "end":
@@ -358,7 +418,11 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
 
     h = rec.header
     s = h.get("settings") or {}
-    arms = [a["name"] for a in s.get("arms", [])] or sorted({r.arm for r in rec.records}) or ["default"]
+    arms = (
+        [a["name"] for a in s.get("arms", [])]
+        or sorted({r.arm for r in rec.records})
+        or ["default"]
+    )
     slo = Slo(**(h.get("slo") or {}))
     agg = Aggregator(arms, slo=slo, assign=s.get("assign", "switch"), t_start=0)
     for ev in rec.events:
@@ -385,11 +449,14 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
             if len(pr.arms) == 1 or agg.assign != "switch":
                 tot = pr.totals(t0=agg.t_measure) if len(pr.arms) == 1 else None
             else:
-                segs = [(max(a, agg.t_measure or a), e) for _, nm, a, e in agg.segments if nm == arm]
+                segs = [
+                    (max(a, agg.t_measure or a), e) for _, nm, a, e in agg.segments if nm == arm
+                ]
                 tot = pr.totals(segments=segs)
             if tot is not None:
                 server_spec[arm] = tot
     t_end = rec.t_end if rec.t_end is not None else rec.last_t
     target = (rec.summary or {}).get("target") or h.get("target") or {}
-    return agg.summary(t_end=t_end, started_at=h.get("started_at", ""), target=target,
-                       server_spec=server_spec)
+    return agg.summary(
+        t_end=t_end, started_at=h.get("started_at", ""), target=target, server_spec=server_spec
+    )

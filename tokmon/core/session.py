@@ -82,8 +82,10 @@ class LiveSession:
         self.agg.t_start = self.t_start
         self.agg.segments = [(0, self.agg.arm, self.t_start, None)]
         if self.recorder is not None:
-            self.recorder.open({**self.header, "started_at": self.started_at,
-                                "wall_start": self.wall_start}, self.t_start)
+            self.recorder.open(
+                {**self.header, "started_at": self.started_at, "wall_start": self.wall_start},
+                self.t_start,
+            )
         n = max(1, self.cfg.workers)
         for i in range(n):
             out_r, out_w = ctx.Pipe(duplex=False)

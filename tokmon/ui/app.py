@@ -146,9 +146,30 @@ class DashboardApp(App[None]):
         Binding("m", "marker", "mark"),
         Binding("r", "record", "rec"),
         Binding("z", "zoom", "view"),
+        Binding("space", "play", "play/pause"),
+        Binding("left", "seek(-10)", "-10s", key_display="←"),
+        Binding("right", "seek(10)", "+10s", key_display="→"),
+        Binding("left_square_bracket", "jump(-1)", "prev event", key_display="["),
+        Binding("right_square_bracket", "jump(1)", "next event", key_display="]"),
+        Binding("less_than_sign", "speed(-1)", "slower", key_display="<"),
+        Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
+        Binding("e", "end", "end"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit_tokmon", "quit"),
     ]
+    # Each key maps to a source command; keys whose command the source lacks are hidden.
+    ACTION_COMMANDS = {
+        "switch_arm": "switch",
+        "pause": "pause",
+        "level": "level",
+        "marker": "marker",
+        "record": "record",
+        "play": "play",
+        "seek": "seek",
+        "jump": "jump",
+        "speed": "speed",
+        "end": "end",
+    }
 
     def __init__(self, source: Source, *, theme: str | None = None, fps: float = 4.0) -> None:
         super().__init__()
@@ -204,7 +225,26 @@ class DashboardApp(App[None]):
         yield SystemCommand("Recording on / off", "Start or stop recording (r)", self.action_record)
         yield SystemCommand("Time view", "Recent minutes or the whole run (z)", self.action_zoom)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        cmd = self.ACTION_COMMANDS.get(action)
+        return cmd is None or cmd in self.source.commands
+
     # ------------------------------------------------------------------ actions
+    def action_play(self) -> None:
+        self._cmd("play")
+
+    def action_seek(self, seconds: int) -> None:
+        self._cmd("seek", seconds)
+
+    def action_jump(self, direction: int) -> None:
+        self._cmd("jump", direction)
+
+    def action_speed(self, step: int) -> None:
+        self._cmd("speed", step)
+
+    def action_end(self) -> None:
+        self._cmd("end")
+
     def _cmd(self, name: str, *args: Any) -> None:
         if name not in self.source.commands:
             self.notify(f"not available here: {name}", timeout=3)

@@ -267,17 +267,23 @@ class ServerMetricsProbe(Sampler):
                     {"url": self.url},
                 )
             else:
-                delta = [cur.get("drafts", 0) - prev[1].get("drafts", 0),
-                         cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
-                         cur.get("accepted", 0) - prev[1].get("accepted", 0)]
+                delta = [
+                    cur.get("drafts", 0) - prev[1].get("drafts", 0),
+                    cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
+                    cur.get("accepted", 0) - prev[1].get("accepted", 0),
+                ]
                 self.deltas.append((t, delta[0], delta[1], delta[2]))
         self._prev = (t, cur)
         self.history.append((t, cur))
         lim = t - int(self.window_s * 1e9)
         while len(self.history) > 1 and self.history[1][0] <= lim:
             self.history.popleft()
-        out: dict[str, Any] = {"engine": cur["engine"], "url": self.url, "arms": list(self.arms),
-                               "t_ns": t}
+        out: dict[str, Any] = {
+            "engine": cur["engine"],
+            "url": self.url,
+            "arms": list(self.arms),
+            "t_ns": t,
+        }
         if delta is not None and any(delta):
             out["delta"] = delta  # recorded, so a report recomputes the same acceptance
         if "kv" in cur:

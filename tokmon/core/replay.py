@@ -1,0 +1,223 @@
+"""Replay a recording through the same aggregation as a live run: a dashboard source.
+
+A virtual clock advances at the chosen speed; every fact whose time has come is fed to
+an ``Aggregator``. Seeking back rebuilds from the start (fast: no drawing, a coarse tick
+before the part that is on screen). In follow mode the file is re-read as it grows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_right
+from typing import Any
+
+from tokmon.core.aggregate import Aggregator
+from tokmon.core.recording import Recording, read_recording, recording_summary
+from tokmon.core.snapshot import Snapshot
+from tokmon.core.stats import Slo
+
+SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+
+
+class ReplaySource:
+    commands = frozenset({"play", "speed", "seek", "jump", "end"})
+
+    def __init__(
+        self, path: str, *, speed: float = 1.0, follow: bool = False, rec: Recording | None = None
+    ) -> None:
+        self.path = path
+        self.rec = rec or read_recording(path)
+        self.follow = follow
+        self.speed = speed
+        self.playing = True
+        self.lock = threading.RLock()
+        self._snap: Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._build_timeline()
+        self._reset()
+
+    # ------------------------------------------------------------------ timeline
+    def _build_timeline(self) -> None:
+        rec = self.rec
+        items: list[tuple[int, int, Any]] = []
+        for r in rec.records:
+            items.append((r.t_end, 0, r))
+        for t, arm, n in rec.ticks:
+            items.append((t, 1, (t, arm, n)))
+        for ev in rec.events:
+            items.append((ev.t, 2, ev))
+        for t, src, v in rec.samples:
+            items.append((t, 3, (src, v)))
+        items.sort(key=lambda x: (x[0], x[1]))
+        self.items = items
+        self.times = [x[0] for x in items]
+        self.end_t = max(self.rec.t_end or 0, self.times[-1] if self.times else 0)
+        self.event_times = sorted(ev.t for ev in rec.events if ev.kind != "engine")
+
+    def _reset(self) -> None:
+        h = self.rec.header
+        s = h.get("settings") or {}
+        arms = (
+            [a["name"] for a in s.get("arms", [])]
+            or sorted({r.arm for r in self.rec.records})
+            or ["default"]
+        )
+        self.agg = Aggregator(
+            arms,
+            slo=Slo(**(h.get("slo") or {})),
+            assign=s.get("assign", "switch"),
+            mode=s.get("mode", "concurrency"),
+            level=float(s.get("concurrency", 0) if s.get("mode") != "rate" else s.get("rate", 0)),
+            t_start=0,
+        )
+        self.probes: dict[str, dict[str, Any]] = {}
+        self.idx = 0
+        self.pos = 0
+        self.next_tick = 1_000_000_000
+
+    def _feed_until(self, t: int, fine_from: int = 0) -> None:
+        """Feed every fact up to ``t``; tick each second from ``fine_from``, every 10 s before."""
+        items = self.items
+        while self.idx < len(items) and items[self.idx][0] <= t:
+            when, kind, obj = items[self.idx]
+            while self.next_tick <= when:
+                self._tick(self.next_tick)
+                step = 1_000_000_000 if self.next_tick >= fine_from else 10_000_000_000
+                self.next_tick += step
+            if kind == 0:
+                self.agg.add_records([obj])
+            elif kind == 1:
+                self.agg.add_ticks({(obj[0], obj[1]): obj[2]})
+            elif kind == 2:
+                if (
+                    obj.kind == "arm"
+                    and isinstance(obj.data.get("arm"), str)
+                    and obj.data["arm"] in self.agg.arm_names
+                ):
+                    self.agg.switch(obj.data["arm"], obj.t)
+                elif obj.kind == "level" and isinstance(obj.data.get("level"), (int, float)):
+                    self.agg.level = float(obj.data["level"])
+                elif obj.kind == "pause":
+                    self.agg.paused = obj.message.startswith("paused")
+                self.agg.add_event(obj)
+            else:
+                src, v = obj
+                self.probes[src] = v
+            self.idx += 1
+        while self.next_tick <= t:
+            self._tick(self.next_tick)
+            self.next_tick += 1_000_000_000 if self.next_tick >= fine_from else 10_000_000_000
+        self.pos = t
+
+    def _tick(self, t: int) -> None:
+        probes: dict[str, Any] = {}
+        for src in ("host", "gpu", "server"):
+            probes.update(self.probes.get(src, {}))
+        done = t >= self.end_t and not self.follow
+        meta = {
+            "target": (self.rec.header.get("target") or {}).get("url", self.path),
+            "model": (self.rec.header.get("target") or {}).get("model", ""),
+            "replay": {
+                "speed": self.speed,
+                "playing": self.playing,
+                "pos_s": t / 1e9,
+                "end_s": self.end_t / 1e9,
+                "truncated": self.rec.truncated,
+            },
+        }
+        self._snap = self.agg.tick(t, probes=probes, meta=meta, final=done)
+
+    # ------------------------------------------------------------------ source
+    def start(self) -> None:
+        with self.lock:
+            self._feed_until(0)
+            self._tick(0)
+        self._thread = threading.Thread(target=self._run, name="tokmon-replay", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        last_reload = last
+        while not self._stop.wait(0.05):
+            now = time.monotonic()
+            dt, last = now - last, now
+            if self.follow and now - last_reload > 1.0:
+                last_reload = now
+                self._reload()
+            with self.lock:
+                if self.playing and self.pos < self.end_t:
+                    target = min(self.end_t, self.pos + int(dt * self.speed * 1e9))
+                    self._feed_until(target, fine_from=0)
+                    if target >= self.end_t:
+                        self._tick(self.end_t)
+
+    def _reload(self) -> None:
+        """Follow mode: read the file again and add what was appended."""
+        try:
+            rec = read_recording(self.path)
+        except Exception:
+            return
+        with self.lock:
+            if len(rec.records) == len(self.rec.records) and len(rec.events) == len(
+                self.rec.events
+            ):
+                return
+            pos = self.pos
+            self.rec = rec
+            self._build_timeline()
+            self._reset()
+            self._feed_until(pos, fine_from=max(0, pos - 600_000_000_000))
+
+    def snapshot(self) -> Snapshot | None:
+        return self._snap
+
+    def seek_to(self, t: int) -> None:
+        t = max(0, min(self.end_t, t))
+        with self.lock:
+            if t < self.pos:
+                self._reset()
+            self._feed_until(t, fine_from=max(0, t - 600_000_000_000))
+            self._tick(t)
+
+    def command(self, name: str, *args: Any) -> str | None:
+        if name == "play":
+            self.playing = not self.playing
+            self._retick()
+            return "playing" if self.playing else "paused"
+        if name == "speed":
+            i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
+            i = max(0, min(len(SPEEDS) - 1, i + int(args[0] if args else 1)))
+            self.speed = SPEEDS[i]
+            self._retick()
+            return f"speed {self.speed:g}×"
+        if name == "seek":
+            self.seek_to(self.pos + int(float(args[0]) * 1e9))
+            return f"at {self.pos / 1e9:.0f} s"
+        if name == "jump":
+            direction = int(args[0]) if args else 1
+            if direction > 0:
+                i = bisect_right(self.event_times, self.pos)
+                t = self.event_times[i] if i < len(self.event_times) else self.end_t
+            else:
+                i = bisect_right(self.event_times, self.pos - 1_000_000_000) - 1
+                t = self.event_times[i] if i >= 0 else 0
+            self.seek_to(t)
+            return f"at {self.pos / 1e9:.0f} s"
+        if name == "end":
+            self.seek_to(self.end_t)
+            return "at the end"
+        return None
+
+    def _retick(self) -> None:
+        with self.lock:
+            self._tick(self.pos)
+
+    def summary(self) -> dict[str, Any]:
+        return recording_summary(self.rec)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)

@@ -1,0 +1,122 @@
+"""The HTML report: one self-contained file (plotly.js inlined, no network needed to open
+it). Plotly because it is well kept, draws interactive time series with shaded spans and
+labelled markers, and writes standalone HTML without a browser or a server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from tokmon.core.recording import Recording
+from tokmon.report import escape, render_text
+
+
+def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:
+    """Windowed series over the run, one point per window."""
+    end = rec.t_end if rec.t_end is not None else rec.last_t
+    n = max(1, int(end / 1e9 // width_s) + 1)
+    t = [(i + 1) * width_s for i in range(n)]
+    tok = np.zeros(n)
+    for ts, _arm, c in rec.ticks:
+        i = int(ts / 1e9 // width_s)
+        if 0 <= i < n:
+            tok[i] += c
+    buckets: list[list[Any]] = [[] for _ in range(n)]
+    errs = np.zeros(n)
+    for r in rec.records:
+        i = min(n - 1, max(0, int(r.t_end / 1e9 // width_s)))
+        if r.ok and r.counted:
+            buckets[i].append(r)
+        elif not r.ok:
+            errs[i] += 1
+
+    def pct(attr: str, q: float) -> list[float | None]:
+        out: list[float | None] = []
+        for b in buckets:
+            v = [getattr(r, attr) for r in b if getattr(r, attr) is not None]
+            out.append(float(np.percentile(v, q)) if v else None)
+        return out
+
+    acc_t, acc = [], []
+    gpu_t, gpu = [], []
+    for ts, src, v in rec.samples:
+        if src == "server" and v.get("spec_acceptance_rate") is not None:
+            acc_t.append(ts / 1e9)
+            acc.append(100 * v["spec_acceptance_rate"])
+        if src == "gpu" and v.get("gpu_mem_used_gib") is not None:
+            gpu_t.append(ts / 1e9)
+            gpu.append(v["gpu_mem_used_gib"])
+    return {
+        "t": t,
+        "tok_s": (tok / width_s).tolist(),
+        "ttft_p50": pct("ttft_ms", 50),
+        "ttft_p95": pct("ttft_ms", 95),
+        "tpot_p50": pct("tpot_ms", 50),
+        "tpot_p95": pct("tpot_ms", 95),
+        "errors": errs.tolist(),
+        "acc_t": acc_t,
+        "acc": acc,
+        "gpu_t": gpu_t,
+        "gpu": gpu,
+    }
+
+
+def render_html(rec: Recording, data: dict[str, Any]) -> str:
+    try:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+    except ImportError:  # pragma: no cover - plotly is a dependency
+        raise RuntimeError("the HTML report needs plotly: pip install plotly") from None
+    s = _series(rec)
+    fig = make_subplots(
+        rows=6,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.03,
+        subplot_titles=(
+            "output tokens/s",
+            "TTFT (ms)",
+            "TPOT (ms)",
+            "acceptance rate (%)",
+            "errors per window",
+            "GPU memory (GiB)",
+        ),
+    )
+    fig.add_trace(go.Scatter(x=s["t"], y=s["tok_s"], name="tokens/s"), 1, 1)
+    fig.add_trace(go.Scatter(x=s["t"], y=s["ttft_p50"], name="TTFT p50"), 2, 1)
+    fig.add_trace(go.Scatter(x=s["t"], y=s["ttft_p95"], name="TTFT p95"), 2, 1)
+    fig.add_trace(go.Scatter(x=s["t"], y=s["tpot_p50"], name="TPOT p50"), 3, 1)
+    fig.add_trace(go.Scatter(x=s["t"], y=s["tpot_p95"], name="TPOT p95"), 3, 1)
+    fig.add_trace(go.Scatter(x=s["acc_t"], y=s["acc"], name="acceptance"), 4, 1)
+    fig.add_trace(go.Bar(x=s["t"], y=s["errors"], name="errors"), 5, 1)
+    fig.add_trace(go.Scatter(x=s["gpu_t"], y=s["gpu"], name="GPU memory"), 6, 1)
+    palette = ["rgba(95,175,255,0.10)", "rgba(255,175,95,0.12)", "rgba(175,135,255,0.10)"]
+    arms = sorted({seg["arm"] for seg in data["segments"]})
+    for seg in data["segments"]:
+        fig.add_vrect(
+            x0=seg["start_s"],
+            x1=seg["start_s"] + seg["duration_s"],
+            line_width=0,
+            fillcolor=palette[arms.index(seg["arm"]) % len(palette)],
+            annotation_text=escape(seg["arm"]),
+            annotation_position="top left",
+        )
+    for ev in rec.events:
+        if ev.kind in ("marker", "alert", "restart"):
+            fig.add_vline(x=ev.t / 1e9, line_dash="dot", annotation_text=escape(ev.message)[:40])
+    fig.update_layout(
+        height=1400, showlegend=True, template="plotly_white", xaxis6_title="seconds since start"
+    )
+    chart = fig.to_html(include_plotlyjs=True, full_html=False)
+    text = render_text(data)
+    title = f"tokmon report — {escape(rec.path)}"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{title}</title><style>body{{font-family:system-ui,sans-serif;margin:2em}}"
+        "pre{background:#f6f6f6;padding:1em;overflow:auto}</style></head><body>"
+        f"<h1>{title}</h1>{chart}<h2>Figures</h2><pre>{escape(text)}</pre>"
+        f"<script type='application/json' id='tokmon-summary'>"
+        f"{escape(json.dumps(data['summary']))}</script></body></html>\n"
+    )
