@@ -45,7 +45,12 @@ class NvmlProbe(Sampler):
             self._failed = "no NVML library (pip install nvidia-ml-py)"
             return
         except Exception as e:
-            self._failed = f"no GPU: {_nvml_msg(e)}"
+            msg = _nvml_msg(e)
+            self._failed = (
+                "no GPU (NVML library not found)"
+                if "Library" in msg or "library" in msg
+                else f"no GPU: {msg}"
+            )
             return
         try:
             n = nv.nvmlDeviceGetCount()
