@@ -149,6 +149,13 @@ def add_arm_options(p: argparse.ArgumentParser) -> None:
         help="requests sent this soon after a switch are kept out of the comparison",
     )
     g.add_argument(
+        "--check-outputs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="at start (and on key o): N greedy prompts to every arm, outputs compared",
+    )
+    g.add_argument(
         "--assign",
         default="switch",
         choices=["switch", "alternate", "random"],
@@ -647,6 +654,7 @@ def run_session(
         probes=probes,
         recorder=recorder,
         header=header,
+        check_outputs_n=max(0, getattr(args, "check_outputs", 0) or 0),
     )
     headless = args.headless or not sys.stdout.isatty()
     try:
@@ -987,6 +995,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "4",
                 "--settle",
                 "2s",
+                "--check-outputs",
+                "6",
             ]
             + (["--duration", args.duration] if args.duration else [])
             + (

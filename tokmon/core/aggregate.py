@@ -80,7 +80,10 @@ class Aggregator:
         seg_id, arm, s, _ = self.segments[-1]
         self.segments[-1] = (seg_id, arm, s, t)
         self.segments.append((seg_id + 1, new_arm, t, None))
-        self.alternations = len(self.segments) // len(self.arm_names) - 1
+        # Complete A-B cycles: the fewest segments any arm has had (ABAB -> 2).
+        self.alternations = min(
+            sum(1 for sg in self.segments if sg[1] == a) for a in self.arm_names
+        )
         self.arm = new_arm
         return seg_id + 1
 
@@ -182,6 +185,8 @@ class Aggregator:
             send_lag_ms=lag,
             replay=meta.get("replay"),
             insecure=bool(meta.get("insecure")),
+            output_check=meta.get("output_check"),
+            down=meta.get("down") or {},
         )
 
     def summary(

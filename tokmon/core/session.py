@@ -24,7 +24,7 @@ WINDOW_S = 10.0
 
 
 class LiveSession:
-    commands = frozenset({"switch", "pause", "level", "marker", "stop", "record"})
+    commands = frozenset({"switch", "pause", "level", "marker", "stop", "record", "check"})
 
     def __init__(
         self,
@@ -38,6 +38,7 @@ class LiveSession:
         recorder: Any = None,
         probes: list[Any] | None = None,
         header: dict[str, Any] | None = None,
+        check_outputs_n: int = 0,
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -72,6 +73,9 @@ class LiveSession:
         self._next_tick = 0
         self.stopping = False
         self.finished_workers: set[int] = set()
+        self.output_check: dict[str, Any] | None = None
+        self.check_n = check_outputs_n
+        self._checking = False
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -110,8 +114,38 @@ class LiveSession:
         self._event("start", f"run started: {self.cfg.mode} {self._level_str()}")
         self._reader = threading.Thread(target=self._read_loop, name="tokmon-reader", daemon=True)
         self._reader.start()
+        if self.check_n and len(self.arm_names) > 1:
+            self.start_output_check()
         if self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
+
+    def start_output_check(self) -> str:
+        """Greedy outputs of every arm compared, in a thread (never in the engine)."""
+        if len(self.arm_names) < 2:
+            return "output check needs two arms"
+        if self._checking:
+            return "output check already running"
+        self._checking = True
+        n = self.check_n or 10
+
+        def run() -> None:
+            from tokmon.core.outputcheck import check_outputs, describe
+
+            try:
+                hdr = dict(self.cfg.headers)
+                if self.cfg.api_key:
+                    hdr["authorization"] = f"Bearer {self.cfg.api_key}"
+                res = check_outputs(list(self.cfg.arms), n, headers=hdr, insecure=self.cfg.insecure)
+                self.output_check = res
+                self._event("check", "output check: " + describe(res), {"result": res})
+            except Exception as e:  # reported, never fatal
+                self._event("check", f"output check failed: {type(e).__name__}: {e}")
+            finally:
+                self._checking = False
+
+        threading.Thread(target=run, name="tokmon-outputcheck", daemon=True).start()
+        self._event("check", f"output check started: {n} greedy prompts per arm")
+        return f"output check: {n} prompts per arm"
 
     def _alternator(self) -> None:
         assert self.cfg.alternate_s
@@ -220,8 +254,12 @@ class LiveSession:
                     "stop", "stopping now" if hard else "stopping: draining in-flight requests"
                 )
                 return "stopping"
-            if name == "record" and self.recorder is not None:
+            if name == "record":
+                if self.recorder is None:
+                    return "start tokmon with --record FILE to record"
                 return self.recorder.toggle()
+            if name == "check":
+                return self.start_output_check()
         return None
 
     def _event(
@@ -286,6 +324,7 @@ class LiveSession:
             "target": self.target,
             "model": self.model,
             "insecure": self.cfg.insecure,
+            "output_check": self.output_check,
             "recording": self.recorder.path
             if self.recorder is not None and self.recorder.active
             else None,
@@ -339,7 +378,7 @@ class LiveSession:
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
-            return self.agg.summary(
+            s = self.agg.summary(
                 t_end=self.t_stop or perf_counter_ns(),
                 started_at=self.started_at,
                 target={
@@ -349,3 +388,6 @@ class LiveSession:
                 },
                 server_spec=self._server_spec(),
             )
+        if self.output_check is not None:
+            s["output_check"] = self.output_check
+        return s

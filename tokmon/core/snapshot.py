@@ -48,6 +48,8 @@ class Snapshot:
     replay: dict[str, Any] | None = None  # position/speed when the source is a recording
     notice: str = ""
     insecure: bool = False
+    output_check: dict[str, Any] | None = None
+    down: dict[str, float] = field(default_factory=dict)  # arm -> seconds its server is down
 
 
 class Source(Protocol):

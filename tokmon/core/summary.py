@@ -212,6 +212,11 @@ def summary_table(summary: dict[str, Any]) -> str:
             else:
                 lo, hi = v["ci95"]
                 out.append(f"  {key:<20} ×{v['ratio']:.3f}  [{lo:.3f}, {hi:.3f}]")
+    oc = summary.get("output_check")
+    if oc:
+        from tokmon.core.outputcheck import describe
+
+        out.append("output check: " + describe(oc))
     return "\n".join(out)
 
 

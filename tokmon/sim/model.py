@@ -18,6 +18,7 @@ Continuous batching, as vLLM and SGLang do it:
   target adds one bonus token: 1 to k+1 tokens per step, all in one chunk. The
   expected tokens per step are ``(1 − α^(k+1)) / (1 − α)``. α depends on the kind of
   prompt (code and structured text high, free creative text low).
+* Jitter: each iteration's cost is multiplied by exp(σZ − σ²/2) (mean 1), σ = ``jitter``.
 * Drift: every cost is multiplied by ``1 + drift_pct_per_hour/100 × hours of run``.
 * ``time_scale`` divides every duration (a soak runs faster than real time).
 
@@ -44,6 +45,7 @@ class Profile:
     kv_tokens: int
     spec_k: int = 4
     draft_ms_per_token: float = 1.2
+    jitter: float = 0.0  # lognormal σ of each iteration's cost (mean kept): real GPUs are noisy
 
     def decode_step_ms(self, running: int, spec: bool) -> float:
         if spec:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 import zlib
@@ -253,6 +254,7 @@ class Seq:
         "drafted",
         "accepted",
         "future",
+        "acc_rng",
     )
     rid: int
     proto: HttpProtocol
@@ -270,7 +272,8 @@ class Seq:
     t_arrival: float
     fault: str | None
     fault_at: int
-    rng: random.Random
+    rng: random.Random  # the text: greedy output depends on the prompt only
+    acc_rng: random.Random  # acceptance draws: apart, so speculation never changes the text
     kv_need: int
     cid: str
 
@@ -407,6 +410,7 @@ class SimServer:
             s.rng = random.Random(zlib.crc32(prompt.encode()) ^ mt)
         else:
             s.rng = random.Random(self.rng.getrandbits(64))
+        s.acc_rng = random.Random(self.rng.getrandbits(64))
         s.t_arrival = time.monotonic()
         s.kv_need = s.prompt_tokens + mt
         self.requests += 1
@@ -462,6 +466,9 @@ class SimServer:
             step_ms = prof.decode_step_ms(len(self.running), spec_any)
             if admitted:
                 step_ms += prof.prefill_ms(prefill_tokens)
+            if prof.jitter:
+                sg = prof.jitter
+                step_ms *= math.exp(self.rng.gauss(0.0, sg) - sg * sg / 2)
             dt = step_ms / 1000.0 * self.scale()
             if dt > 0:
                 t_next = max(t_next + dt, loop.time())
@@ -486,7 +493,7 @@ class SimServer:
             n = 1
             if s.spec and s.produced > 0:
                 acc = 0
-                rnd = s.rng.random
+                rnd = s.acc_rng.random
                 while acc < k and rnd() < s.alpha:
                     acc += 1
                 s.drafted += k

@@ -37,6 +37,7 @@ SPARKS = (
 
 HELP = """\
  s      switch arm (A ⇄ B, or cycle)        z   time view: recent ⇄ whole run
+ o      output check: greedy outputs of every arm compared
  p      pause / resume sending              m   add a marker (with a note)
  + / -  more / less load (streams or rate)  r   start / stop recording
  ?      this help                           q   quit (drains in-flight requests)
@@ -146,6 +147,7 @@ class DashboardApp(App[None]):
         Binding("m", "marker", "mark"),
         Binding("r", "record", "rec"),
         Binding("z", "zoom", "view"),
+        Binding("o", "check_outputs", "outputs"),
         Binding("space", "play", "play/pause"),
         Binding("left", "seek(-10)", "-10s", key_display="←"),
         Binding("right", "seek(10)", "+10s", key_display="→"),
@@ -266,6 +268,9 @@ class DashboardApp(App[None]):
 
     def action_level(self, sign: int) -> None:
         self._cmd("level", sign)
+
+    def action_check_outputs(self) -> None:
+        self._cmd("check")
 
     def action_record(self) -> None:
         self._cmd("record")
@@ -508,6 +513,16 @@ class DashboardApp(App[None]):
                     t.append("\n" if sig else " n.s.\n", style="dim")
         elif len(s.arms) < 2:
             t.append("one arm: add --arm to compare\n", style="dim")
+        oc = s.output_check
+        if oc is not None:
+            for name, r in oc["arms"].items():
+                if r["identical_share"] is None:
+                    t.append(f"outputs {name[:8]}: none compared\n", style="dim")
+                else:
+                    t.append(f"outputs {name[:8]}: {r['identical']}/{r['compared']} identical")
+                    if r["first_divergence_median"] is not None:
+                        t.append(f", diverge ~char {r['first_divergence_median']:.0f}", style="dim")
+                    t.append("\n")
         return t
 
     def _events_text(self, s: Snapshot) -> Text:

@@ -1,0 +1,212 @@
+"""A/B arms end to end against simulators whose speeds differ by a known factor."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tokmon.core.arms import Arm, ArmError, parse_arm
+from tokmon.core.outputcheck import check_outputs, first_divergence
+from tokmon.sim.model import parse_profile
+from tokmon.sim.process import SimProcess
+from tokmon.sim.server import SimConfig
+
+PY = sys.executable
+
+
+def tokmon(*args, timeout=120):
+    return subprocess.run(
+        [PY, "-m", "tokmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+
+
+def test_parse_arm():
+    a = parse_arm('spec:url=http://h:1/v1,body={"speculative.n_max":0,"x":[1,2]},header=X-A:b')
+    assert a.name == "spec" and a.url == "http://h:1/v1"
+    assert a.body == {"speculative.n_max": 0, "x": [1, 2]} and a.headers == {"X-A": "b"}
+    for bad in (
+        "url=x",
+        ":url=x",
+        "a:colour=1",
+        "a:body={bad",
+        "a:body=[1]",
+        "a:header=novalue",
+        "a b:url=x",
+    ):
+        with pytest.raises(ArmError):
+            parse_arm(bad)
+
+
+@pytest.fixture(scope="module")
+def two_speeds():
+    # Decode steps of 20 ms and 10 ms, each with 20% lognormal jitter of mean 1:
+    # the true decode-speed factor is 2.
+    slow = SimProcess(
+        SimConfig(profile=parse_profile("zero", "step_base_ms=20,jitter=0.2"), seed=1)
+    )
+    fast = SimProcess(
+        SimConfig(
+            profile=parse_profile("zero", "step_base_ms=10,jitter=0.2"), seed=2, alter_outputs=1.0
+        )
+    )
+    slow.start()
+    fast.start()
+    yield slow, fast
+    slow.stop()
+    fast.stop()
+
+
+def ab_run(tmp_path, slow, fast, seconds):
+    out = tmp_path / f"s{seconds}.json"
+    r = tokmon(
+        "run",
+        "--arm",
+        f"slow:url={slow.url}",
+        "--arm",
+        f"fast:url={fast.url}",
+        "--headless",
+        "-c",
+        "4",
+        "--duration",
+        f"{seconds}s",
+        "--alternate",
+        "1s",
+        "--max-tokens",
+        "24",
+        "--settle",
+        "0.1s",
+        "--summary-json",
+        str(out),
+        "--no-gpu",
+        "--status-interval",
+        "1h",
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+def test_ratio_interval_contains_truth_and_narrows(two_speeds, tmp_path):
+    slow, fast = two_speeds
+    short = ab_run(tmp_path, slow, fast, 5)
+    long = ab_run(tmp_path, slow, fast, 16)
+    for s in (short, long):
+        c = s["comparison"]
+        assert c["baseline"] == "slow" and c["other"] == "fast"
+        assert c["method"] == "segments"
+        d = c["decode_tokens_per_s"]
+        assert d["ci95"][0] <= 2.0 <= d["ci95"][1], d
+        assert d["ratio"] == pytest.approx(2.0, rel=0.1)
+        t = c["tpot_ms"]
+        assert t["ratio"] == pytest.approx(0.5, rel=0.1)
+    w_short = short["comparison"]["decode_tokens_per_s"]["ci95"]
+    w_long = long["comparison"]["decode_tokens_per_s"]["ci95"]
+    assert (w_long[1] - w_long[0]) < (w_short[1] - w_short[0])
+
+
+def test_output_check_sees_an_arm_that_alters_outputs(two_speeds):
+    slow, fast = two_speeds
+    arms = [Arm("slow", url=slow.url, model="sim-27b"), Arm("fast", url=fast.url, model="sim-27b")]
+    res = check_outputs(arms, 6)
+    r = res["arms"]["fast"]
+    assert r["compared"] == 6 and r["identical"] == 0 and r["first_divergence_median"] <= 1
+    same = check_outputs([arms[0], Arm("again", url=slow.url, model="sim-27b")], 6)
+    assert same["arms"]["again"]["identical"] == 6
+    assert first_divergence("abcd", "abXd") == 2 and first_divergence("ab", "ab") is None
+
+
+def test_arm_down_at_start_is_named(two_speeds):
+    slow, _ = two_speeds
+    r = tokmon(
+        "run",
+        "--arm",
+        f"a:url={slow.url}",
+        "--arm",
+        "b:url=http://127.0.0.1:9/v1",
+        "-n",
+        "1",
+        "--headless",
+    )
+    assert r.returncode == 2 and "arm b:" in r.stderr and "refused" in r.stderr
+
+
+def test_failing_arm_does_not_stop_the_other(tmp_path):
+    good = SimProcess(SimConfig(schedule=(5.0, 1.0, 1)))
+    bad = SimProcess(SimConfig(schedule=(5.0, 1.0, 1)))
+    good.start()
+    bad.start()
+    try:
+        p = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "tokmon",
+                "run",
+                "--arm",
+                f"good:url={good.url}",
+                "--arm",
+                f"bad:url={bad.url}",
+                "--assign",
+                "alternate",
+                "--headless",
+                "-c",
+                "4",
+                "--duration",
+                "5s",
+                "--max-tokens",
+                "20",
+                "--summary-json",
+                str(tmp_path / "s.json"),
+                "--no-gpu",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        import time
+
+        time.sleep(2)
+        bad.stop()  # the server of arm "bad" dies mid-run
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    finally:
+        good.stop()
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["arms"]["bad"]["requests"]["by_outcome"].get("connect", 0) > 0
+    assert s["arms"]["good"]["requests"]["ok"] > 50
+
+
+async def test_switch_in_dashboard_with_live_session(two_speeds):
+    from tokmon.core.config import RunConfig
+    from tokmon.core.session import LiveSession
+    from tokmon.ui.app import DashboardApp
+
+    slow, fast = two_speeds
+    cfg = RunConfig(
+        arms=(
+            Arm("slow", url=slow.url, model="sim-27b"),
+            Arm("fast", url=fast.url, model="sim-27b"),
+        ),
+        concurrency=2,
+    )
+    s = LiveSession(cfg, target=slow.url, model="sim-27b")
+    s.start()
+    try:
+        app = DashboardApp(s)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause(1.5)
+            await pilot.press("s")
+            assert s.agg.arm == "fast" and len(s.agg.segments) == 2
+            await pilot.pause(1.5)
+            snap = s.snapshot()
+            assert snap.arm == "fast" and any(e.kind == "arm" for e in snap.events)
+            await pilot.press("s")
+            assert s.agg.arm == "slow"
+    finally:
+        s.close()
