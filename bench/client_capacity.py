@@ -105,7 +105,9 @@ def main() -> None:
     finally:
         sim.stop()
     ref = median(c for c, _ in results["bare aiohttp reader"])
-    rows = [["client", "CPU s / 1M tokens (median)", "range", "tokens/s", "× aiohttp"]]
+    rows = [
+        ["client", "CPU s / 1M tokens (median)", "range", "tokens/s", "requests/s", "× aiohttp"]
+    ]
     for name, rs in results.items():
         cpus = [c for c, _ in rs]
         rows.append(
@@ -119,7 +121,7 @@ def main() -> None:
         )
     for peer, exe in (("vllm bench serve", "vllm"), ("aiperf", "aiperf"), ("guidellm", "guidellm")):
         if shutil.which(exe) is None:
-            rows.append([peer, "not installed here (see PEERS.md)", "", "", ""])
+            rows.append([peer, "not installed here (see PEERS.md)", "", "", "", ""])
     print(
         f"client capacity · {machine()} · {a.concurrency} streams × {a.max_tokens} one-token "
         f"chunks · zero-delay simulator · {a.repeat} runs of {a.seconds:g} s"

@@ -92,19 +92,47 @@ def ab_run(tmp_path, slow, fast, seconds):
     return json.loads(out.read_text())
 
 
+def itl(sim):
+    """The simulator's own inter-token latency so far: (sum, count)."""
+    import httpx
+
+    from tokmon.core.probes.server import flatten
+
+    flat, _ = flatten(httpx.get(sim.url.replace("/v1", "/metrics")).text)
+    return (
+        flat.get("vllm:inter_token_latency_seconds_sum", 0.0),
+        flat.get("vllm:inter_token_latency_seconds_count", 0.0),
+    )
+
+
+def realized_factor(before, after):
+    (s0, c0), (f0, g0) = before
+    (s1, c1), (f1, g1) = after
+    return ((s1 - s0) / (c1 - c0)) / ((f1 - f0) / (g1 - g0))
+
+
 def test_ratio_interval_contains_truth_and_narrows(two_speeds, tmp_path):
     slow, fast = two_speeds
-    short = ab_run(tmp_path, slow, fast, 5)
-    long = ab_run(tmp_path, slow, fast, 16)
-    for s in (short, long):
+    results = []
+    for seconds in (5, 16):
+        before = (itl(slow), itl(fast))
+        s = ab_run(tmp_path, slow, fast, seconds)
+        # By construction the factor is 2; on a loaded machine the simulators' timers
+        # realise it only approximately, so the truth is what the servers themselves
+        # measured (their inter-token-latency histograms), independently of tokmon.
+        truth = realized_factor(before, (itl(slow), itl(fast)))
+        assert truth == pytest.approx(2.0, rel=0.08)
+        results.append((s, truth))
+    for s, truth in results:
         c = s["comparison"]
         assert c["baseline"] == "slow" and c["other"] == "fast"
         assert c["method"] == "segments"
         d = c["decode_tokens_per_s"]
-        assert d["ci95"][0] <= 2.0 <= d["ci95"][1], d
-        assert d["ratio"] == pytest.approx(2.0, rel=0.1)
-        t = c["tpot_ms"]
-        assert t["ratio"] == pytest.approx(0.5, rel=0.1)
+        lo, hi = d["ci95"]
+        assert lo * 0.98 <= truth <= hi * 1.02, (d, truth)  # 2% for median vs mean
+        assert d["ratio"] == pytest.approx(truth, rel=0.05)
+        assert c["tpot_ms"]["ratio"] == pytest.approx(1 / truth, rel=0.05)
+    short, long = results[0][0], results[1][0]
     w_short = short["comparison"]["decode_tokens_per_s"]["ci95"]
     w_long = long["comparison"]["decode_tokens_per_s"]["ci95"]
     assert (w_long[1] - w_long[0]) < (w_short[1] - w_short[0])

@@ -187,3 +187,51 @@ def test_killed_parent_leaves_no_children():
     while time.monotonic() < deadline and session_members(p.pid):
         time.sleep(0.2)
     assert session_members(p.pid) == []
+
+
+def test_fail_on_slo_gate(sim, tmp_path):
+    # TTFT is ~20 ms: an SLO of 5 ms fails the gate, 500 ms passes it.
+    base = ["run", "--url", sim.url, "--headless", "-n", "12", "--max-tokens", "8", "--no-gpu"]
+    bad = tokmon(
+        *base, "--slo", "ttft=5", "--fail-on-slo", "--summary-json", str(tmp_path / "b.json")
+    )
+    assert bad.returncode == 1 and "below the target" in bad.stderr
+    assert json.loads((tmp_path / "b.json").read_text())["arms"]["default"]["slo_fraction"] == 0
+    good = tokmon(*base, "--slo", "ttft=500,tpot=100", "--fail-on-slo")
+    assert good.returncode == 0, good.stderr
+
+
+def test_api_key_file_never_echoed(sim, tmp_path):
+    kf = tmp_path / "key"
+    kf.write_text("sk-file-secret-999\n")
+    r = tokmon(
+        "run",
+        "--url",
+        sim.url,
+        "--headless",
+        "-n",
+        "3",
+        "--max-tokens",
+        "4",
+        "--api-key-file",
+        str(kf),
+        "--no-gpu",
+    )
+    assert r.returncode == 0 and "sk-file-secret" not in r.stdout + r.stderr
+    r = tokmon("run", "--url", sim.url, "--api-key-file", str(tmp_path / "none"))
+    assert r.returncode == 2 and "--api-key-file" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("url = \n", "not valid TOML"),
+        ("concurrency = 5\n[arms.a]\ncolour = 1\n", "unknown key"),
+        ("arms = 3\n", "table"),
+    ],
+)
+def test_bad_config_files(tmp_path, content, needle):
+    f = tmp_path / "c.toml"
+    f.write_text(content)
+    r = tokmon("run", "--config", str(f))
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr

@@ -34,7 +34,7 @@ def rec(i, outcome="ok", ttft=100.0, tpot=10.0, arm="a", seg=0, warm=False, toks
 def test_percentiles_match_numpy_linear():
     v = np.array([1.0, 2, 3, 4, 10])
     s = pct_summary(v)
-    assert s["p50"] == 3 and s["p90"] == np.percentile(v, 90) and s["count"] == 5
+    assert s["p50"] == 3 and s["p90"] == round(np.percentile(v, 90), 4) and s["count"] == 5
     assert pct_summary(np.empty(0))["p50"] is None
 
 

@@ -241,6 +241,12 @@ def build_parser() -> Parser:
     run.add_argument("--endpoint", default="chat", choices=["chat", "completions"])
     run.add_argument("--model", "-m", default=None, help="model name (default: the server's first)")
     run.add_argument("--config", default=None, help="TOML file of defaults (CLI flags win)")
+    run.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="read the API key from FILE (else TOKMON_API_KEY or OPENAI_API_KEY)",
+    )
     add_load_options(run)
     add_request_options(run)
     add_arm_options(run)
@@ -434,6 +440,16 @@ CONFIG_KEYS = {
     "theme",
     "fps",
     "window",
+    "api_key_file",
+    "record",
+    "record_chunks",
+    "metrics_url",
+    "no_server_metrics",
+    "gpu_interval",
+    "gpus",
+    "no_gpu",
+    "dcgm_url",
+    "check_outputs",
 }
 
 
@@ -469,7 +485,18 @@ def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     return defaults, arms
 
 
-def api_key() -> str | None:
+def api_key(path: str | None = None) -> str | None:
+    """From --api-key-file, else TOKMON_API_KEY, else OPENAI_API_KEY; never a flag value."""
+    if path:
+        try:
+            key = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(
+                f"--api-key-file: cannot read {path}: {getattr(e, 'strerror', None) or e}"
+            ) from None
+        if not key:
+            raise UsageError(f"--api-key-file: {path} is empty")
+        return key
     return os.environ.get("TOKMON_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
 
 
@@ -557,7 +584,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(
             "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
         )
-    key = api_key()
+    key = api_key(getattr(args, "api_key_file", None))
     auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
     resolved: list[Arm] = []
     models_cache: dict[str, dict[str, Any]] = {}
@@ -678,14 +705,21 @@ def run_session(
             print(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", file=sys.stderr)
             return 1
     if getattr(args, "fail_on_slo", False) and slo.any:
-        ok = sum(a["requests"]["ok"] + a["requests"]["failed"] for a in summary["arms"].values())
-        good = sum(
-            (a.get("goodput_per_s") or 0) * a.get("active_s", 0) for a in summary["arms"].values()
+        met = sum(a.get("slo_met") or 0 for a in summary["arms"].values())
+        counted = sum(
+            (
+                a["requests"]["ok"]
+                + a["requests"]["failed"]
+                - a["requests"]["warmup"]
+                - a["requests"]["settle"]
+            )
+            for a in summary["arms"].values()
         )
-        frac = good / ok if ok else 0.0
+        frac = met / counted if counted else 0.0
         if frac < args.slo_target:
             print(
-                f"tokmon: goodput {frac:.1%} is below the SLO target {args.slo_target:.0%}",
+                f"tokmon: {frac:.1%} of requests met the SLOs, below the target "
+                f"{args.slo_target:.0%}",
                 file=sys.stderr,
             )
             return 1
@@ -769,15 +803,16 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
         probes.append(DcgmProbe(args.dcgm_url, gpus=gpus))
     elif not getattr(args, "no_gpu", False):
         interval = dur("--gpu-interval", getattr(args, "gpu_interval", "0.5s"), allow_zero=False)
-        probes.append(
-            NvmlProbe(interval or 0.5, gpus=gpus, server_pid=getattr(args, "server_pid", None))
-        )
+        from tokmon.core.probes.gpu import pid_listening_on
+
+        server_pid = getattr(args, "server_pid", None) or pid_listening_on(cfg.arms[0].url)
+        probes.append(NvmlProbe(interval or 0.5, gpus=gpus, server_pid=server_pid))
     if not getattr(args, "no_server_metrics", False):
         by_url: dict[str, list[str]] = {}
         for a in cfg.arms:
             url = getattr(args, "metrics_url", None) or metrics_url_for(a.url)
             by_url.setdefault(url, []).append(a.name)
-        key = api_key()
+        key = cfg.api_key
         hdr = {"authorization": f"Bearer {key}"} if key else {}
         for url, arms in by_url.items():
             probes.append(
@@ -846,6 +881,8 @@ def status_line(s: Any) -> str:
         ]
     if s.warming_up:
         parts.append("(warming up)")
+    for arm, secs in s.down.items():
+        parts.append(f"SERVER DOWN ({arm}) for {secs:.0f}s")
     return " · ".join(parts)
 
 
@@ -1148,6 +1185,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tokmon: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: one line for the user, the details in a file
+        import tempfile
+        import traceback
+
+        fd, path = tempfile.mkstemp(prefix="tokmon-crash-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exc(file=f)
+        print(
+            f"tokmon {args.command}: internal error ({type(e).__name__}: {e}); details in {path}",
+            file=sys.stderr,
+        )
+        return 70
     return 0
 
 

@@ -82,6 +82,72 @@ def drifts(rec: Recording) -> dict[str, dict[str, Any]]:
     return out
 
 
+def window_medians(rs: list[Any], attr: str, width_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-window medians of a per-request figure, by end time."""
+    pts: dict[int, list[float]] = {}
+    for r in rs:
+        v = getattr(r, attr)
+        if v is not None:
+            pts.setdefault(int(r.t_end / 1e9 // width_s), []).append(v)
+    keys = sorted(pts)
+    return (
+        np.array([(k + 1) * width_s for k in keys]),
+        np.array([float(np.median(pts[k])) for k in keys]),
+    )
+
+
+def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[str, Any]]]:
+    """Step changes in decode speed and TTFT per arm (Page–Hinkley on window medians)."""
+    from tokmon.core.changepoint import cusum
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    by_arm: dict[str, list[Any]] = {}
+    for r in rec.records:
+        if r.ok and r.counted:
+            by_arm.setdefault(r.arm, []).append(r)
+    for arm, rs in by_arm.items():
+        found = []
+        for key, attr in (("decode_tokens_per_s", "decode_tps"), ("ttft_ms", "ttft_ms")):
+            t, m = window_medians(rs, attr, width_s)
+            for c in cusum(t, m):
+                found.append(
+                    {
+                        "metric": key,
+                        "t_s": c.t,
+                        "before": c.before,
+                        "after": c.after,
+                        "change_pct": c.change_pct,
+                    }
+                )
+        out[arm] = found
+    return out
+
+
+def jitter(rec: Recording) -> dict[str, dict[str, Any]]:
+    """Spread of TPOT (p99/p50, coefficient of variation) and of chunk gaps, per arm."""
+    out: dict[str, dict[str, Any]] = {}
+    by_arm: dict[str, list[Any]] = {}
+    for r in rec.records:
+        if r.ok and r.counted:
+            by_arm.setdefault(r.arm, []).append(r)
+    for arm, rs in by_arm.items():
+        tp = np.array([r.tpot_ms for r in rs if r.tpot_ms is not None])
+        d: dict[str, Any] = {"stalls": sum(r.stalls for r in rs)}
+        if tp.size >= 2:
+            d["tpot_p99_over_p50"] = float(np.percentile(tp, 99) / np.median(tp))
+            d["tpot_cv"] = float(tp.std() / tp.mean())
+        gaps = [np.frombuffer(r.gaps, dtype="<f4") for r in rs if r.gaps]
+        if gaps:
+            g = np.concatenate(gaps)
+            d["gap_p50_ms"] = float(np.median(g))
+            d["gap_p99_over_p50"] = float(np.percentile(g, 99) / np.median(g))
+        mg = [r.max_gap_ms for r in rs if r.max_gap_ms is not None]
+        if mg:
+            d["max_gap_ms"] = float(max(mg))
+        out[arm] = d
+    return out
+
+
 def errors_by_class(rec: Recording) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in rec.records:
@@ -96,6 +162,8 @@ def report_data(rec: Recording) -> dict[str, Any]:
         "summary": recording_summary(rec),
         "segments": segments(rec),
         "drift": drifts(rec),
+        "change_points": change_points(rec),
+        "jitter": jitter(rec),
         "errors": errors_by_class(rec),
         "environment": environment_block(rec),
         "truncated": rec.truncated,
@@ -169,6 +237,27 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
                 out.append(
                     f"{arm:<10} {key:<20} {v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
                 )
+    out += [*fence, "", h + "Change points (Page–Hinkley on 10 s window medians)", *fence]
+    cps = [(arm, c) for arm, cs in data["change_points"].items() for c in cs]
+    if not cps:
+        out.append("none")
+    for arm, c in cps:
+        out.append(
+            f"{arm:<10} {c['metric']:<20} at {c['t_s']:>7.0f} s  {c['before']:.2f} → "
+            f"{c['after']:.2f} ({c['change_pct']:+.1f}%)"
+        )
+    out += [*fence, "", h + "Jitter and stalls", *fence]
+    for arm, j in data["jitter"].items():
+        parts = [f"stalls {j['stalls']}"]
+        if "tpot_cv" in j:
+            parts.append(f"TPOT p99/p50 {j['tpot_p99_over_p50']:.2f} · CV {j['tpot_cv']:.3f}")
+        if "gap_p99_over_p50" in j:
+            parts.append(
+                f"chunk gap p50 {j['gap_p50_ms']:.1f} ms · p99/p50 {j['gap_p99_over_p50']:.2f}"
+            )
+        if "max_gap_ms" in j:
+            parts.append(f"longest gap {j['max_gap_ms']:.0f} ms")
+        out.append(f"{arm:<10} " + " · ".join(parts))
     out += [*fence, "", h + "Errors by class", *fence]
     if not data["errors"]:
         out.append("none")

@@ -15,7 +15,13 @@ from tokmon.core.snapshot import ArmView, Snapshot
 from tokmon.core.stats import ArmTotals, Slo, TokenWindow, window_stats
 from tokmon.core.summary import active_time, build_summary, compare
 
-MARK_KINDS = {"arm": "arm", "marker": "marker", "alert": "alert", "restart": "alert"}
+MARK_KINDS = {
+    "arm": "arm",
+    "marker": "marker",
+    "alert": "alert",
+    "restart": "alert",
+    "down": "alert",
+}
 
 
 class Aggregator:
@@ -54,6 +60,10 @@ class Aggregator:
         self._next_compare = 0
         self._pending_marks: list[str] = []
         self._last_errors = 0
+        self.down_since: dict[str, int] = {}
+        # Set by a live session: derived events (server down / back). A replay leaves it
+        # None, since those events are in the recording already.
+        self.on_event: Any = None
 
     # ------------------------------------------------------------------ input
     def add_records(self, records: list[RequestRecord]) -> None:
@@ -64,6 +74,25 @@ class Aggregator:
                 self.t_measure = r.t_sched
             if r.stalls:
                 self._pending_marks.append("stall")
+            if r.outcome == "connect":
+                if r.arm not in self.down_since:
+                    self.down_since[r.arm] = r.t_end
+                    if self.on_event is not None:
+                        self.on_event(
+                            "down",
+                            f"server of arm {r.arm} unreachable: {r.error}",
+                            {"arm": r.arm},
+                            r.t_end,
+                        )
+            elif r.http_status is not None and r.arm in self.down_since:
+                since = self.down_since.pop(r.arm)
+                if self.on_event is not None:
+                    self.on_event(
+                        "up",
+                        f"server of arm {r.arm} back after {(r.t_end - since) / 1e9:.1f} s",
+                        {"arm": r.arm},
+                        r.t_end,
+                    )
 
     def add_ticks(self, ticks: dict[tuple[int, str], int]) -> None:
         for (t, arm), n in ticks.items():
@@ -186,7 +215,7 @@ class Aggregator:
             replay=meta.get("replay"),
             insecure=bool(meta.get("insecure")),
             output_check=meta.get("output_check"),
-            down=meta.get("down") or {},
+            down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
         )
 
     def summary(

@@ -114,14 +114,23 @@ class Engine:
         self.loop_lag_ms = 0.0
         self.lags: list[float] = []
         self.slots: dict[int, asyncio.Task[None]] = {}
-        self.client = make_client(
-            cfg.timeouts.connect_s,
-            cfg.timeouts.idle_s,
-            cfg.insecure,
-            max_connections=max(64, cfg.max_concurrency, cfg.concurrency) + 16,
-        )
+        # One client (one keep-alive connection) per stream in flight, reused from a free
+        # list: httpx's shared pool scans every connection for every request, which costs
+        # more than the request itself at high concurrency.
+        self.free_clients: list[Any] = []
+        self.all_clients: list[Any] = []
         self.outputs: list[tuple[str, str]] = []
         self.batches: list[tuple[Any, ...]] = []
+
+    def _new_client(self) -> Any:
+        c = make_client(
+            self.cfg.timeouts.connect_s,
+            self.cfg.timeouts.idle_s,
+            self.cfg.insecure,
+            max_connections=len(self.arms),
+        )
+        self.all_clients.append(c)
+        return c
 
     # ------------------------------------------------------------------ requests
     def _pick_prompt(self) -> tuple[Prompt, int]:
@@ -152,7 +161,7 @@ class Engine:
             self.budget -= 1
         return True
 
-    async def one(self, t_sched: int) -> None:
+    async def one(self, t_sched: int) -> str:
         n = self.counter
         self.counter += 1
         rid = n * self.nworkers + self.worker
@@ -177,8 +186,9 @@ class Engine:
         self.in_flight[rid] = (arm_name, t_sched, prompt.kind, self.segment)
         self.sent += 1
         try:
+            client = self.free_clients.pop() if self.free_clients else self._new_client()
             rec = await stream_request(
-                self.client,
+                client,
                 rid=rid,
                 arm=arm_name,
                 url=self.urls[arm_name],
@@ -192,6 +202,7 @@ class Engine:
                 base=base,
             )
         except asyncio.CancelledError:
+            client = None
             self.records.append(
                 RequestRecord(
                     rid=rid,
@@ -216,9 +227,12 @@ class Engine:
                 **base,
             )
         self.in_flight.pop(rid, None)
+        if client is not None:
+            self.free_clients.append(client)
         if rec.send_lag_ms is not None:
             self.lags.append(rec.send_lag_ms)
         self.records.append(rec)
+        return rec.outcome
 
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
         t = asyncio.get_running_loop().create_task(coro)
@@ -228,13 +242,21 @@ class Engine:
 
     # ------------------------------------------------------------------ load shapes
     async def slot(self, idx: int) -> None:
+        backoff = 0.0
         while not self.stopping and idx < int(self.level):
             if self.paused:
                 await self.resume_evt.wait()
                 continue
             if not self._take_budget():
                 break
-            await self.one(perf_counter_ns())
+            if await self.one(perf_counter_ns()) == "connect":
+                # The server is down: each stream retries with a growing pause instead of
+                # hammering it (every attempt is still counted as a failure).
+                backoff = min(5.0, backoff * 2 if backoff else 0.25)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_evt.wait(), backoff)
+            else:
+                backoff = 0.0
         self.slots.pop(idx, None)
 
     def _ensure_slots(self) -> None:
@@ -414,8 +436,9 @@ class Engine:
         finally:
             flusher.cancel()
             lagger.cancel()
-            with contextlib.suppress(Exception):
-                await self.client.aclose()
+            for c in self.all_clients:
+                with contextlib.suppress(Exception):
+                    await c.aclose()
             self.flush(done=True)
 
 

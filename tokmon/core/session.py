@@ -60,6 +60,7 @@ class LiveSession:
             level=float(cfg.concurrency if cfg.mode == "concurrency" else cfg.rate),
             warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
         )
+        self.agg.on_event = lambda kind, msg, data, t: self._event(kind, msg, data, t=t)
         self.t_start = 0
         self.t_stop: int | None = None
         self.wall_start = 0.0

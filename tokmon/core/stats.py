@@ -18,17 +18,21 @@ PCTS = (50, 90, 95, 99)
 
 
 class GrowArray:
-    """An append-only float64 array that doubles its storage (amortised O(1) appends)."""
+    """An append-only float32 array that doubles its storage (amortised O(1) appends).
+
+    float32 holds a millisecond figure to about 7 significant digits (µs at 10 s) and
+    halves the memory of a run of days: 32 bytes per request for the whole-run arrays.
+    """
 
     __slots__ = ("_a", "n")
 
     def __init__(self, cap: int = 1024) -> None:
-        self._a = np.empty(cap, dtype=np.float64)
+        self._a = np.empty(cap, dtype=np.float32)
         self.n = 0
 
     def append(self, v: float) -> None:
         if self.n == len(self._a):
-            b = np.empty(len(self._a) * 2, dtype=np.float64)
+            b = np.empty(len(self._a) * 2, dtype=np.float32)
             b[: self.n] = self._a
             self._a = b
         self._a[self.n] = v
@@ -56,15 +60,17 @@ def pct_summary(values: np.ndarray) -> dict[str, float | int | None]:
             "max": None,
             "count": 0,
         }
-    ps = np.percentile(values, PCTS)
+    v = values.astype(np.float64)
+    ps = np.percentile(v, PCTS)
+    # Figures are kept to 4 decimals (0.1 µs for times): more would be float noise.
     return {
-        "p50": float(ps[0]),
-        "p90": float(ps[1]),
-        "p95": float(ps[2]),
-        "p99": float(ps[3]),
-        "mean": float(values.mean()),
-        "min": float(values.min()),
-        "max": float(values.max()),
+        "p50": round(float(ps[0]), 4),
+        "p90": round(float(ps[1]), 4),
+        "p95": round(float(ps[2]), 4),
+        "p99": round(float(ps[3]), 4),
+        "mean": round(float(v.mean()), 4),
+        "min": round(float(v.min()), 4),
+        "max": round(float(v.max()), 4),
         "count": n,
     }
 
@@ -253,7 +259,7 @@ class ArmTotals:
         if r.ttft_ms is not None:
             self.ttft.append(r.ttft_ms)
             self.seg_ttft.append(r.segment)
-            self.t_end.append(r.t_end / 1e9)
+            self.t_end.append((r.t_end - (self.t_first or 0)) / 1e9)  # relative: fits float32
         if r.tpot_ms is not None:
             self.tpot.append(r.tpot_ms)
             self.seg_tpot.append(r.segment)

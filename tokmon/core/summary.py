@@ -103,6 +103,9 @@ def build_summary(
         s = arm_summary(t, active_s.get(name, 0.0), (server_spec or {}).get(name))
         if slo_good:
             s["goodput_per_s"] = t.good / active_s[name] if active_s.get(name) else 0.0
+            counted = t.sent - t.warmup - t.settle
+            s["slo_met"] = t.good
+            s["slo_fraction"] = t.good / counted if counted > 0 else None
         arms[name] = s
     summary: dict[str, Any] = {
         "tokmon_version": __version__,

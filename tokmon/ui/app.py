@@ -410,6 +410,20 @@ class DashboardApp(App[None]):
             t.append(" · TLS NOT VERIFIED", style="bold reverse")
         if s.done:
             t.append(" · finished (q to quit)", style="bold")
+        pr = s.probes
+        if pr.get("self_cpu_pct") is not None:
+            # If tokmon itself is the bottleneck, it shows here.
+            busy = pr["self_cpu_pct"] > 80 or s.loop_lag_ms > 20
+            t.append(
+                f" · tokmon CPU {pr['self_cpu_pct']:.0f}% · host {pr.get('host_cpu_pct', 0):.0f}%",
+                style="bold reverse" if busy else "dim",
+            )
+        if s.loop_lag_ms > 20:
+            t.append(f" · loop lag {s.loop_lag_ms:.0f} ms", style="bold reverse")
+        for arm, secs in s.down.items():
+            t.append(
+                f" · SERVER DOWN ({clean_text(arm, False)}) {_hms(secs)}", style="bold reverse"
+            )
         if s.send_lag_ms > 50:
             t.append(f" · client lag {s.send_lag_ms:.0f} ms", style="bold reverse")
         return t

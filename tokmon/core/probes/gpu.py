@@ -123,6 +123,25 @@ class NvmlProbe(Sampler):
             self._ready = False
 
 
+def pid_listening_on(url: str) -> int | None:
+    """The local process that listens on the URL's port (for the server's GPU memory)."""
+    from urllib.parse import urlparse
+
+    import psutil
+
+    u = urlparse(url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        return None
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return int(c.pid)
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
 def aggregate(devices: list[dict[str, Any]]) -> dict[str, Any]:
     """Neutral GPU fields over the selected devices (means of rates, sums of amounts)."""
     out: dict[str, Any] = {"gpu_devices": devices}

@@ -1,0 +1,156 @@
+"""Recordings: bytes per request, write cost, and how fast a big one is reported/replayed.
+
+    python bench/recording.py [--requests 100000] [--big 1000000]
+
+Requests are synthetic but shaped like real ones (every field a streamed chat request
+fills, durations to the microsecond); ticks and probe samples are written at the rates a
+live run writes them (4 tick buckets and 3 probe samples a second, 50 requests a second).
+The read side runs in a fresh process so its peak memory is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import machine, table  # noqa: E402
+
+from tokmon.core.recording import Recorder  # noqa: E402
+from tokmon.core.records import RequestRecord  # noqa: E402
+
+RATE = 50.0  # requests per second of simulated run
+
+
+def fake_records(n: int, chunks: bool, seed: int = 1) -> list[RequestRecord]:
+    import array
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        t = int(i / RATE * 1e9)
+        ttft = round(rng.lognormvariate(4.5, 0.3), 3)
+        tpot = round(rng.lognormvariate(3.2, 0.1), 3)
+        n_tok = rng.randint(128, 384)
+        e2e = round(ttft + tpot * (n_tok - 1), 3)
+        gaps = array.array("f", [tpot] * (n_tok - 1)).tobytes() if chunks else b""
+        out.append(
+            RequestRecord(
+                rid=i,
+                arm="baseline" if (i // 500) % 2 == 0 else "spec",
+                outcome="ok",
+                t_sched=t,
+                t_end=t + int(e2e * 1e6),
+                kind="code",
+                segment=i // 500,
+                t_send=t + 150_000,
+                send_lag_ms=0.15,
+                connect_ms=None,
+                ttfb_ms=round(ttft * 0.2, 3),
+                ttft_ms=ttft,
+                ttfc_ms=ttft,
+                e2e_ms=e2e,
+                output_tokens=n_tok,
+                prompt_tokens=rng.randint(64, 512),
+                chunks=n_tok,
+                tpot_ms=tpot,
+                decode_tps=round(1000 / tpot, 3),
+                max_gap_ms=round(tpot * 1.8, 3),
+                finish_reason="length",
+                http_status=200,
+                gaps=gaps,
+            )
+        )
+    return out
+
+
+def write(path: str, n: int, chunks: bool) -> tuple[int, float]:
+    recs = fake_records(n, chunks)
+    r = Recorder(path, chunks=chunks)
+    t0 = time.perf_counter()
+    r.open(
+        {
+            "tokmon_version": "bench",
+            "settings": {"arms": [{"name": "baseline"}, {"name": "spec"}], "assign": "switch"},
+        },
+        0,
+    )
+    per_s = int(RATE)
+    for k in range(0, n, per_s):
+        sec = k // per_s
+        r.records(recs[k : k + per_s])
+        r.ticks({(int((sec + q / 4) * 1e9), "baseline"): 4000 for q in range(4)})
+        for src in ("gpu", "host", "server"):
+            r.sample(
+                src,
+                int(sec * 1e9),
+                {"gpu_util": 93.0, "gpu_mem_used_gib": 71.2, "kv_pct": 41.5, "queue": 2.0},
+            )
+    r.end(int(n / RATE * 1e9))
+    r.close()
+    return os.path.getsize(path), (time.perf_counter() - t0) / n * 1e6
+
+
+READ = r"""
+import sys, time, resource
+t0 = time.perf_counter()
+from tokmon.core.recording import read_recording, recording_summary
+from tokmon.core.replay import ReplaySource
+rec = read_recording(sys.argv[1])
+t1 = time.perf_counter()
+recording_summary(rec)
+t2 = time.perf_counter()
+src = ReplaySource(sys.argv[1], rec=rec)
+src.seek_to(src.end_t)
+t3 = time.perf_counter()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"{t1 - t0:.2f} {t2 - t0:.2f} {t3 - t1 + (t1 - t0):.2f} {peak:.0f}")
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--big", type=int, default=1_000_000)
+    a = ap.parse_args()
+    rows = [["recording", "requests", "bytes/request", "write µs/request"]]
+    with tempfile.TemporaryDirectory() as d:
+        for name, chunks, gz in (
+            ("per-request figures", False, False),
+            ("with --record-chunks", True, False),
+            ("per-request, .gz", False, True),
+        ):
+            path = os.path.join(d, "r.jsonl" + (".gz" if gz else ""))
+            size, us = write(path, a.requests, chunks)
+            rows.append([name, f"{a.requests:,}", f"{size / a.requests:.0f}", f"{us:.1f}"])
+            os.remove(path)
+        print(f"recording size and write cost · {machine()}")
+        print(table(rows))
+        if a.big:
+            path = os.path.join(d, "big.jsonl")
+            size, _ = write(path, a.big, False)
+            out = subprocess.run(
+                [sys.executable, "-c", READ, path], capture_output=True, text=True, check=True
+            ).stdout.split()
+            print()
+            print(f"a {a.big:,}-request recording ({size / 2**20:.0f} MiB):")
+            print(
+                table(
+                    [
+                        ["step", "seconds from start", "peak memory"],
+                        ["read", out[0], ""],
+                        ["report (summary)", out[1], ""],
+                        ["replay, jump to end", out[2], f"{out[3]} MiB"],
+                    ]
+                )
+            )
+            print("targets: under 10 s to start report and replay, under 1 GB of memory")
+
+
+if __name__ == "__main__":
+    main()

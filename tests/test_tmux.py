@@ -1,0 +1,55 @@
+"""End to end in a real terminal multiplexer: tokmon demo in tmux, read the screen, press s."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10).stdout
+
+
+def wait_for(session: str, needle: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = tmux("capture-pane", "-p", "-t", session)
+        if needle in screen:
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"{needle!r} not on screen:\n{screen}")
+
+
+def test_demo_in_tmux_switches_arm():
+    session = f"tokmon-{uuid.uuid4().hex[:8]}"
+    cmd = f"{sys.executable} -m tokmon demo --alternate off --time-scale 4"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "32", cmd],
+        check=True,
+        env=env,
+        timeout=10,
+    )
+    try:
+        screen = wait_for(session, "arm baseline")
+        assert "tokens/s" in screen and "TTFT" in screen
+        wait_for(session, "tok/s")
+        tmux("send-keys", "-t", session, "s")
+        screen = wait_for(session, "arm spec")
+        assert "arm → spec" in screen  # in the event log too
+        tmux("send-keys", "-t", session, "q")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", session, "y")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and session in tmux("list-sessions"):
+            time.sleep(0.3)
+        assert session not in tmux("list-sessions")  # tokmon exited, the session closed
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -1,0 +1,73 @@
+"""Change points in a windowed series: a two-sided CUSUM on robustly standardised values.
+
+Used on per-window medians (decode speed, TTFT, tokens/s): a step change — a throughput
+drop after a server-side event, TTFT jumping when the KV cache fills — is flagged with
+where it happened and how big it is, and the detector restarts after each flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int  # first window of the new level
+    t: float  # its time, in the series' unit
+    before: float
+    after: float
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.after - self.before) / self.before if self.before else float("nan")
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """Noise level from successive differences (insensitive to steps and slow drift)."""
+    if x.size < 3:
+        return 0.0
+    d = np.diff(x)
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
+
+
+def cusum(
+    t: np.ndarray, x: np.ndarray, k: float = 0.5, h: float = 12.0, min_len: int = 8
+) -> list[ChangePoint]:
+    """Page–Hinkley (a CUSUM against the running mean), both directions.
+
+    Values are standardised by the series' noise (from successive differences); a shift
+    of more than about ``k`` noise units accumulates until it passes ``h``. The change is
+    placed where the cumulative sum last stood at its extreme, the detector restarts
+    there, and a level must hold ``min_len`` windows to count.
+    """
+    out: list[ChangePoint] = []
+    sigma = robust_sigma(x)
+    if sigma <= 0 or x.size < 2 * min_len:
+        return out
+    start = 0
+    while x.size - start >= 2 * min_len:
+        z = (x[start:] - x[start]) / sigma
+        mean = np.cumsum(z) / np.arange(1, z.size + 1)
+        up = np.cumsum(z - mean - k)  # rises when the level went up
+        dn = np.cumsum(-(z - mean) - k)  # rises when it went down
+        hit = None
+        for i in range(min_len, z.size):
+            if up[i] - up[: i + 1].min() > h:
+                hit, series = i, up
+                break
+            if dn[i] - dn[: i + 1].min() > h:
+                hit, series = i, dn
+                break
+        if hit is None:
+            break
+        j = int(np.argmin(series[: hit + 1])) + 1
+        idx = start + max(j, 1)
+        if idx + min_len > x.size:
+            break
+        before = float(np.median(x[max(start, idx - 2 * min_len) : idx]))
+        after = float(np.median(x[idx : idx + 2 * min_len]))
+        out.append(ChangePoint(index=idx, t=float(t[idx]), before=before, after=after))
+        start = idx
+    return out
