@@ -40,7 +40,7 @@ def cusum(
     Values are standardised by the series' noise (from successive differences); a shift
     of more than about ``k`` noise units accumulates until it passes ``h``. The change is
     placed where the cumulative sum last stood at its extreme, the detector restarts
-    there, and a level must hold ``min_len`` windows to count.
+    after the alarm, and a level must hold ``min_len`` windows to count.
     """
     out: list[ChangePoint] = []
     sigma = robust_sigma(x)
@@ -69,5 +69,7 @@ def cusum(
         before = float(np.median(x[max(start, idx - 2 * min_len) : idx]))
         after = float(np.median(x[idx : idx + 2 * min_len]))
         out.append(ChangePoint(index=idx, t=float(t[idx]), before=before, after=after))
-        start = idx
+        # Restart from the alarm, not from the estimated start: the few windows between
+        # them would otherwise look like a second change.
+        start = max(idx, start + hit)
     return out
