@@ -181,6 +181,27 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fps", type=float, default=4.0, help="dashboard redraws per second (max)")
     g.add_argument("--window", default="10s", help="width of the sliding window")
     g.add_argument(
+        "--drift-alert",
+        default="5%/h",
+        help="alert when a metric drifts (significantly) faster than this",
+    )
+    g.add_argument(
+        "--alerts-exit", action="store_true", help="exit 3 if any alert fired (soak tests in CI)"
+    )
+    g.add_argument(
+        "--gpu-hour-price",
+        type=float,
+        default=None,
+        metavar="PRICE",
+        help="price of one GPU-hour: cost per million output tokens, live and in the summary",
+    )
+    g.add_argument(
+        "--gpu-count",
+        type=int,
+        default=None,
+        help="GPUs the server uses (default: the GPUs sampled, else 1)",
+    )
+    g.add_argument(
         "--record",
         default=None,
         metavar="FILE",
@@ -450,6 +471,10 @@ CONFIG_KEYS = {
     "no_gpu",
     "dcgm_url",
     "check_outputs",
+    "drift_alert",
+    "alerts_exit",
+    "gpu_hour_price",
+    "gpu_count",
 }
 
 
@@ -682,6 +707,9 @@ def run_session(
         recorder=recorder,
         header=header,
         check_outputs_n=max(0, getattr(args, "check_outputs", 0) or 0),
+        drift_alert=parse_drift_alert(getattr(args, "drift_alert", "5%/h")),
+        gpu_hour_price=getattr(args, "gpu_hour_price", None),
+        gpus=getattr(args, "gpu_count", None),
     )
     headless = args.headless or not sys.stdout.isatty()
     try:
@@ -704,6 +732,9 @@ def run_session(
         except OSError as e:
             print(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", file=sys.stderr)
             return 1
+    if getattr(args, "alerts_exit", False) and summary.get("alerts"):
+        print(f"tokmon: {len(summary['alerts'])} alert(s) fired", file=sys.stderr)
+        return 3
     if getattr(args, "fail_on_slo", False) and slo.any:
         met = sum(a.get("slo_met") or 0 for a in summary["arms"].values())
         counted = sum(
@@ -724,6 +755,21 @@ def run_session(
             )
             return 1
     return 0
+
+
+def parse_drift_alert(text: str | None) -> float:
+    t = str(text or "5%/h").strip().lower().replace(" ", "")
+    for suffix in ("%/h", "%/hour", "%"):
+        if t.endswith(suffix):
+            t = t[: -len(suffix)]
+            break
+    try:
+        v = float(t)
+    except ValueError:
+        raise UsageError(f"--drift-alert: expected a rate like 5%/h, got {text!r}") from None
+    if not v > 0:
+        raise UsageError("--drift-alert must be positive")
+    return v
 
 
 def make_recorder(
@@ -759,6 +805,10 @@ def make_recorder(
         "command": _redact_argv(sys.argv),
         "settings": cfg.redacted(),
         "slo": {k: v for k, v in vars(slo).items() if v is not None},
+        "cost": {
+            "gpu_hour_price": getattr(args, "gpu_hour_price", None),
+            "gpus": getattr(args, "gpu_count", None),
+        },
         "target": {
             "url": info["target"],
             "model": info["model"],
@@ -1034,6 +1084,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "2s",
                 "--check-outputs",
                 "6",
+                "--gpu-hour-price",
+                "2.5",
             ]
             + (["--duration", args.duration] if args.duration else [])
             + (

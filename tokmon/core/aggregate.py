@@ -61,6 +61,9 @@ class Aggregator:
         self._pending_marks: list[str] = []
         self._last_errors = 0
         self.down_since: dict[str, int] = {}
+        self.power: list[tuple[int, float]] = []  # (t, GPU watts): energy per token
+        self.gpu_hour_price: float | None = None
+        self.gpus = 1
         # Set by a live session: derived events (server down / back). A replay leaves it
         # None, since those events are in the recording already.
         self.on_event: Any = None
@@ -103,6 +106,20 @@ class Aggregator:
         mark = MARK_KINDS.get(ev.kind)
         if mark:
             self._pending_marks.append(mark)
+
+    def add_power(self, t: int, watts: float) -> None:
+        self.power.append((t, watts))
+
+    def mean_power(self, arm: str, t_end: int) -> float | None:
+        """Mean GPU power while ``arm`` was active (after the warm-up)."""
+        t0 = self.t_measure if self.t_measure is not None else self.t_start
+        spans = [
+            (s, e if e is not None else t_end)
+            for _, a, s, e in self.segments
+            if a == arm or self.assign != "switch"
+        ]
+        vals = [w for t, w in self.power if t >= t0 and any(s <= t < e for s, e in spans)]
+        return sum(vals) / len(vals) if vals else None
 
     def switch(self, new_arm: str, t: int) -> int:
         """End the current segment and start one for ``new_arm``; returns its id."""
@@ -216,6 +233,8 @@ class Aggregator:
             insecure=bool(meta.get("insecure")),
             output_check=meta.get("output_check"),
             down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
+            trends=meta.get("trends") or {},
+            costs=meta.get("costs") or {},
         )
 
     def summary(
@@ -234,7 +253,7 @@ class Aggregator:
             self.arm_names,
             self.t_start,
         )
-        return build_summary(
+        out = build_summary(
             started_at=started_at,
             duration_s=(t_end - self.t_start) / 1e9,
             target=target,
@@ -244,3 +263,20 @@ class Aggregator:
             server_spec=server_spec,
             slo_good=self.slo.any,
         )
+        from tokmon.core.alerts import cost_figures
+
+        for name, a in out["arms"].items():
+            # With two arms on separate servers, both share what the GPU probe sees; with
+            # one arm at a time, the power of each arm's own segments.
+            pw = self.mean_power(name, t_end)
+            c = cost_figures(
+                a["output_tokens_per_s"],
+                gpu_hour_price=self.gpu_hour_price,
+                gpus=self.gpus,
+                power_w=pw,
+            )
+            a["mean_gpu_power_w"] = None if pw is None else round(pw, 3)
+            a["cost_per_million_tokens"] = c["cost_per_mtok"]
+            a["joules_per_token"] = c["joules_per_token"]
+            a["tokens_per_joule"] = c["tokens_per_joule"]
+        return out

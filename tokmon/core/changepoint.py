@@ -33,7 +33,12 @@ def robust_sigma(x: np.ndarray) -> float:
 
 
 def cusum(
-    t: np.ndarray, x: np.ndarray, k: float = 0.5, h: float = 12.0, min_len: int = 8
+    t: np.ndarray,
+    x: np.ndarray,
+    k: float = 0.5,
+    h: float = 12.0,
+    min_len: int = 8,
+    min_shift: float = 2.0,
 ) -> list[ChangePoint]:
     """Page–Hinkley (a CUSUM against the running mean), both directions.
 
@@ -68,7 +73,8 @@ def cusum(
             break
         before = float(np.median(x[max(start, idx - 2 * min_len) : idx]))
         after = float(np.median(x[idx : idx + 2 * min_len]))
-        out.append(ChangePoint(index=idx, t=float(t[idx]), before=before, after=after))
+        if abs(after - before) >= min_shift * sigma:  # a real step, not a wander
+            out.append(ChangePoint(index=idx, t=float(t[idx]), before=before, after=after))
         # Restart from the alarm, not from the estimated start: the few windows between
         # them would otherwise look like a second change.
         start = max(idx, start + hit)

@@ -430,6 +430,14 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
         if ev.kind == "arm" and isinstance(arm, str) and arm in arms:
             agg.switch(arm, ev.t)
     agg.add_records(rec.records)
+    cost = h.get("cost") or {}
+    agg.gpu_hour_price = cost.get("gpu_hour_price")
+    agg.gpus = cost.get("gpus") or 1
+    for t, src, v in rec.samples:
+        if src == "gpu" and v.get("gpu_power_w") is not None:
+            agg.add_power(t, float(v["gpu_power_w"]))
+            if not cost.get("gpus") and v.get("gpu_devices"):
+                agg.gpus = len(v["gpu_devices"])
     # Server counters: the deltas the live probes used, replayed per probe.
     server_spec: dict[str, dict[str, Any]] = {}
     probes: dict[str, ServerMetricsProbe] = {}
@@ -457,6 +465,13 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
                 server_spec[arm] = tot
     t_end = rec.t_end if rec.t_end is not None else rec.last_t
     target = (rec.summary or {}).get("target") or h.get("target") or {}
-    return agg.summary(
+    out = agg.summary(
         t_end=t_end, started_at=h.get("started_at", ""), target=target, server_spec=server_spec
     )
+    live = rec.summary or {}
+    if isinstance(live.get("output_check"), dict):
+        out["output_check"] = live["output_check"]  # measured live, not recomputable
+    from tokmon.core.summary import alerts_from_events
+
+    out["alerts"] = alerts_from_events(rec.events, 0)
+    return out

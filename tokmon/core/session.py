@@ -19,6 +19,7 @@ from tokmon.core.engine import engine_main
 from tokmon.core.records import Event
 from tokmon.core.snapshot import Snapshot
 from tokmon.core.stats import Slo
+from tokmon.core.summary import alerts_from_events
 
 WINDOW_S = 10.0
 
@@ -39,6 +40,9 @@ class LiveSession:
         probes: list[Any] | None = None,
         header: dict[str, Any] | None = None,
         check_outputs_n: int = 0,
+        drift_alert: float = 5.0,
+        gpu_hour_price: float | None = None,
+        gpus: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -61,6 +65,12 @@ class LiveSession:
             warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
         )
         self.agg.on_event = lambda kind, msg, data, t: self._event(kind, msg, data, t=t)
+        self.agg.gpu_hour_price = gpu_hour_price
+        self.agg.gpus = gpus or 1
+        self._gpus_given = gpus is not None
+        from tokmon.core.alerts import AlertEngine
+
+        self.alerts = AlertEngine(drift_alert_pct_h=drift_alert, window_s=window_s)
         self.t_start = 0
         self.t_stop: int | None = None
         self.wall_start = 0.0
@@ -75,6 +85,7 @@ class LiveSession:
         self.stopping = False
         self.finished_workers: set[int] = set()
         self.output_check: dict[str, Any] | None = None
+        self._all_alerts: list[Event] = []
         self.check_n = check_outputs_n
         self._checking = False
 
@@ -109,8 +120,7 @@ class LiveSession:
             self.cmd_conns.append(cmd_w)
         for pr in self.probes:
             pr.on_event = lambda kind, msg, data: self._event(kind, msg, data)
-            if self.recorder is not None:
-                pr.on_sample = self.recorder.sample
+            pr.on_sample = self._on_sample
             pr.start()
         self._event("start", f"run started: {self.cfg.mode} {self._level_str()}")
         self._reader = threading.Thread(target=self._read_loop, name="tokmon-reader", daemon=True)
@@ -119,6 +129,15 @@ class LiveSession:
             self.start_output_check()
         if self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
+
+    def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
+        if src == "gpu" and values.get("gpu_power_w") is not None:
+            with self.lock:
+                self.agg.add_power(t, float(values["gpu_power_w"]))
+                if not self._gpus_given and values.get("gpu_devices"):
+                    self.agg.gpus = len(values["gpu_devices"])
+        if self.recorder is not None:
+            self.recorder.sample(src, t, values)
 
     def start_output_check(self) -> str:
         """Greedy outputs of every arm compared, in a thread (never in the engine)."""
@@ -271,6 +290,8 @@ class LiveSession:
         )
         with self.lock:
             self.agg.add_event(ev)
+            if ev.kind == "alert":
+                self._all_alerts.append(ev)
         if self.recorder is not None:
             self.recorder.event(ev)
 
@@ -330,8 +351,25 @@ class LiveSession:
             if self.recorder is not None and self.recorder.active
             else None,
         }
+        from tokmon.core.alerts import cost_figures
+
         with self.lock:
+            tr = {k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()}
+            meta["trends"] = tr
+            if self._snap is not None:
+                meta["costs"] = {
+                    v.name: cost_figures(
+                        v.window.tokens_per_s if v.window else None,
+                        gpu_hour_price=self.agg.gpu_hour_price,
+                        gpus=self.agg.gpus,
+                        power_w=probes.get("gpu_power_w"),
+                    )
+                    for v in self._snap.arm_views
+                }
             self._snap = self.agg.tick(now, probes=probes, meta=meta, final=final)
+            point = self.agg.history.recent[-1]
+        for kind, msg, data in self.alerts.add(point, probes.get("self_rss_mib")):
+            self._event(kind, msg, data)
 
     def _server_probe(self, arm: str) -> Any:
         for pr in self.probes:
@@ -391,4 +429,5 @@ class LiveSession:
             )
         if self.output_check is not None:
             s["output_check"] = self.output_check
+        s["alerts"] = alerts_from_events(list(self._all_alerts), self.t_start)
         return s

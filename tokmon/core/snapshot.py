@@ -50,6 +50,8 @@ class Snapshot:
     insecure: bool = False
     output_check: dict[str, Any] | None = None
     down: dict[str, float] = field(default_factory=dict)  # arm -> seconds its server is down
+    trends: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # %/h, CI
+    costs: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per arm, live
 
 
 class Source(Protocol):

@@ -225,3 +225,16 @@ def summary_table(summary: dict[str, Any]) -> str:
 
 def np_or_none(x: np.ndarray) -> float | None:
     return float(x) if x.size else None
+
+
+def alerts_from_events(events: list[Any], t0: int) -> list[dict[str, Any]]:
+    """The summary's alert list (the same from a live run and from its recording)."""
+    return [
+        {
+            "t_s": round((e.t - t0) / 1e9, 3),
+            "message": e.message,
+            **{k: v for k, v in e.data.items() if isinstance(v, (str, int, float, list))},
+        }
+        for e in events
+        if e.kind == "alert"
+    ]

@@ -474,7 +474,7 @@ class DashboardApp(App[None]):
             if pr.get("kv_pct") is None
             else (f"running {pr.get('running', 0):.0f} · {pr.get('engine', '')}")
         )
-        return {
+        out = {
             "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
             "decode": (
                 f"p50 {_num(w.decode_p50)} tok/s",
@@ -492,6 +492,21 @@ class DashboardApp(App[None]):
             "gpu": (gpu1, gpu2),
             "kv": (kv1, kv2),
         }
+        # The running trend (Sen's slope, %/h) once there is enough data, beside line 1.
+        for key, metric in (
+            ("tok", "tok_s"),
+            ("decode", "tpot_p50"),
+            ("ttft", "ttft_p95"),
+            ("errors", "err_rate"),
+            ("gpu", "gpu_mem_pct"),
+            ("kv", "kv_pct"),
+        ):
+            tr = s.trends.get(metric)
+            if tr is not None and key in out:
+                l1, l2 = out[key]
+                sig = "*" if (tr[1] > 0 or tr[2] < 0) else ""
+                out[key] = (f"{l1} {tr[0]:+.1f}%/h{sig}", l2)
+        return out
 
     def _compare_text(self, s: Snapshot) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
@@ -527,6 +542,20 @@ class DashboardApp(App[None]):
                     t.append("\n" if sig else " n.s.\n", style="dim")
         elif len(s.arms) < 2:
             t.append("one arm: add --arm to compare\n", style="dim")
+        if any(
+            c.get("cost_per_mtok") is not None or c.get("joules_per_token") is not None
+            for c in s.costs.values()
+        ):
+            parts = []
+            for name, c in s.costs.items():
+                bits = []
+                if c.get("cost_per_mtok") is not None:
+                    bits.append(f"{c['cost_per_mtok']:.2f}/Mtok")
+                if c.get("joules_per_token") is not None:
+                    bits.append(f"{c['joules_per_token']:.2f} J/tok")
+                if bits:
+                    parts.append(f"{name[:8]} " + " ".join(bits))
+            t.append("cost " + " · ".join(parts) + "\n")
         oc = s.output_check
         if oc is not None:
             for name, r in oc["arms"].items():

@@ -1,0 +1,137 @@
+"""Stability alerts and cost: synthetic soaks, the simulator's drift, a fake NVML's power."""
+
+import numpy as np
+import pytest
+from fake_nvml import make
+
+from tokmon.core.alerts import AlertEngine, cost_figures, sen_slope
+from tokmon.core.history import Point
+
+
+def soak(values, seconds, engine=None, **extra):
+    eng = engine or AlertEngine()
+    fired = []
+    for i in range(seconds):
+        kw = {k: (v(i) if callable(v) else v) for k, v in extra.items()}
+        fired += [(i, m, d) for _, m, d in eng.add(Point(t=float(i), tok_s=values(i), **kw))]
+    return eng, fired
+
+
+def test_flat_soak_raises_no_alert():
+    rng = np.random.default_rng(1)
+    noise = rng.normal(0, 30, 3 * 3600)
+    eng, fired = soak(
+        lambda i: 1000 + noise[i], 3 * 3600, tpot_p50=lambda i: 25 + noise[i] / 100, queue=2.0
+    )
+    assert fired == []  # false alarms: 0 in a 3-hour flat soak (2 checks a minute)
+    assert not eng.trends["tok_s"].significant or abs(eng.trends["tok_s"].pct_per_hour) < 1
+
+
+def test_drift_alert_and_interval():
+    rng = np.random.default_rng(2)
+    noise = rng.normal(0, 20, 3600)
+    # tokens/s falling 10% per hour (of its median)
+    eng, fired = soak(lambda i: 1000 * (1 - 0.10 * i / 3600) + noise[i], 3600)
+    tr = eng.trends["tok_s"]
+    truth = -10 / 0.95  # slope relative to the run's median (950)
+    assert tr.lo <= truth <= tr.hi
+    drift = [m for _, m, d in fired if d["alert"] == "drift"]
+    assert len(drift) == 1 and "tokens/s" in drift[0]
+
+
+def test_step_change_flagged_after_it_happened_not_before():
+    rng = np.random.default_rng(3)
+    noise = rng.normal(0, 20, 1800)
+    eng, fired = soak(lambda i: (1000 if i < 900 else 800) + noise[i], 1800)
+    cps = [(i, d) for i, m, d in fired if d["alert"] == "change_point" and d["metric"] == "tok_s"]
+    assert len(cps) == 1
+    when, d = cps[0]
+    assert 900 <= when <= 900 + 80  # within a few 10 s windows (measured: 6), never before
+    assert abs(d["at_s"] - 900) <= 30 and d["change_pct"] == pytest.approx(-20, abs=4)
+
+
+def test_saturation_when_queue_grows_and_throughput_is_flat():
+    rng = np.random.default_rng(4)
+    noise = rng.normal(0, 10, 600)
+    eng, fired = soak(
+        lambda i: 1000 + noise[i], 600, queue=lambda i: 0.0 if i < 300 else (i - 300) / 5
+    )
+    sat = [i for i, m, d in fired if d["alert"] == "saturation"]
+    assert len(sat) == 1 and sat[0] > 300
+
+
+def test_sen_slope():
+    x = np.arange(50.0)
+    s, lo, hi = sen_slope(x, 3 * x + 1)
+    assert s == 3 and lo == 3 and hi == 3
+
+
+def test_cost_arithmetic():
+    c = cost_figures(1000.0, gpu_hour_price=2.5, gpus=1, power_w=700.0)
+    assert c["cost_per_mtok"] == pytest.approx(2.5 / 3600 / 1000 * 1e6)  # 0.694
+    assert c["joules_per_token"] == pytest.approx(0.7)
+    assert c["tokens_per_joule"] == pytest.approx(1000 / 700)
+    c = cost_figures(500.0, gpu_hour_price=2.0, gpus=4, power_w=None)
+    assert c["cost_per_mtok"] == pytest.approx(8.0 / 3600 / 500 * 1e6)
+    assert c["joules_per_token"] is None
+    assert cost_figures(None, gpu_hour_price=2.0, gpus=1, power_w=100)["cost_per_mtok"] is None
+
+
+def test_energy_and_cost_from_fake_nvml(make_sim):
+    from tokmon.core.arms import Arm
+    from tokmon.core.config import RunConfig
+    from tokmon.core.probes.gpu import NvmlProbe
+    from tokmon.core.session import LiveSession
+    from tokmon.core.workload import LengthDist
+
+    sim = make_sim(schedule=(5.0, 2.0, 1))
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=4,
+        duration_s=4.0,
+        max_tokens=LengthDist("fixed", 30),
+    )
+    probe = NvmlProbe(0.1, nvml=make(n=2, power_mw=350_000))  # 2 × 350 W
+    s = LiveSession(cfg, target=sim.url, model="sim-27b", probes=[probe], gpu_hour_price=3.0)
+    s.start()
+    assert s.wait(30)
+    s.close()
+    a = s.summary()["arms"]["a"]
+    tps = a["output_tokens_per_s"]
+    assert a["mean_gpu_power_w"] == pytest.approx(700)
+    assert a["joules_per_token"] == pytest.approx(700 / tps)
+    assert a["cost_per_million_tokens"] == pytest.approx(3.0 * 2 / 3600 / tps * 1e6)  # 2 GPUs seen
+
+
+def test_sim_drift_detected_in_compressed_time(make_sim):
+    """The simulator's 2%/h drift at 720× time: TPOT grows 0.4% per wall second."""
+    from tokmon.core.arms import Arm
+    from tokmon.core.config import RunConfig
+    from tokmon.core.session import LiveSession
+    from tokmon.core.workload import LengthDist
+    from tokmon.sim.faults import Faults
+    from tokmon.sim.model import parse_profile
+
+    # A 3.6 s model step at 720× is 5 ms of wall time.
+    sim = make_sim(
+        profile=parse_profile("zero", "step_base_ms=3600"),
+        time_scale=720.0,
+        faults=Faults(drift=2.0),
+    )
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=2,
+        duration_s=40.0,
+        max_tokens=LengthDist("fixed", 12),
+    )
+    s = LiveSession(cfg, target=sim.url, model="sim-27b", window_s=2.0)
+    s.alerts.min_span_s = 20.0
+    s.alerts.every_s = 2.0
+    s.start()
+    assert s.wait(90)
+    s.close()
+    tr = s.alerts.trends["tpot_p50"]
+    # TPOT(t) = T0 (1 + 0.004 t); relative to its median (t ≈ 22 s): ≈ 1,320 %/h
+    truth = 0.004 * 3600 * 100 / (1 + 0.004 * 22)
+    assert tr.lo <= truth <= tr.hi or tr.pct_per_hour == pytest.approx(truth, rel=0.2)
+    assert any(e.kind == "alert" and "TPOT" in e.message for e in s.agg.events)

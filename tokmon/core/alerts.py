@@ -1,0 +1,269 @@
+"""Stability, live: drift, change points, saturation and leaks turned into alerts while the
+run goes on (METRICS.md, Drift and jitter). Fed one history point a second; cheap enough
+to run in the aggregation thread (Sen's slope on at most a few hundred points).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokmon.core.changepoint import cusum
+from tokmon.core.history import Point
+
+# metric key on Point -> (label, direction that is bad: +1 rising is bad, -1 falling is bad)
+DRIFT_METRICS = {
+    "tok_s": ("tokens/s", -1),
+    "tpot_p50": ("TPOT p50", +1),
+    "ttft_p95": ("TTFT p95", +1),
+    "err_rate": ("error rate", +1),
+    "gpu_mem_pct": ("GPU memory", +1),
+    "kv_pct": ("KV cache", +1),
+}
+
+
+def sen_slope(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float] | None:
+    """Theil–Sen slope with its rank-based (Kendall) confidence interval."""
+    n = x.size
+    if n < 8:
+        return None
+    i, j = np.triu_indices(n, 1)
+    dx = x[j] - x[i]
+    ok = dx != 0
+    s = np.sort((y[j] - y[i])[ok] / dx[ok])
+    m = s.size
+    if m == 0:
+        return None
+    c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    lo_i = max(0, int((m - c) / 2))
+    hi_i = min(m - 1, int(math.ceil((m + c) / 2)))
+    return float(np.median(s)), float(s[lo_i]), float(s[hi_i])
+
+
+@dataclass(frozen=True)
+class Trend:
+    metric: str
+    pct_per_hour: float
+    lo: float
+    hi: float
+
+    @property
+    def significant(self) -> bool:
+        return self.lo > 0 or self.hi < 0
+
+
+class AlertEngine:
+    def __init__(
+        self,
+        *,
+        drift_alert_pct_h: float = 5.0,
+        min_span_s: float = 600.0,
+        window_s: float = 10.0,
+        every_s: float = 10.0,
+        max_points: int = 240,
+    ) -> None:
+        self.drift_alert = drift_alert_pct_h
+        self.min_change_pct = 5.0  # smaller steps are noted in reports, not alerted
+        self.min_span_s = min_span_s
+        self.window_s = window_s
+        self.every_s = every_s
+        self.max_points = max_points
+        self.points: deque[Point] = deque(maxlen=100_000)
+        self.trends: dict[str, Trend] = {}
+        self.fired: set[str] = set()
+        self.alerts: list[dict[str, Any]] = []
+        self._next = 0.0
+        self._cp_seen: dict[str, int] = {}
+        self._rss: deque[tuple[float, float]] = deque(maxlen=100_000)
+
+    def add(
+        self, p: Point, self_rss_mib: float | None = None
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """One point (one second); returns new alerts as (kind, message, data)."""
+        self.points.append(p)
+        if self_rss_mib is not None:
+            self._rss.append((p.t, self_rss_mib))
+        if p.t < self._next:
+            return []
+        self._next = p.t + self.every_s
+        out: list[tuple[str, str, dict[str, Any]]] = []
+        out += self._drift()
+        out += self._change_points()
+        out += self._saturation()
+        out += self._leak()
+        for _, msg, data in out:
+            self.alerts.append({"t_s": p.t, "message": msg, **data})
+        return out
+
+    # ------------------------------------------------------------------ checks
+    def _series(self, key: str, pts: list[Point] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        pts = list(self.points) if pts is None else pts
+        # Points a second apart share most of their sliding window: keep one per window so
+        # that the slope's interval is not made narrow by counting the same data ten times.
+        xs, ys = [], []
+        last = -1e18
+        for q in pts:
+            v = getattr(q, key)
+            if v is not None and q.t - last >= self.window_s:
+                xs.append(q.t)
+                ys.append(v)
+                last = q.t
+        x, y = np.array(xs, dtype=float), np.array(ys, dtype=float)
+        if x.size > self.max_points:  # thin evenly: Sen's slope is O(n²)
+            idx = np.linspace(0, x.size - 1, self.max_points).astype(int)
+            x, y = x[idx], y[idx]
+        return x, y
+
+    def trend(self, key: str) -> Trend | None:
+        x, y = self._series(key)
+        if x.size < 8 or x[-1] - x[0] < self.min_span_s:
+            return None
+        med = float(np.median(y))
+        if med == 0:
+            return None
+        # 99.9% interval: the check runs many times over a soak, so each must be strict.
+        r = sen_slope(x, y, z=3.29)
+        if r is None:
+            return None
+        k = 3600.0 * 100.0 / abs(med)
+        return Trend(key, r[0] * k, r[1] * k, r[2] * k)
+
+    def _drift(self) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        for key, (label, bad) in DRIFT_METRICS.items():
+            tr = self.trend(key)
+            if tr is None:
+                continue
+            self.trends[key] = tr
+            name = f"drift:{key}"
+            if (
+                tr.significant
+                and abs(tr.pct_per_hour) >= self.drift_alert
+                and tr.pct_per_hour * bad > 0
+                and name not in self.fired
+            ):
+                self.fired.add(name)
+                out.append(
+                    (
+                        "alert",
+                        f"drift: {label} {tr.pct_per_hour:+.1f}%/h [{tr.lo:+.1f}, {tr.hi:+.1f}]",
+                        {
+                            "alert": "drift",
+                            "metric": key,
+                            "pct_per_hour": tr.pct_per_hour,
+                            "ci95": [tr.lo, tr.hi],
+                        },
+                    )
+                )
+        return out
+
+    def _window_medians(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        b: dict[int, list[float]] = {}
+        for q in self.points:
+            v = getattr(q, key)
+            if v is not None:
+                b.setdefault(int(q.t // self.window_s), []).append(v)
+        ks = sorted(b)
+        return (
+            np.array([(k + 1) * self.window_s for k in ks]),
+            np.array([float(np.median(b[k])) for k in ks]),
+        )
+
+    def _change_points(self) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        for key, label in (
+            ("tok_s", "tokens/s"),
+            ("decode_p50", "decode p50"),
+            ("ttft_p95", "TTFT p95"),
+        ):
+            t, m = self._window_medians(key)
+            cps = cusum(t, m, min_len=6)
+            seen = self._cp_seen.get(key, 0)
+            for c in cps[seen:]:
+                if abs(c.change_pct) < self.min_change_pct:
+                    continue
+                out.append(
+                    (
+                        "alert",
+                        f"change point: {label} {c.before:.1f} → {c.after:.1f} "
+                        f"({c.change_pct:+.0f}%) at {c.t:.0f} s",
+                        {
+                            "alert": "change_point",
+                            "metric": key,
+                            "at_s": c.t,
+                            "change_pct": c.change_pct,
+                        },
+                    )
+                )
+            self._cp_seen[key] = len(cps)
+        return out
+
+    def _saturation(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """The queue keeps growing while throughput stays flat: more load adds only wait."""
+        pts = [q for q in self.points if q.t >= self.points[-1].t - 180]
+        if len(pts) < 90 or "saturation" in self.fired:
+            return []
+        for qkey, label in (("queue", "server queue"), ("send_lag", "client send lag")):
+            x, q = self._series(qkey, pts)
+            x2, tok = self._series("tok_s", pts)
+            if x.size < 8 or x2.size < 8 or float(np.median(tok)) <= 0:
+                continue
+            rq = sen_slope(x, q)
+            rt = sen_slope(x2, tok)
+            if rq is None or rt is None:
+                continue
+            growing = rq[1] > 0 and (q[-1] - q[0]) > max(2.0, 0.5 * abs(float(np.median(q))))
+            flat = abs(rt[0] * 60) < 0.1 * float(np.median(tok))  # < 10% change a minute
+            if growing and flat:
+                self.fired.add("saturation")
+                return [
+                    (
+                        "alert",
+                        f"saturation: {label} keeps growing while tokens/s stays flat "
+                        f"— the server is saturated at this load",
+                        {"alert": "saturation", "signal": qkey},
+                    )
+                ]
+        return []
+
+    def _leak(self) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        if len(self._rss) >= 8 and "leak:self" not in self.fired:
+            x = np.array([a for a, _ in self._rss])
+            y = np.array([b for _, b in self._rss])
+            if x[-1] - x[0] >= self.min_span_s:
+                r = sen_slope(
+                    x[:: max(1, x.size // self.max_points)], y[:: max(1, x.size // self.max_points)]
+                )
+                if r is not None and r[1] > 0 and r[0] * 3600 > 50:  # > 50 MiB per hour
+                    self.fired.add("leak:self")
+                    out.append(
+                        (
+                            "alert",
+                            f"memory: tokmon's own memory grows {r[0] * 3600:.0f} MiB/h",
+                            {"alert": "leak", "what": "tokmon"},
+                        )
+                    )
+        return out
+
+
+def cost_figures(
+    tok_s: float | None, *, gpu_hour_price: float | None, gpus: int, power_w: float | None
+) -> dict[str, float | None]:
+    """Cost per million output tokens and energy per token at the measured throughput."""
+    out: dict[str, float | None] = {
+        "cost_per_mtok": None,
+        "joules_per_token": None,
+        "tokens_per_joule": None,
+    }
+    if tok_s and tok_s > 0:
+        if gpu_hour_price is not None:
+            out["cost_per_mtok"] = gpu_hour_price * gpus / 3600.0 / tok_s * 1e6
+        if power_w is not None and power_w > 0:
+            out["joules_per_token"] = power_w / tok_s
+            out["tokens_per_joule"] = tok_s / power_w
+    return out
