@@ -330,6 +330,13 @@ def build_parser() -> Parser:
     )
     rep.add_argument("-o", "--output", default=None, help="write to this file (default: stdout)")
     rep.add_argument(
+        "--target-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="with SLOs in the run: how many GPUs R requests/s would need",
+    )
+    rep.add_argument(
         "--compare",
         default=None,
         metavar="OTHER",
@@ -1133,7 +1140,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         other = read_recording(args.compare)
         _write_out(args.output, compare_recordings(rec, other, args.format))
     else:
-        _write_out(args.output, render(rec, args.format))
+        _write_out(args.output, render(rec, args.format, args.target_rate))
     if rec.truncated:
         print(
             f"tokmon report: note: {args.file} was cut (the writer did not finish); "

@@ -157,9 +157,34 @@ def errors_by_class(rec: Recording) -> dict[str, dict[str, int]]:
     return out
 
 
-def report_data(rec: Recording) -> dict[str, Any]:
+def capacity(rec: Recording, summary: dict[str, Any], target_rate: float | None) -> dict[str, Any]:
+    """Requests/s one GPU sustains within the SLOs (goodput), and GPUs for a target load."""
+    import math
+
+    gpus = (
+        (rec.header.get("cost") or {}).get("gpus")
+        or len((rec.header.get("gpu") or {}).get("gpus") or [])
+        or 1
+    )
+    out = {}
+    for arm, a in summary["arms"].items():
+        g = a.get("goodput_per_s")
+        if g is None:
+            continue
+        per_gpu = g / gpus
+        out[arm] = {
+            "per_gpu": per_gpu,
+            "gpus": gpus,
+            "target_rate": target_rate,
+            "needed": (math.ceil(target_rate / per_gpu) if target_rate and per_gpu > 0 else None),
+        }
+    return out
+
+
+def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, Any]:
     return {
-        "summary": recording_summary(rec),
+        "summary": (summary := recording_summary(rec)),
+        "capacity": capacity(rec, summary, target_rate),
         "segments": segments(rec),
         "drift": drifts(rec),
         "change_points": change_points(rec),
@@ -190,12 +215,12 @@ def environment_block(rec: Recording) -> dict[str, Any]:
     }
 
 
-def render(rec: Recording, fmt: str) -> str:
+def render(rec: Recording, fmt: str, target_rate: float | None = None) -> str:
     if fmt == "json":
         return json.dumps(recording_summary(rec), indent=2) + "\n"
     if fmt == "csv":
         return export_csv(rec)
-    data = report_data(rec)
+    data = report_data(rec, target_rate)
     if fmt == "html":
         from tokmon.report_html import render_html
 
@@ -258,6 +283,17 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         if "max_gap_ms" in j:
             parts.append(f"longest gap {j['max_gap_ms']:.0f} ms")
         out.append(f"{arm:<10} " + " · ".join(parts))
+    cap = data.get("capacity") or {}
+    if cap:
+        out += [*fence, "", h + "Capacity under the SLOs", *fence]
+        for arm, c in cap.items():
+            line = (
+                f"{arm:<10} {c['per_gpu']:.2f} req/s per GPU meet the SLOs "
+                f"({c['gpus']} GPU{'s' if c['gpus'] != 1 else ''} measured)"
+            )
+            if c.get("needed") is not None:
+                line += f" · {c['target_rate']:g} req/s needs {c['needed']} GPUs"
+            out.append(line)
     out += [*fence, "", h + "Errors by class", *fence]
     if not data["errors"]:
         out.append("none")

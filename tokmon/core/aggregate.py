@@ -61,6 +61,8 @@ class Aggregator:
         self._pending_marks: list[str] = []
         self._last_errors = 0
         self.down_since: dict[str, int] = {}
+        self.stalls_total = 0
+        self._last_stall_event = -(10**18)
         self.power: list[tuple[int, float]] = []  # (t, GPU watts): energy per token
         self.gpu_hour_price: float | None = None
         self.gpus = 1
@@ -77,6 +79,18 @@ class Aggregator:
                 self.t_measure = r.t_sched
             if r.stalls:
                 self._pending_marks.append("stall")
+                self.stalls_total += r.stalls
+                # Each stall is listed with its request; at most one event a second.
+                if self.on_event is not None and r.t_end - self._last_stall_event >= 1_000_000_000:
+                    self._last_stall_event = r.t_end
+                    self.on_event(
+                        "stall",
+                        f"stall: request {r.rid} ({r.arm}) waited "
+                        f"{r.max_gap_ms or 0:.0f} ms between chunks "
+                        f"({self.stalls_total} stalls so far)",
+                        {"rid": r.rid, "arm": r.arm, "gap_ms": r.max_gap_ms},
+                        r.t_end,
+                    )
             if r.outcome == "connect":
                 if r.arm not in self.down_since:
                     self.down_since[r.arm] = r.t_end

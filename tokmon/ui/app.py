@@ -478,7 +478,8 @@ class DashboardApp(App[None]):
             "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
             "decode": (
                 f"p50 {_num(w.decode_p50)} tok/s",
-                f"TPOT p50 {fmt_ms(w.tpot_p50)} p95 {fmt_ms(w.tpot_p95)} ms",
+                f"TPOT p50 {fmt_ms(w.tpot_p50)} p95 {fmt_ms(w.tpot_p95)}"
+                + ("" if w.tpot_cv is None else f" cv {w.tpot_cv:.2f}"),
             ),
             "ttft": (
                 f"p50 {fmt_ms(w.ttft_p50)} ms",
@@ -487,7 +488,7 @@ class DashboardApp(App[None]):
             "accept": (acc1, acc2),
             "errors": (
                 f"{w.failed}/{w.ended} ({(w.failed / w.ended if w.ended else 0):.1%})",
-                err_cls,
+                err_cls + (f" · stalls {w.stalls}" if w.stalls else ""),
             ),
             "gpu": (gpu1, gpu2),
             "kv": (kv1, kv2),
