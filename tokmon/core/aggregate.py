@@ -73,7 +73,10 @@ class Aggregator:
     # ------------------------------------------------------------------ input
     def add_records(self, records: list[RequestRecord]) -> None:
         for r in records:
-            self.totals.setdefault(r.arm, ArmTotals(r.arm)).add(r, self.slo)
+            tot = self.totals.get(r.arm)
+            if tot is None:  # (not setdefault: that would build an ArmTotals every time)
+                tot = self.totals[r.arm] = ArmTotals(r.arm)
+            tot.add(r, self.slo)
             self.window.append(r)
             if r.counted and (self.t_measure is None or r.t_sched < self.t_measure):
                 self.t_measure = r.t_sched

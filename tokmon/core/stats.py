@@ -120,7 +120,7 @@ class Slo:
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+        return self.ttft_ms is not None or self.tpot_ms is not None or self.e2e_ms is not None
 
     def met(self, r: RequestRecord) -> bool:
         if not r.ok:
