@@ -381,7 +381,9 @@ class DashboardApp(App[None]):
         marks.marks = tuple(p.marks for p in pts)
         span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
         marks.axis = f"{'recent' if self.view == 'recent' else 'whole run'} · {_hms(span)} shown"
-        screen.query_one("#compare", InfoPanel).show(self._compare_text(snap))
+        compare = screen.query_one("#compare", InfoPanel)
+        # Room for a second line per arm unless the terminal is small.
+        compare.show(self._compare_text(snap, detail=compare.size.height >= 10))
         screen.query_one("#events", InfoPanel).show(self._events_text(snap))
         _ = w
 
@@ -509,7 +511,7 @@ class DashboardApp(App[None]):
                 out[key] = (f"{l1} {tr[0]:+.1f}%/h{sig}", l2)
         return out
 
-    def _compare_text(self, s: Snapshot) -> Text:
+    def _compare_text(self, s: Snapshot, detail: bool = False) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{'arm':<9}{'ok':>5}{'err':>4}{'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold")
         for v in s.arm_views:
@@ -519,6 +521,12 @@ class DashboardApp(App[None]):
             if w is not None:
                 t.append(f"{w.tokens_per_s:>6.0f}{_num(w.decode_p50):>6}{fmt_ms(w.ttft_p50):>6}")
             t.append("\n")
+            if detail and w is not None:
+                # The rest of each arm's window: TPOT, TTFT p95, error rate, acceptance.
+                acc = "n/a" if w.acceptance_rate is None else f"{w.acceptance_rate:.0%}"
+                err = f"{w.failed / w.ended:.1%}" if w.ended else "—"
+                t.append(f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
+                         f"err {err} · acc {acc}\n", style="dim")
         c = s.comparison
         if c is not None:
             t.append(
