@@ -86,6 +86,14 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
         help="warm-up: N requests or a duration (20s); recorded, excluded from summaries",
     )
     g.add_argument("--workers", type=int, default=1, help="engine processes sharing the load")
+    g.add_argument("--ladder", default=None, metavar="PARAM=V1,V2,…",
+                   help="steps of concurrency=1,2,4,8 / rate=1,2,4 / prompt-tokens=128,1k,4k / "
+                        "max-tokens=…, each for --step-duration, for every arm in turn")
+    g.add_argument("--step-duration", default="30s", help="length of one ladder step")
+    g.add_argument("--step-warmup", default="5s", help="start of each step kept out of its figures")
+    g.add_argument("--ladder-stop", default=None, metavar="errors=5%,ttft_p95=MS",
+                   help="end the ladder when a step passes these (the server is saturated)")
+
 
 
 def add_request_options(p: argparse.ArgumentParser) -> None:
@@ -482,6 +490,10 @@ CONFIG_KEYS = {
     "alerts_exit",
     "gpu_hour_price",
     "gpu_count",
+    "ladder",
+    "step_duration",
+    "step_warmup",
+    "ladder_stop",
 }
 
 
@@ -543,6 +555,26 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     from tokmon.core.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
 
     url = args.url or os.environ.get("TOKMON_URL")
+    ladder = None
+    if getattr(args, "ladder", None):
+        from tokmon.core.ladder import LadderError, parse_ladder
+
+        try:
+            ladder = parse_ladder(args.ladder, dur("--step-duration", args.step_duration, False) or 30.0,
+                                  dur("--step-warmup", args.step_warmup) or 0.0, args.ladder_stop,
+                                  dur("--duration", args.duration, allow_zero=False))
+        except LadderError as e:
+            raise UsageError(str(e)) from None
+        if args.requests is not None:
+            raise UsageError("--ladder and --requests exclude each other: a ladder runs by time")
+        if ladder.param == "concurrency":
+            if args.rate is not None:
+                raise UsageError("--ladder concurrency=… and --rate exclude each other")
+            args.concurrency = int(ladder.values[0])
+        elif ladder.param == "rate":
+            if args.concurrency is not None:
+                raise UsageError("--ladder rate=… and --concurrency exclude each other")
+            args.rate = float(ladder.values[0])
     if args.concurrency is not None and args.rate is not None:
         raise UsageError("--concurrency and --rate exclude each other: pick one")
     mode = "rate" if args.rate is not None else "concurrency"
@@ -686,6 +718,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         if ver:
             versions[a_url] = ver
     info = {
+        "ladder": ladder,
         "models": models_cache,
         "versions": versions,
         "target": url or resolved[0].url,
@@ -717,6 +750,7 @@ def run_session(
         drift_alert=parse_drift_alert(getattr(args, "drift_alert", "5%/h")),
         gpu_hour_price=getattr(args, "gpu_hour_price", None),
         gpus=getattr(args, "gpu_count", None),
+        ladder=info.get("ladder"),
     )
     headless = args.headless or not sys.stdout.isatty()
     try:

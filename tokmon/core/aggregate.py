@@ -64,6 +64,9 @@ class Aggregator:
         self.stalls_total = 0
         self._last_stall_event = -(10**18)
         self.power: list[tuple[int, float]] = []  # (t, GPU watts): energy per token
+        self.ladder_param: str | None = None
+        self.steps: list[Any] = []  # StepTotals, in the order they ran
+        self.ladder_stopped: str | None = None
         self.gpu_hour_price: float | None = None
         self.gpus = 1
         # Set by a live session: derived events (server down / back). A replay leaves it
@@ -80,6 +83,20 @@ class Aggregator:
             self.window.append(r)
             if r.counted and (self.t_measure is None or r.t_sched < self.t_measure):
                 self.t_measure = r.t_sched
+            if r.step >= 0 and r.counted and self.steps:
+                for st in reversed(self.steps):
+                    if st.step == r.step and st.arm == r.arm:
+                        if r.ok:
+                            st.ok += 1
+                            if r.ttft_ms is not None:
+                                st.ttft.append(r.ttft_ms)
+                            if r.tpot_ms is not None:
+                                st.tpot.append(r.tpot_ms)
+                            if r.decode_tps is not None:
+                                st.decode.append(r.decode_tps)
+                        else:
+                            st.failed += 1
+                        break
             if r.stalls:
                 self._pending_marks.append("stall")
                 self.stalls_total += r.stalls
@@ -117,6 +134,68 @@ class Aggregator:
     def add_ticks(self, ticks: dict[tuple[int, str], int]) -> None:
         for (t, arm), n in ticks.items():
             self.tokens.add(t, arm, n)
+            if self.steps:
+                for st in reversed(self.steps):
+                    if st.arm == arm and st.t0 <= t and (st.t1 is None or t < st.t1):
+                        st.tokens += n
+                        break
+
+    # ------------------------------------------------------------------ ladder
+    def begin_step(self, step: int, arm: str, value: str, t_start: int, warm_s: float,
+                   param: str) -> None:
+        """A ladder step starts at ``t_start``; it is measured after ``warm_s``."""
+        from tokmon.core.ladder import StepTotals
+
+        self.ladder_param = param
+        if self.steps and self.steps[-1].t1 is None:
+            self.steps[-1].t1 = t_start
+        self.steps.append(StepTotals(step, arm, value, t_start + int(warm_s * 1e9)))
+
+    def end_ladder(self, t: int, reason: str | None = None) -> None:
+        if self.steps and self.steps[-1].t1 is None:
+            self.steps[-1].t1 = t
+        if reason:
+            self.ladder_stopped = reason
+
+    def note_probe(self, t: int, values: dict[str, Any]) -> None:
+        """GPU memory and KV cache per step (long inputs are where memory runs out)."""
+        for st in reversed(self.steps):
+            if not (st.t0 <= t and (st.t1 is None or t < st.t1)):
+                continue
+            for key, attr in (("gpu_mem_pct", "gpu_mem_max"), ("kv_pct", "kv_max")):
+                v = values.get(key)
+                if v is not None:
+                    cur = getattr(st, attr)
+                    setattr(st, attr, v if cur is None else max(cur, v))
+            break
+
+    def ladder_summary(self, t_end: int) -> dict[str, Any] | None:
+        from tokmon.core.ladder import knee
+        from tokmon.core.stats import ratio_ci_requests
+
+        if not self.steps:
+            return None
+        figs = [st.figures(t_end) for st in self.steps]
+        arms = list(dict.fromkeys(f["arm"] for f in figs))
+        out: dict[str, Any] = {"param": self.ladder_param, "steps": figs,
+                               "knee": {a: knee([f for f in figs if f["arm"] == a]) for a in arms},
+                               "stopped_early": self.ladder_stopped}
+        if len(arms) >= 2:
+            import numpy as np
+
+            speedup = []
+            by = {(st.step, st.arm): st for st in self.steps}
+            for step in sorted({st.step for st in self.steps}):
+                a, b = by.get((step, arms[0])), by.get((step, arms[1]))
+                if a is None or b is None:
+                    continue
+                r = ratio_ci_requests(np.asarray(a.decode), np.asarray(b.decode))
+                speedup.append({"step": step, "value": a.value, "baseline": arms[0],
+                                "other": arms[1],
+                                "decode_ratio": None if r is None else {"ratio": r[0],
+                                                                         "ci95": [r[1], r[2]]}})
+            out["speedup"] = speedup
+        return out
 
     def add_event(self, ev: Event) -> None:
         self.events.append(ev)
@@ -280,6 +359,9 @@ class Aggregator:
             server_spec=server_spec,
             slo_good=self.slo.any,
         )
+        lad = self.ladder_summary(t_end)
+        if lad is not None:
+            out["ladder"] = lad
         from tokmon.core.alerts import cost_figures
 
         for name, a in out["arms"].items():

@@ -25,7 +25,7 @@ from tokmon.core.client import Tick, make_client, stream_request
 from tokmon.core.config import RunConfig
 from tokmon.core.measure import NS_PER_MS
 from tokmon.core.records import EngineStatus, Event, RequestRecord
-from tokmon.core.workload import Arrivals, Prompt, synthetic_prompt
+from tokmon.core.workload import Arrivals, LengthDist, Prompt, synthetic_prompt
 
 
 def split_share(total: int, worker: int, nworkers: int) -> int:
@@ -80,6 +80,10 @@ class Engine:
         self.arm_names = [a.name for a in cfg.arms]
         self.arm = cfg.arms[0].name
         self.segment = 0
+        self.step = -1
+        self.settle_ns = int(cfg.settle_s * 1e9)
+        self.prompt_tokens = cfg.prompt_tokens
+        self.max_tokens = cfg.max_tokens
         self.t_switch = 0
         self.urls = {a.name: endpoint_url(a) for a in cfg.arms}
         self.headers = {a.name: request_headers(cfg, a) for a in cfg.arms}
@@ -142,8 +146,8 @@ class Engine:
                 kind = self.mix_kinds[0]
             else:
                 kind = self.mix_kinds[int(self.rng.choice(len(self.mix_kinds), p=self.mix_w))]
-            p = synthetic_prompt(kind, cfg.prompt_tokens.sample(self.rng), self.rng)
-        return p, cfg.max_tokens.sample(self.rng)
+            p = synthetic_prompt(kind, self.prompt_tokens.sample(self.rng), self.rng)
+        return p, self.max_tokens.sample(self.rng)
 
     def _pick_arm(self, n: int) -> str:
         if self.cfg.assign == "alternate" and len(self.arm_names) > 1:
@@ -175,10 +179,11 @@ class Engine:
             warm = True
         if self.cfg.warmup_s and (t_sched - self.t_start) < self.cfg.warmup_s * 1e9:
             warm = True
-        settle = bool(self.t_switch) and (t_sched - self.t_switch) < self.cfg.settle_s * 1e9
+        settle = bool(self.t_switch) and (t_sched - self.t_switch) < self.settle_ns
         base: dict[str, Any] = {
             "kind": prompt.kind,
             "segment": self.segment,
+            "step": self.step,
             "warmup": warm,
             "settle": settle,
             "worker": self.worker,
@@ -303,7 +308,16 @@ class Engine:
     def on_command(self, cmd: tuple[Any, ...]) -> None:
         op = cmd[0]
         now = perf_counter_ns()
-        if op == "arm":
+        if op == "step":
+            # A ladder step: new lengths (if given); its first requests settle.
+            _, self.step, t_switch, ptoks, mtoks, warm_s = cmd
+            self.settle_ns = int(max(warm_s, self.cfg.settle_s) * 1e9)
+            if ptoks is not None:
+                self.prompt_tokens = LengthDist.parse(ptoks)
+            if mtoks is not None:
+                self.max_tokens = LengthDist.parse(mtoks)
+            self.t_switch = t_switch
+        elif op == "arm":
             _, name, segment, t_switch = cmd
             if name in self.arms:
                 self.arm, self.segment, self.t_switch = name, segment, t_switch

@@ -47,6 +47,7 @@ REQUEST_KEYS = {
     "t_end": "te",
     "kind": "kind",
     "segment": "seg",
+    "step": "stp",
     "t_send": "tsd",
     "send_lag_ms": "lag",
     "connect_ms": "con",
@@ -436,6 +437,17 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
         arm = ev.data.get("arm")
         if ev.kind == "arm" and isinstance(arm, str) and arm in arms:
             agg.switch(arm, ev.t)
+        elif ev.kind == "step" and isinstance(arm, str):
+            agg.begin_step(int(str(ev.data.get("step", 0))), arm, str(ev.data.get("value")),
+                           ev.t, float(str(ev.data.get("warm_s", 0))), str(ev.data.get("param")))
+        elif ev.kind == "ladder":
+            reason = ev.data.get("reason")
+            agg.end_ladder(ev.t, reason if isinstance(reason, str) else None)
+    if agg.steps:
+        for t, a, n in rec.ticks:
+            agg.add_ticks({(t, a): n})
+        for t, _src, v in rec.samples:
+            agg.note_probe(t, v)
     agg.add_records(rec.records)
     cost = h.get("cost") or {}
     agg.gpu_hour_price = cost.get("gpu_hour_price")

@@ -34,6 +34,7 @@ class RequestRecord:
     t_end: int
     kind: str = ""
     segment: int = 0
+    step: int = -1  # ladder step (-1: no ladder)
     t_send: int | None = None
     send_lag_ms: float | None = None
     connect_ms: float | None = None

@@ -43,6 +43,7 @@ class LiveSession:
         drift_alert: float = 5.0,
         gpu_hour_price: float | None = None,
         gpus: int | None = None,
+        ladder: Any = None,
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -65,6 +66,7 @@ class LiveSession:
             warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
         )
         self.agg.on_event = lambda kind, msg, data, t: self._event(kind, msg, data, t=t)
+        self.ladder = ladder
         self.agg.gpu_hour_price = gpu_hour_price
         self.agg.gpus = gpus or 1
         self._gpus_given = gpus is not None
@@ -127,10 +129,15 @@ class LiveSession:
         self._reader.start()
         if self.check_n and len(self.arm_names) > 1:
             self.start_output_check()
-        if self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
+        if self.ladder is not None:
+            threading.Thread(target=self._ladder_run, name="tokmon-ladder", daemon=True).start()
+        elif self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
 
     def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
+        if self.ladder is not None:
+            with self.lock:
+                self.agg.note_probe(t, values)
         if src == "gpu" and values.get("gpu_power_w") is not None:
             with self.lock:
                 self.agg.add_power(t, float(values["gpu_power_w"]))
@@ -166,6 +173,54 @@ class LiveSession:
         threading.Thread(target=run, name="tokmon-outputcheck", daemon=True).start()
         self._event("check", f"output check started: {n} greedy prompts per arm")
         return f"output check: {n} prompts per arm"
+
+    def _ladder_run(self) -> None:
+        """Each step for every arm in turn; stop early when the server is saturated."""
+        from tokmon.core.ladder import stop_reason
+
+        lad = self.ladder
+        n = len(lad.values)
+        per_arm = len(self.arm_names) > 1 and self.cfg.assign == "switch"
+        arms: list[str | None] = list(self.arm_names) if per_arm else [None]
+        for i, v in enumerate(lad.values):
+            for arm in arms:
+                if self.stopping:
+                    return
+                now = perf_counter_ns()
+                with self.lock:
+                    if arm is not None and arm != self.agg.arm:
+                        seg = self.agg.switch(arm, now)
+                        self._send(("arm", arm, seg, now))
+                        self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
+                    a = arm or self.agg.arm
+                    self.agg.begin_step(i, a, v, now, lad.warmup_s, lad.param)
+                self._send(("step", i, now, v if lad.param == "prompt-tokens" else None,
+                            v if lad.param == "max-tokens" else None, lad.warmup_s))
+                if lad.param in ("concurrency", "rate"):
+                    self.agg.level = float(v)
+                    self._send(("level", float(v)))
+                self._event("step", f"ladder step {i + 1}/{n}: {lad.param} {v}"
+                            + (f" · arm {a}" if per_arm else ""),
+                            {"step": i, "arm": a, "value": v, "warm_s": lad.warmup_s,
+                             "param": lad.param}, t=now)
+                if self._done.wait(lad.step_s) or self.stopping:
+                    return
+            with self.lock:
+                figs = [st.figures(perf_counter_ns()) for st in self.agg.steps if st.step == i]
+            for f in figs:
+                reason = stop_reason(lad, f)
+                if reason and i + 1 < n:
+                    self._end_ladder(f"saturated at {lad.param} {v} ({f['arm']}): {reason}")
+                    return
+        self._end_ladder(None)
+
+    def _end_ladder(self, reason: str | None) -> None:
+        now = perf_counter_ns()
+        with self.lock:
+            self.agg.end_ladder(now, reason)
+        self._event("ladder", "ladder done" if reason is None else f"ladder stopped: {reason}",
+                    {"reason": reason}, t=now)
+        self.command("stop")
 
     def _alternator(self) -> None:
         assert self.cfg.alternate_s

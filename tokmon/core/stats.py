@@ -208,6 +208,18 @@ def window_stats(
 
 
 @dataclass
+class KindTotals:
+    """Per task kind (code, chat, …): where speculative decoding pays and where it does not."""
+
+    requests: int = 0
+    output_tokens: int = 0
+    decode: GrowArray = field(default_factory=lambda: GrowArray(64))
+    ttft: GrowArray = field(default_factory=lambda: GrowArray(64))
+    spec_draft: int = 0
+    spec_accepted: int = 0
+
+
+@dataclass
 class ArmTotals:
     """Whole-run accumulation for one arm: counts and the per-request arrays."""
 
@@ -235,6 +247,7 @@ class ArmTotals:
     spec_source: str = ""
     t_first: int | None = None
     t_last: int | None = None
+    kinds: dict[str, KindTotals] = field(default_factory=dict)
 
     def add(self, r: RequestRecord, slo: Slo | None) -> None:
         self.by_outcome[r.outcome] = self.by_outcome.get(r.outcome, 0) + 1
@@ -254,6 +267,19 @@ class ArmTotals:
             return
         self.output_tokens += r.output_tokens
         self.stalls += r.stalls
+        if r.kind:
+            k = self.kinds.get(r.kind)
+            if k is None:
+                k = self.kinds[r.kind] = KindTotals()
+            k.requests += 1
+            k.output_tokens += r.output_tokens
+            if r.decode_tps is not None:
+                k.decode.append(r.decode_tps)
+            if r.ttft_ms is not None:
+                k.ttft.append(r.ttft_ms)
+            if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
+                k.spec_draft += r.spec_draft_tokens
+                k.spec_accepted += r.spec_accepted_tokens
         if r.tokens_estimated:
             self.estimated += 1
         if r.ttft_ms is not None:

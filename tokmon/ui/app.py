@@ -549,6 +549,11 @@ class DashboardApp(App[None]):
                         style="bold" if sig else "",
                     )
                     t.append("\n" if sig else " n.s.\n", style="dim")
+            bk = c.get("by_kind") or {}
+            shown = [(k, v["decode_tokens_per_s"]) for k, v in bk.items() if v["decode_tokens_per_s"]]
+            if len(shown) > 1:
+                t.append("decode by kind: " + " · ".join(f"{k} ×{d['ratio']:.2f}" for k, d in shown)
+                         + "\n")
         elif len(s.arms) < 2:
             t.append("one arm: add --arm to compare\n", style="dim")
         if any(
