@@ -7,32 +7,58 @@ import sys
 
 import pytest
 
-from tokmon.sim.model import ALPHA
+from tokmon.sim.model import ALPHA, parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
-from tokmon.sim.model import parse_profile
 
 PY = sys.executable
 
 
 def tokmon(*args, timeout=180):
-    return subprocess.run([PY, "-m", "tokmon", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env=dict(os.environ))
+    return subprocess.run(
+        [PY, "-m", "tokmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
 
 
 def run_json(tmp_path, *args):
     out = tmp_path / "s.json"
-    r = tokmon("run", "--headless", "--no-gpu", "--status-interval", "1h", "--summary-json",
-               str(out), *args)
+    r = tokmon(
+        "run",
+        "--headless",
+        "--no-gpu",
+        "--status-interval",
+        "1h",
+        "--summary-json",
+        str(out),
+        *args,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text()), r.stdout
 
 
 def test_concurrency_ladder_finds_the_batch_limit(tmp_path):
     # Batch limit 8: beyond it requests queue, TTFT takes off and tokens/s stays flat.
-    with SimProcess(SimConfig(profile=parse_profile("27b-h100", "max_batch=8"), time_scale=8)) as sim:
-        s, out = run_json(tmp_path, "--url", sim.url, "--ladder", "concurrency=2,4,8,16,32",
-                          "--step-duration", "3s", "--step-warmup", "1s", "--max-tokens", "48")
+    with SimProcess(
+        SimConfig(profile=parse_profile("27b-h100", "max_batch=8"), time_scale=8)
+    ) as sim:
+        s, out = run_json(
+            tmp_path,
+            "--url",
+            sim.url,
+            "--ladder",
+            "concurrency=2,4,8,16,32",
+            "--step-duration",
+            "3s",
+            "--step-warmup",
+            "1s",
+            "--max-tokens",
+            "48",
+        )
     lad = s["ladder"]
     assert [st["value"] for st in lad["steps"]] == ["2", "4", "8", "16", "32"]
     assert lad["knee"]["default"]["value"] == "8"
@@ -45,22 +71,47 @@ def test_prompt_ladder_ttft_follows_prefill(tmp_path):
     # prefill 5 ms + 0.05 ms per prompt token (time scale 2: half of that in wall time)
     prof = parse_profile("zero", "prefill_base_ms=5,prefill_ms_per_token=0.05,step_base_ms=2")
     with SimProcess(SimConfig(profile=prof, time_scale=2)) as sim:
-        s, _ = run_json(tmp_path, "--url", sim.url, "--ladder", "prompt-tokens=200,2k,8k",
-                        "--step-duration", "2.5s", "--step-warmup", "0.5s", "-c", "1",
-                        "--max-tokens", "4")
+        s, _ = run_json(
+            tmp_path,
+            "--url",
+            sim.url,
+            "--ladder",
+            "prompt-tokens=200,2k,8k",
+            "--step-duration",
+            "2.5s",
+            "--step-warmup",
+            "0.5s",
+            "-c",
+            "1",
+            "--max-tokens",
+            "4",
+        )
     st = {x["value"]: x["ttft_p50"] for x in s["ladder"]["steps"]}
     slope = (st["8k"] - st["200"]) / (8000 - 200)  # ms per prompt token, wall time
     assert slope == pytest.approx(0.05 / 2, rel=0.2)
 
 
 def expected_rate(alpha, k):
-    return sum(alpha ** i for i in range(1, k + 1)) / k
+    return sum(alpha**i for i in range(1, k + 1)) / k
 
 
 def test_per_kind_acceptance_matches_the_simulator(tmp_path):
-    with SimProcess(SimConfig(profile=parse_profile("zero", "step_base_ms=1"), spec=True, seed=3)) as sim:
-        s, out = run_json(tmp_path, "--url", sim.url, "-n", "160", "-c", "8", "--max-tokens", "120",
-                          "--mix", "code=1,creative=1")
+    with SimProcess(
+        SimConfig(profile=parse_profile("zero", "step_base_ms=1"), spec=True, seed=3)
+    ) as sim:
+        s, out = run_json(
+            tmp_path,
+            "--url",
+            sim.url,
+            "-n",
+            "160",
+            "-c",
+            "8",
+            "--max-tokens",
+            "120",
+            "--mix",
+            "code=1,creative=1",
+        )
     bk = s["arms"]["default"]["by_kind"]
     for kind in ("code", "creative"):
         assert bk[kind]["acceptance_rate"] == pytest.approx(expected_rate(ALPHA[kind], 3), abs=0.04)
@@ -69,27 +120,53 @@ def test_per_kind_acceptance_matches_the_simulator(tmp_path):
 
 def test_ladder_under_two_arms_reports_speedup_per_step(tmp_path):
     prof = parse_profile("zero", "step_base_ms=10")
-    with SimProcess(SimConfig(profile=prof, seed=1)) as plain, \
-            SimProcess(SimConfig(profile=prof, spec=True, seed=2)) as spec:
-        s, out = run_json(tmp_path, "--arm", f"plain:url={plain.url}", "--arm", f"spec:url={spec.url}",
-                          "--ladder", "concurrency=1,4", "--step-duration", "4s", "--step-warmup",
-                          "0.5s", "--max-tokens", "16", "--mix", "code=1")
+    with (
+        SimProcess(SimConfig(profile=prof, seed=1)) as plain,
+        SimProcess(SimConfig(profile=prof, spec=True, seed=2)) as spec,
+    ):
+        s, out = run_json(
+            tmp_path,
+            "--arm",
+            f"plain:url={plain.url}",
+            "--arm",
+            f"spec:url={spec.url}",
+            "--ladder",
+            "concurrency=1,4",
+            "--step-duration",
+            "4s",
+            "--step-warmup",
+            "0.5s",
+            "--max-tokens",
+            "16",
+            "--mix",
+            "code=1",
+        )
     lad = s["ladder"]
-    assert [(x["value"], x["arm"]) for x in lad["steps"]] == [("1", "plain"), ("1", "spec"),
-                                                                ("4", "plain"), ("4", "spec")]
+    assert [(x["value"], x["arm"]) for x in lad["steps"]] == [
+        ("1", "plain"),
+        ("1", "spec"),
+        ("4", "plain"),
+        ("4", "spec"),
+    ]
     for sp in lad["speedup"]:
         assert sp["decode_ratio"]["ratio"] > 1.5  # code: speculation pays at both steps
     assert "speed-up spec/plain at concurrency 4" in out
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--ladder", "concurrency="], "at least one step"),
-    (["--ladder", "depth=1,2"], "--ladder"),
-    (["--ladder", "concurrency=1,0"], "positive"),
-    (["--ladder", "concurrency=1,2", "--step-duration", "1m", "--duration", "30s"], "longer than the run"),
-    (["--ladder", "rate=1,2", "--concurrency", "4"], "exclude"),
-    (["--ladder", "concurrency=1,2", "--ladder-stop", "latency=5"], "--ladder-stop"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--ladder", "concurrency="], "at least one step"),
+        (["--ladder", "depth=1,2"], "--ladder"),
+        (["--ladder", "concurrency=1,0"], "positive"),
+        (
+            ["--ladder", "concurrency=1,2", "--step-duration", "1m", "--duration", "30s"],
+            "longer than the run",
+        ),
+        (["--ladder", "rate=1,2", "--concurrency", "4"], "exclude"),
+        (["--ladder", "concurrency=1,2", "--ladder-stop", "latency=5"], "--ladder-stop"),
+    ],
+)
 def test_bad_ladders(args, needle):
     r = tokmon("run", "--url", "http://127.0.0.1:9/v1", *args)
     assert r.returncode == 2 and needle in r.stderr, r.stderr

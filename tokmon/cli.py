@@ -86,14 +86,21 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
         help="warm-up: N requests or a duration (20s); recorded, excluded from summaries",
     )
     g.add_argument("--workers", type=int, default=1, help="engine processes sharing the load")
-    g.add_argument("--ladder", default=None, metavar="PARAM=V1,V2,…",
-                   help="steps of concurrency=1,2,4,8 / rate=1,2,4 / prompt-tokens=128,1k,4k / "
-                        "max-tokens=…, each for --step-duration, for every arm in turn")
+    g.add_argument(
+        "--ladder",
+        default=None,
+        metavar="PARAM=V1,V2,…",
+        help="steps of concurrency=1,2,4,8 / rate=1,2,4 / prompt-tokens=128,1k,4k / "
+        "max-tokens=…, each for --step-duration, for every arm in turn",
+    )
     g.add_argument("--step-duration", default="30s", help="length of one ladder step")
     g.add_argument("--step-warmup", default="5s", help="start of each step kept out of its figures")
-    g.add_argument("--ladder-stop", default=None, metavar="errors=5%,ttft_p95=MS",
-                   help="end the ladder when a step passes these (the server is saturated)")
-
+    g.add_argument(
+        "--ladder-stop",
+        default=None,
+        metavar="errors=5%,ttft_p95=MS",
+        help="end the ladder when a step passes these (the server is saturated)",
+    )
 
 
 def add_request_options(p: argparse.ArgumentParser) -> None:
@@ -560,9 +567,13 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         from tokmon.core.ladder import LadderError, parse_ladder
 
         try:
-            ladder = parse_ladder(args.ladder, dur("--step-duration", args.step_duration, False) or 30.0,
-                                  dur("--step-warmup", args.step_warmup) or 0.0, args.ladder_stop,
-                                  dur("--duration", args.duration, allow_zero=False))
+            ladder = parse_ladder(
+                args.ladder,
+                dur("--step-duration", args.step_duration, False) or 30.0,
+                dur("--step-warmup", args.step_warmup) or 0.0,
+                args.ladder_stop,
+                dur("--duration", args.duration, allow_zero=False),
+            )
         except LadderError as e:
             raise UsageError(str(e)) from None
         if args.requests is not None:

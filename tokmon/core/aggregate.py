@@ -141,8 +141,9 @@ class Aggregator:
                         break
 
     # ------------------------------------------------------------------ ladder
-    def begin_step(self, step: int, arm: str, value: str, t_start: int, warm_s: float,
-                   param: str) -> None:
+    def begin_step(
+        self, step: int, arm: str, value: str, t_start: int, warm_s: float, param: str
+    ) -> None:
         """A ladder step starts at ``t_start``; it is measured after ``warm_s``."""
         from tokmon.core.ladder import StepTotals
 
@@ -150,6 +151,24 @@ class Aggregator:
         if self.steps and self.steps[-1].t1 is None:
             self.steps[-1].t1 = t_start
         self.steps.append(StepTotals(step, arm, value, t_start + int(warm_s * 1e9)))
+
+    def _ladder_view(self, now: int) -> dict[str, Any]:
+        from tokmon.core.ladder import knee
+
+        cur = self.steps[-1]
+        figs = [st.figures(now) for st in self.steps if st.t1 is not None]
+        arms = list(dict.fromkeys(f["arm"] for f in figs))
+        return {
+            "param": self.ladder_param,
+            "step": cur.step,
+            "value": cur.value,
+            "arm": cur.arm,
+            "running": cur.t1 is None,
+            "since_s": (now - cur.t0) / 1e9,
+            "done": figs,
+            "knee": {a: knee([f for f in figs if f["arm"] == a]) for a in arms},
+            "stopped": self.ladder_stopped,
+        }
 
     def end_ladder(self, t: int, reason: str | None = None) -> None:
         if self.steps and self.steps[-1].t1 is None:
@@ -177,9 +196,12 @@ class Aggregator:
             return None
         figs = [st.figures(t_end) for st in self.steps]
         arms = list(dict.fromkeys(f["arm"] for f in figs))
-        out: dict[str, Any] = {"param": self.ladder_param, "steps": figs,
-                               "knee": {a: knee([f for f in figs if f["arm"] == a]) for a in arms},
-                               "stopped_early": self.ladder_stopped}
+        out: dict[str, Any] = {
+            "param": self.ladder_param,
+            "steps": figs,
+            "knee": {a: knee([f for f in figs if f["arm"] == a]) for a in arms},
+            "stopped_early": self.ladder_stopped,
+        }
         if len(arms) >= 2:
             import numpy as np
 
@@ -190,10 +212,17 @@ class Aggregator:
                 if a is None or b is None:
                     continue
                 r = ratio_ci_requests(np.asarray(a.decode), np.asarray(b.decode))
-                speedup.append({"step": step, "value": a.value, "baseline": arms[0],
-                                "other": arms[1],
-                                "decode_ratio": None if r is None else {"ratio": r[0],
-                                                                         "ci95": [r[1], r[2]]}})
+                speedup.append(
+                    {
+                        "step": step,
+                        "value": a.value,
+                        "baseline": arms[0],
+                        "other": arms[1],
+                        "decode_ratio": None
+                        if r is None
+                        else {"ratio": r[0], "ci95": [r[1], r[2]]},
+                    }
+                )
             out["speedup"] = speedup
         return out
 
@@ -330,6 +359,7 @@ class Aggregator:
             output_check=meta.get("output_check"),
             down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
             trends=meta.get("trends") or {},
+            ladder=self._ladder_view(now) if self.steps else None,
             costs=meta.get("costs") or {},
         )
 

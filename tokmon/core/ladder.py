@@ -36,8 +36,9 @@ class Ladder:
         return float(self.values[i])
 
 
-def parse_ladder(text: str, step_s: float, warmup_s: float, stop: str | None,
-                 duration_s: float | None = None) -> Ladder:
+def parse_ladder(
+    text: str, step_s: float, warmup_s: float, stop: str | None, duration_s: float | None = None
+) -> Ladder:
     """``concurrency=1,2,4,8`` / ``rate=1,2,4`` / ``prompt-tokens=128,1k,4k`` / ``max-tokens=…``."""
     param, eq, rest = text.partition("=")
     param = param.strip()
@@ -61,10 +62,13 @@ def parse_ladder(text: str, step_s: float, warmup_s: float, stop: str | None,
         except (ValueError, WorkloadError):
             raise LadderError(f"--ladder: {param} step {v!r} is not a positive number") from None
     if step_s <= warmup_s:
-        raise LadderError(f"--step-duration ({step_s:g} s) must be longer than the step warm-up "
-                          f"({warmup_s:g} s)")
+        raise LadderError(
+            f"--step-duration ({step_s:g} s) must be longer than the step warm-up ({warmup_s:g} s)"
+        )
     if duration_s is not None and step_s > duration_s:
-        raise LadderError(f"--step-duration ({step_s:g} s) is longer than the run ({duration_s:g} s)")
+        raise LadderError(
+            f"--step-duration ({step_s:g} s) is longer than the run ({duration_s:g} s)"
+        )
     err = ttft = None
     for part in (stop or "").split(","):
         if not part.strip():
@@ -79,7 +83,9 @@ def parse_ladder(text: str, step_s: float, warmup_s: float, stop: str | None,
             else:
                 raise ValueError
         except ValueError:
-            raise LadderError(f"--ladder-stop: expected errors=5%,ttft_p95=2000, got {part!r}") from None
+            raise LadderError(
+                f"--ladder-stop: expected errors=5%,ttft_p95=2000, got {part!r}"
+            ) from None
     return Ladder(param, tuple(vals), step_s, warmup_s, err, ttft)
 
 
@@ -106,14 +112,23 @@ class StepTotals:
         def p(x: list[float], q: float) -> float | None:
             return round(float(np.percentile(x, q)), 4) if x else None
 
-        return {"step": self.step, "value": self.value, "arm": self.arm,
-                "duration_s": round(dur, 3),
-                "tokens_per_s": self.tokens / dur if dur > 0 else None,
-                "requests": ended, "ok": self.ok, "failed": self.failed,
-                "error_rate": self.failed / ended if ended else None,
-                "ttft_p50": p(self.ttft, 50), "ttft_p95": p(self.ttft, 95),
-                "tpot_p50": p(self.tpot, 50), "decode_p50": p(self.decode, 50),
-                "gpu_mem_max_pct": self.gpu_mem_max, "kv_max_pct": self.kv_max}
+        return {
+            "step": self.step,
+            "value": self.value,
+            "arm": self.arm,
+            "duration_s": round(dur, 3),
+            "tokens_per_s": self.tokens / dur if dur > 0 else None,
+            "requests": ended,
+            "ok": self.ok,
+            "failed": self.failed,
+            "error_rate": self.failed / ended if ended else None,
+            "ttft_p50": p(self.ttft, 50),
+            "ttft_p95": p(self.ttft, 95),
+            "tpot_p50": p(self.tpot, 50),
+            "decode_p50": p(self.decode, 50),
+            "gpu_mem_max_pct": self.gpu_mem_max,
+            "kv_max_pct": self.kv_max,
+        }
 
 
 def knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -126,15 +141,22 @@ def knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
     for i in range(1, len(pts)):
         gain = pts[i]["tokens_per_s"] / pts[i - 1]["tokens_per_s"] - 1
         if pts[i]["ttft_p95"] > 2 * base and gain < 0.10:
-            return {"step": pts[i - 1]["step"], "value": pts[i - 1]["value"],
-                    "tokens_per_s": pts[i - 1]["tokens_per_s"], "ttft_p95": pts[i - 1]["ttft_p95"]}
+            return {
+                "step": pts[i - 1]["step"],
+                "value": pts[i - 1]["value"],
+                "tokens_per_s": pts[i - 1]["tokens_per_s"],
+                "ttft_p95": pts[i - 1]["ttft_p95"],
+            }
     return None
 
 
 def stop_reason(ladder: Ladder, fig: dict[str, Any]) -> str | None:
     if ladder.stop_error_rate is not None and (fig["error_rate"] or 0) > ladder.stop_error_rate:
         return f"error rate {fig['error_rate']:.1%} > {ladder.stop_error_rate:.1%}"
-    if (ladder.stop_ttft_p95_ms is not None and fig["ttft_p95"] is not None
-            and fig["ttft_p95"] > ladder.stop_ttft_p95_ms):
+    if (
+        ladder.stop_ttft_p95_ms is not None
+        and fig["ttft_p95"] is not None
+        and fig["ttft_p95"] > ladder.stop_ttft_p95_ms
+    ):
         return f"TTFT p95 {fig['ttft_p95']:.0f} ms > {ladder.stop_ttft_p95_ms:g} ms"
     return None

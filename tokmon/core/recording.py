@@ -438,8 +438,14 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
         if ev.kind == "arm" and isinstance(arm, str) and arm in arms:
             agg.switch(arm, ev.t)
         elif ev.kind == "step" and isinstance(arm, str):
-            agg.begin_step(int(str(ev.data.get("step", 0))), arm, str(ev.data.get("value")),
-                           ev.t, float(str(ev.data.get("warm_s", 0))), str(ev.data.get("param")))
+            agg.begin_step(
+                int(str(ev.data.get("step", 0))),
+                arm,
+                str(ev.data.get("value")),
+                ev.t,
+                float(str(ev.data.get("warm_s", 0))),
+                str(ev.data.get("param")),
+            )
         elif ev.kind == "ladder":
             reason = ev.data.get("reason")
             agg.end_ladder(ev.t, reason if isinstance(reason, str) else None)

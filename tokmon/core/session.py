@@ -194,15 +194,26 @@ class LiveSession:
                         self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
                     a = arm or self.agg.arm
                     self.agg.begin_step(i, a, v, now, lad.warmup_s, lad.param)
-                self._send(("step", i, now, v if lad.param == "prompt-tokens" else None,
-                            v if lad.param == "max-tokens" else None, lad.warmup_s))
+                self._send(
+                    (
+                        "step",
+                        i,
+                        now,
+                        v if lad.param == "prompt-tokens" else None,
+                        v if lad.param == "max-tokens" else None,
+                        lad.warmup_s,
+                    )
+                )
                 if lad.param in ("concurrency", "rate"):
                     self.agg.level = float(v)
                     self._send(("level", float(v)))
-                self._event("step", f"ladder step {i + 1}/{n}: {lad.param} {v}"
-                            + (f" · arm {a}" if per_arm else ""),
-                            {"step": i, "arm": a, "value": v, "warm_s": lad.warmup_s,
-                             "param": lad.param}, t=now)
+                self._event(
+                    "step",
+                    f"ladder step {i + 1}/{n}: {lad.param} {v}"
+                    + (f" · arm {a}" if per_arm else ""),
+                    {"step": i, "arm": a, "value": v, "warm_s": lad.warmup_s, "param": lad.param},
+                    t=now,
+                )
                 if self._done.wait(lad.step_s) or self.stopping:
                     return
             with self.lock:
@@ -218,8 +229,12 @@ class LiveSession:
         now = perf_counter_ns()
         with self.lock:
             self.agg.end_ladder(now, reason)
-        self._event("ladder", "ladder done" if reason is None else f"ladder stopped: {reason}",
-                    {"reason": reason}, t=now)
+        self._event(
+            "ladder",
+            "ladder done" if reason is None else f"ladder stopped: {reason}",
+            {"reason": reason},
+            t=now,
+        )
         self.command("stop")
 
     def _alternator(self) -> None:

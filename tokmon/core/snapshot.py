@@ -52,6 +52,7 @@ class Snapshot:
     down: dict[str, float] = field(default_factory=dict)  # arm -> seconds its server is down
     trends: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # %/h, CI
     costs: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per arm, live
+    ladder: dict[str, Any] | None = None  # current step, progress and the steps so far
 
 
 class Source(Protocol):

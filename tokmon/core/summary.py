@@ -49,11 +49,15 @@ def arm_summary(
     }
     if t.kinds:
         out["by_kind"] = {
-            k: {"requests": kt.requests, "output_tokens": kt.output_tokens,
+            k: {
+                "requests": kt.requests,
+                "output_tokens": kt.output_tokens,
                 "decode_tokens_per_s_p50": _p50(kt.decode.values),
                 "ttft_ms_p50": _p50(kt.ttft.values),
-                "acceptance_rate": kt.spec_accepted / kt.spec_draft if kt.spec_draft else None}
-            for k, kt in sorted(t.kinds.items())}
+                "acceptance_rate": kt.spec_accepted / kt.spec_draft if kt.spec_draft else None,
+            }
+            for k, kt in sorted(t.kinds.items())
+        }
     if server_spec and server_spec.get("acceptance_rate") is not None:
         out["acceptance_rate"] = server_spec["acceptance_rate"]
         out["acceptance_length"] = server_spec.get("acceptance_length")
@@ -101,8 +105,9 @@ def compare(base: ArmTotals, other: ArmTotals, alternations: int) -> dict[str, A
         out["by_kind"] = {}
         for k in kinds:
             r = ratio_ci_requests(base.kinds[k].decode.values, other.kinds[k].decode.values)
-            out["by_kind"][k] = {"decode_tokens_per_s": None if r is None else
-                                 {"ratio": r[0], "ci95": [r[1], r[2]]}}
+            out["by_kind"][k] = {
+                "decode_tokens_per_s": None if r is None else {"ratio": r[0], "ci95": [r[1], r[2]]}
+            }
     return out
 
 
@@ -227,11 +232,23 @@ def summary_table(summary: dict[str, Any]) -> str:
     for name, a in summary["arms"].items():
         bk = a.get("by_kind")
         if bk and len(bk) > 1:
-            out.append(f"{name} by kind: " + " · ".join(
-                f"{k} {v['requests']} req, dec p50 "
-                + ("—" if v["decode_tokens_per_s_p50"] is None else f"{v['decode_tokens_per_s_p50']:.1f}")
-                + ("" if v["acceptance_rate"] is None else f", accept {v['acceptance_rate']:.0%}")
-                for k, v in bk.items()))
+            out.append(
+                f"{name} by kind: "
+                + " · ".join(
+                    f"{k} {v['requests']} req, dec p50 "
+                    + (
+                        "—"
+                        if v["decode_tokens_per_s_p50"] is None
+                        else f"{v['decode_tokens_per_s_p50']:.1f}"
+                    )
+                    + (
+                        ""
+                        if v["acceptance_rate"] is None
+                        else f", accept {v['acceptance_rate']:.0%}"
+                    )
+                    for k, v in bk.items()
+                )
+            )
     comp = summary.get("comparison")
     for c in [comp] if isinstance(comp, dict) else comp or []:
         out.append(f"{c['other']} vs {c['baseline']} (ratio of medians, 95% CI by {c['method']}):")
@@ -244,13 +261,21 @@ def summary_table(summary: dict[str, Any]) -> str:
                 out.append(f"  {key:<20} ×{v['ratio']:.3f}  [{lo:.3f}, {hi:.3f}]")
         for k, v in (c.get("by_kind") or {}).items():
             d = v["decode_tokens_per_s"]
-            out.append(f"  decode, {k:<13} " + ("not enough data" if d is None else
-                       f"×{d['ratio']:.3f}  [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"))
+            out.append(
+                f"  decode, {k:<13} "
+                + (
+                    "not enough data"
+                    if d is None
+                    else f"×{d['ratio']:.3f}  [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"
+                )
+            )
     lad = summary.get("ladder")
     if lad:
         out.append(f"ladder over {lad['param']} (after each step's warm-up):")
-        out.append(f"  {'step':>4} {'value':>7} {'arm':<10} {'tok/s':>8} {'TTFT p50':>9} "
-                   f"{'TTFT p95':>9} {'dec p50':>8} {'err':>6} {'KV max':>7}")
+        out.append(
+            f"  {'step':>4} {'value':>7} {'arm':<10} {'tok/s':>8} {'TTFT p50':>9} "
+            f"{'TTFT p95':>9} {'dec p50':>8} {'err':>6} {'KV max':>7}"
+        )
         for st in lad["steps"]:
             out.append(
                 f"  {st['step'] + 1:>4} {st['value']:>7} {st['arm'][:10]:<10} "
@@ -258,16 +283,28 @@ def summary_table(summary: dict[str, Any]) -> str:
                 f"{fmt_ms(st['ttft_p95']):>9} "
                 f"{'—' if st['decode_p50'] is None else format(st['decode_p50'], '.1f'):>8} "
                 f"{'—' if st['error_rate'] is None else format(st['error_rate'], '.1%'):>6} "
-                f"{'—' if st['kv_max_pct'] is None else format(st['kv_max_pct'], '.0f') + '%':>7}")
+                f"{'—' if st['kv_max_pct'] is None else format(st['kv_max_pct'], '.0f') + '%':>7}"
+            )
         for arm, k in lad["knee"].items():
-            out.append(f"  knee ({arm}): " + ("none within the ladder" if k is None else
-                       f"{lad['param']} {k['value']} — {k['tokens_per_s']:.0f} tok/s, "
-                       f"TTFT p95 {fmt_ms(k['ttft_p95'])} ms; beyond it latency takes off"))
+            out.append(
+                f"  knee ({arm}): "
+                + (
+                    "none within the ladder"
+                    if k is None
+                    else f"{lad['param']} {k['value']} — {k['tokens_per_s']:.0f} tok/s, "
+                    f"TTFT p95 {fmt_ms(k['ttft_p95'])} ms; beyond it latency takes off"
+                )
+            )
         for sp in lad.get("speedup", []):
             r = sp["decode_ratio"]
-            out.append(f"  speed-up {sp['other']}/{sp['baseline']} at {lad['param']} {sp['value']}: "
-                       + ("not enough data" if r is None else
-                          f"×{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"))
+            out.append(
+                f"  speed-up {sp['other']}/{sp['baseline']} at {lad['param']} {sp['value']}: "
+                + (
+                    "not enough data"
+                    if r is None
+                    else f"×{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+                )
+            )
         if lad.get("stopped_early"):
             out.append(f"  ladder stopped early: {lad['stopped_early']}")
     oc = summary.get("output_check")

@@ -406,6 +406,13 @@ class DashboardApp(App[None]):
             t.append("not recording", style="dim")
         if s.paused:
             t.append(" · PAUSED", style="bold reverse")
+        lad = s.ladder
+        if lad is not None and lad["running"]:
+            when = "warming up" if lad["since_s"] < 0 else f"{lad['since_s']:.0f} s measured"
+            t.append(
+                f" · ladder step {lad['step'] + 1}: {lad['param']} {lad['value']} ({when})",
+                style="bold",
+            )
         if s.warming_up:
             t.append(" · warming up", style="italic")
         if s.insecure:
@@ -525,8 +532,23 @@ class DashboardApp(App[None]):
                 # The rest of each arm's window: TPOT, TTFT p95, error rate, acceptance.
                 acc = "n/a" if w.acceptance_rate is None else f"{w.acceptance_rate:.0%}"
                 err = f"{w.failed / w.ended:.1%}" if w.ended else "—"
-                t.append(f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
-                         f"err {err} · acc {acc}\n", style="dim")
+                t.append(
+                    f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
+                    f"err {err} · acc {acc}\n",
+                    style="dim",
+                )
+        lad = s.ladder
+        if lad is not None and lad["done"]:
+            # The curve, point by point: throughput against latency at each step.
+            t.append(f"ladder ({lad['param']}): value tok/s TTFT95\n", style="bold")
+            for f in lad["done"][-6:]:
+                k = lad["knee"].get(f["arm"])
+                mark = " ← knee" if k is not None and k["step"] == f["step"] else ""
+                arm = f" {f['arm'][:6]}" if len(s.arms) > 1 else ""
+                t.append(
+                    f"  {f['value']:>6}{arm} {(f['tokens_per_s'] or 0):>7.0f} "
+                    f"{fmt_ms(f['ttft_p95']):>6}{mark}\n"
+                )
         c = s.comparison
         if c is not None:
             t.append(
@@ -550,10 +572,15 @@ class DashboardApp(App[None]):
                     )
                     t.append("\n" if sig else " n.s.\n", style="dim")
             bk = c.get("by_kind") or {}
-            shown = [(k, v["decode_tokens_per_s"]) for k, v in bk.items() if v["decode_tokens_per_s"]]
+            shown = [
+                (k, v["decode_tokens_per_s"]) for k, v in bk.items() if v["decode_tokens_per_s"]
+            ]
             if len(shown) > 1:
-                t.append("decode by kind: " + " · ".join(f"{k} ×{d['ratio']:.2f}" for k, d in shown)
-                         + "\n")
+                t.append(
+                    "decode by kind: "
+                    + " · ".join(f"{k} ×{d['ratio']:.2f}" for k, d in shown)
+                    + "\n"
+                )
         elif len(s.arms) < 2:
             t.append("one arm: add --arm to compare\n", style="dim")
         if any(
