@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Iterable
@@ -55,15 +54,7 @@ def table(rows: list[list[str]]) -> str:
 
 
 def machine() -> str:
-    import platform
+    from tokmon.core.recording import environment
 
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores · {cpu} · {time.strftime('%Y-%m-%d')}"
+    env = environment()
+    return f"{env['cores']} cores · {env['cpu']} · {time.strftime('%Y-%m-%d')}"

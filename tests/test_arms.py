@@ -1,30 +1,16 @@
 """A/B arms end to end against simulators whose speeds differ by a known factor."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
+from helpers import PY, tokmon
 
 from tokmon.core.arms import Arm, ArmError, parse_arm
 from tokmon.core.outputcheck import check_outputs, first_divergence
 from tokmon.sim.model import parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
-
-PY = sys.executable
-
-
-def tokmon(*args, timeout=120):
-    return subprocess.run(
-        [PY, "-m", "tokmon", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=dict(os.environ),
-    )
 
 
 def test_parse_arm():

@@ -3,29 +3,13 @@
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
+from helpers import PY, tokmon
 
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
-
-PY = sys.executable
-
-
-def tokmon(*args, timeout=60, env=None):
-    e = dict(os.environ)
-    e.pop("OPENAI_API_KEY", None)
-    e.update(env or {})
-    return subprocess.run(
-        [PY, "-m", "tokmon", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=e,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture(scope="module")

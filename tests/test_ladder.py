@@ -1,28 +1,13 @@
 """Ladders and task kinds against the simulator's own model."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from helpers import tokmon
 
 from tokmon.sim.model import ALPHA, parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
-
-PY = sys.executable
-
-
-def tokmon(*args, timeout=180):
-    return subprocess.run(
-        [PY, "-m", "tokmon", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=dict(os.environ),
-    )
 
 
 def run_json(tmp_path, *args):

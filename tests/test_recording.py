@@ -5,31 +5,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 
 import pytest
+from helpers import PY, tokmon
 
 from tokmon.core.recording import Recorder, RecordingError, read_recording, recording_summary
 from tokmon.core.records import Event, RequestRecord
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
-
-PY = sys.executable
-
-
-def tokmon(*args, timeout=90, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run(
-        [PY, "-m", "tokmon", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=e,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture(scope="module")
