@@ -30,7 +30,6 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from tokmon import __version__
@@ -320,41 +319,63 @@ class Recording:
         return max(ts)
 
 
-def _open_text(path: str) -> tuple[bytes, bool]:
-    """The file's bytes, decompressed if gzip; for a cut gzip file, what decompresses."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise RecordingError(f"no such file: {path}") from None
-    except IsADirectoryError:
-        raise RecordingError(f"{path} is a directory, not a recording") from None
-    except OSError as e:
-        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
-    if raw[:2] == b"\x1f\x8b":
-        d = zlib.decompressobj(31)
+CHUNK = 1 << 20
+
+
+class _Lines:
+    """The file's lines, read in 1 MiB pieces (never the whole file in memory), gzip or
+    not; a last line without its newline is reported as cut, and so is a gzip stream that
+    stops short (what decompressed up to there is kept)."""
+
+    def __init__(self, path: str) -> None:
         try:
-            out = d.decompress(raw)
-        except zlib.error:
-            return b"", True
-        return out, not d.eof
-    return raw, False
+            self.f = open(path, "rb")  # noqa: SIM115 — closed by __iter__
+        except FileNotFoundError:
+            raise RecordingError(f"no such file: {path}") from None
+        except IsADirectoryError:
+            raise RecordingError(f"{path} is a directory, not a recording") from None
+        except OSError as e:
+            raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+        self.cut = False
 
+    def _chunks(self) -> Iterator[bytes]:
+        first = self.f.read(CHUNK)
+        if first[:2] != b"\x1f\x8b":
+            while first:
+                yield first
+                first = self.f.read(CHUNK)
+            return
+        d = zlib.decompressobj(31)
+        raw = first
+        while raw:
+            try:
+                yield d.decompress(raw)
+            except zlib.error:
+                self.cut = True
+                return
+            raw = self.f.read(CHUNK)
+        if not d.eof:
+            self.cut = True
 
-def iter_lines(data: bytes) -> Iterator[tuple[bytes, bool]]:
-    """Complete lines, and whether the file ends in a cut line."""
-    lines = data.split(b"\n")
-    tail = lines.pop()  # after the last newline: empty, or a cut line
-    for ln in lines:
-        yield ln, False
-    if tail.strip():
-        yield tail, True
+    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
+        rest = b""
+        try:
+            for chunk in self._chunks():
+                buf = rest + chunk
+                lines = buf.split(b"\n")
+                rest = lines.pop()
+                for ln in lines:
+                    yield ln, False
+        finally:
+            self.f.close()
+        if rest.strip():
+            yield rest, True
 
 
 def read_recording(path: str) -> Recording:
-    data, cut = _open_text(path)
+    lines = _Lines(path)
     rec: Recording | None = None
-    for line, is_cut in iter_lines(data):
+    for line, is_cut in lines:
         if is_cut:
             if rec is not None:
                 rec.truncated = True
@@ -411,7 +432,7 @@ def read_recording(path: str) -> Recording:
             rec.corrupt += 1
     if rec is None:
         raise RecordingError(f"{path} is empty or not a tokmon recording")
-    if cut:
+    if lines.cut:
         rec.truncated = True
     if rec.t_end is None:
         rec.truncated = True
