@@ -211,6 +211,6 @@ def test_sampler_schedule_does_not_drift_over_1000_ticks():
 
     s._stop.wait = wait  # type: ignore[method-assign]
     s._loop()
-    assert len(times) == 1000
-    assert times[-1] == pytest.approx(999 * 0.01, abs=1e-6)
+    assert len(times) == 1001  # 1,000 on schedule, and one last sample at the stop
+    assert times[999] == pytest.approx(999 * 0.01, abs=1e-6)
     assert s.missed == 0
