@@ -50,6 +50,14 @@ def test_concurrency_ladder_finds_the_batch_limit(tmp_path):
     tps = [st["tokens_per_s"] for st in lad["steps"]]
     assert tps[2] > 3 * tps[0] and tps[4] < 1.15 * tps[2]  # grows, then flat
     assert "knee (default): concurrency 8" in out
+    # the report draws the same curve and names the same knee
+    rep = tokmon(
+        "report", str(tmp_path / "r.jsonl"), "--format", "html", "-o", str(tmp_path / "r.html")
+    )
+    assert rep.returncode == 0, rep.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "<h2>Ladder</h2>" in html and "knee" in html
+    assert "knee (default): concurrency 8" in tokmon("report", str(tmp_path / "r.jsonl")).stdout
 
 
 def test_prompt_ladder_ttft_follows_prefill(tmp_path):

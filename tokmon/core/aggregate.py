@@ -194,7 +194,17 @@ class Aggregator:
 
         if not self.steps:
             return None
+        from tokmon.core.alerts import cost_figures
+
         figs = [st.figures(t_end) for st in self.steps]
+        if self.gpu_hour_price is not None:
+            for f in figs:  # what a million tokens costs at each step's throughput
+                f["cost_per_million_tokens"] = cost_figures(
+                    f["tokens_per_s"],
+                    gpu_hour_price=self.gpu_hour_price,
+                    gpus=self.gpus,
+                    power_w=None,
+                )["cost_per_mtok"]
         arms = list(dict.fromkeys(f["arm"] for f in figs))
         out: dict[str, Any] = {
             "param": self.ladder_param,

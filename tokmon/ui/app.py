@@ -540,14 +540,15 @@ class DashboardApp(App[None]):
         lad = s.ladder
         if lad is not None and lad["done"]:
             # The curve, point by point: throughput against latency at each step.
-            t.append(f"ladder ({lad['param']}): value tok/s TTFT95\n", style="bold")
+            t.append(f"ladder {lad['param']}: tok/s TTFT95  dec  KV\n", style="bold")
             for f in lad["done"][-6:]:
                 k = lad["knee"].get(f["arm"])
                 mark = " ← knee" if k is not None and k["step"] == f["step"] else ""
                 arm = f" {f['arm'][:6]}" if len(s.arms) > 1 else ""
+                kv = "—" if f["kv_max_pct"] is None else f"{f['kv_max_pct']:.0f}%"
                 t.append(
                     f"  {f['value']:>6}{arm} {(f['tokens_per_s'] or 0):>7.0f} "
-                    f"{fmt_ms(f['ttft_p95']):>6}{mark}\n"
+                    f"{fmt_ms(f['ttft_p95']):>6} {_num(f['decode_p50']):>5} {kv:>4}{mark}\n"
                 )
         c = s.comparison
         if c is not None:
