@@ -215,3 +215,21 @@ def test_error_text_from_server_is_cleaned(make_sim):
     assert error_message(body) == "bad  thing"
     assert "\x1b" not in error_message(b"\x1b[31mnot json")
     _ = httpx
+
+
+def test_error_burst_is_an_event(make_sim):
+    from tokmon.core.session import LiveSession
+
+    sim = make_sim(schedule=(2.0, 1.0, 1), faults=Faults(http_500=0.5), seed=4)
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=4,
+        duration_s=3.0,
+        max_tokens=LengthDist("fixed", 5),
+    )
+    s = LiveSession(cfg, target=sim.url, model="sim-27b")
+    s.start()
+    assert s.wait(30)
+    s.close()
+    bursts = [e for e in s.agg.events if e.kind == "errors"]
+    assert len(bursts) == 1 and "http_5xx" in bursts[0].message  # once per 30 s at most

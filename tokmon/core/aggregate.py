@@ -21,6 +21,8 @@ MARK_KINDS = {
     "alert": "alert",
     "restart": "alert",
     "down": "alert",
+    "errors": "alert",
+    "stall": "stall",
 }
 
 
@@ -62,6 +64,7 @@ class Aggregator:
         self._last_errors = 0
         self.down_since: dict[str, int] = {}
         self.stalls_total = 0
+        self._last_burst = -(10**18)
         self._last_stall_event = -(10**18)
         self.power: list[tuple[int, float]] = []  # (t, GPU watts): energy per token
         self.ladder_param: str | None = None
@@ -303,6 +306,21 @@ class Aggregator:
                 acceptance_rate=probes.get("spec_acceptance_rate"),
                 acceptance_length=probes.get("spec_acceptance_length"),
                 acceptance_source=probes.get("spec_source", "server counters"),
+            )
+        if (
+            self.on_event is not None
+            and win.failed >= 5
+            and win.failed >= 0.1 * win.ended
+            and now - self._last_burst >= 30_000_000_000
+        ):
+            self._last_burst = now
+            classes = ", ".join(f"{k} {v}" for k, v in sorted(win.errors.items()))
+            self.on_event(
+                "errors",
+                f"error burst: {win.failed} of {win.ended} requests failed "
+                f"in the last {width:.0f} s ({classes})",
+                {"errors": win.errors},
+                now,
             )
         n_failed = sum(t.failed for t in self.totals.values())
         new_err = n_failed - self._last_errors
