@@ -35,6 +35,8 @@ def test_concurrency_ladder_finds_the_batch_limit(tmp_path):
             tmp_path,
             "--url",
             sim.url,
+            "--record",
+            str(tmp_path / "r.jsonl"),
             "--ladder",
             "concurrency=2,4,8,16,32",
             "--step-duration",
