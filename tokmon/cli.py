@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 import tomllib
 from pathlib import Path
@@ -738,9 +737,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     return cfg, info
 
 
-def run_session(
-    args: argparse.Namespace, cfg: Any, info: dict[str, Any], extra_cleanup: list[Any] | None = None
-) -> int:
+def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int:
     from tokmon.core.session import LiveSession
 
     slo = parse_slo(getattr(args, "slo", None))
@@ -994,8 +991,7 @@ def status_line(s: Any) -> str:
 def cmd_sim(args: argparse.Namespace) -> int:
     import asyncio
 
-    from tokmon.sim.faults import Faults
-    from tokmon.sim.model import PROFILES, parse_profile
+    from tokmon.sim.model import PROFILES
     from tokmon.sim.server import serve
 
     if args.list_profiles:
@@ -1017,7 +1013,6 @@ def cmd_sim(args: argparse.Namespace) -> int:
         args.schedule,
         args.alter_outputs,
     )
-    _ = (Faults, PROFILES, parse_profile)
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
 
@@ -1302,6 +1297,3 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 70
     return 0
-
-
-_ = threading

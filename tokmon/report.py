@@ -56,13 +56,18 @@ def segments(rec: Recording) -> list[dict[str, Any]]:
     return out
 
 
-def drifts(rec: Recording) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def counted_ok_by_arm(rec: Recording) -> dict[str, list[Any]]:
+    """The requests every whole-run figure is made of: ok, not warm-up, not settling."""
     by_arm: dict[str, list[Any]] = {}
     for r in rec.records:
         if r.ok and r.counted:
             by_arm.setdefault(r.arm, []).append(r)
-    for arm, rs in by_arm.items():
+    return by_arm
+
+
+def drifts(rec: Recording) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for arm, rs in counted_ok_by_arm(rec).items():
         t = np.array([r.t_end / 1e9 for r in rs])
         d: dict[str, Any] = {}
         for key, attr in (
@@ -101,11 +106,7 @@ def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[
     from tokmon.core.changepoint import cusum
 
     out: dict[str, list[dict[str, Any]]] = {}
-    by_arm: dict[str, list[Any]] = {}
-    for r in rec.records:
-        if r.ok and r.counted:
-            by_arm.setdefault(r.arm, []).append(r)
-    for arm, rs in by_arm.items():
+    for arm, rs in counted_ok_by_arm(rec).items():
         found = []
         for key, attr in (("decode_tokens_per_s", "decode_tps"), ("ttft_ms", "ttft_ms")):
             t, m = window_medians(rs, attr, width_s)
@@ -126,11 +127,7 @@ def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[
 def jitter(rec: Recording) -> dict[str, dict[str, Any]]:
     """Spread of TPOT (p99/p50, coefficient of variation) and of chunk gaps, per arm."""
     out: dict[str, dict[str, Any]] = {}
-    by_arm: dict[str, list[Any]] = {}
-    for r in rec.records:
-        if r.ok and r.counted:
-            by_arm.setdefault(r.arm, []).append(r)
-    for arm, rs in by_arm.items():
+    for arm, rs in counted_ok_by_arm(rec).items():
         tp = np.array([r.tpot_ms for r in rs if r.tpot_ms is not None])
         d: dict[str, Any] = {"stalls": sum(r.stalls for r in rs)}
         if tp.size >= 2:

@@ -123,7 +123,6 @@ class Engine:
         # more than the request itself at high concurrency.
         self.free_clients: list[Any] = []
         self.all_clients: list[Any] = []
-        self.outputs: list[tuple[str, str]] = []
         self.batches: list[tuple[Any, ...]] = []
 
     def _new_client(self) -> Any:

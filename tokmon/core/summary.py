@@ -315,10 +315,6 @@ def summary_table(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def np_or_none(x: np.ndarray) -> float | None:
-    return float(x) if x.size else None
-
-
 def alerts_from_events(events: list[Any], t0: int) -> list[dict[str, Any]]:
     """The summary's alert list (the same from a live run and from its recording)."""
     return [
