@@ -135,3 +135,114 @@ def test_sim_drift_detected_in_compressed_time(make_sim):
     truth = 0.004 * 3600 * 100 / (1 + 0.004 * 22)
     assert tr.lo <= truth <= tr.hi or tr.pct_per_hour == pytest.approx(truth, rel=0.2)
     assert any(e.kind == "alert" and "TPOT" in e.message for e in s.agg.events)
+
+
+def _sim_session(sim, cfg, *, window_s=2.0, **kw):
+    """A session on the simulator with its /metrics probed and the alert spans shortened
+    to fit a test (the detectors are the ones a real run uses)."""
+    from tokmon.core.probes.server import ServerMetricsProbe
+    from tokmon.core.session import LiveSession
+
+    probe = ServerMetricsProbe(
+        sim.url.replace("/v1", "/metrics"), ("a",), interval=0.5, window_s=window_s
+    )
+    s = LiveSession(cfg, target=sim.url, model="sim-27b", window_s=window_s, probes=[probe], **kw)
+    s.alerts.min_span_s = 10.0
+    s.alerts.every_s = 1.0
+    s.alerts.saturation_span_s = 16.0
+    return s
+
+
+def test_saturation_flagged_only_past_the_simulators_capacity(make_sim):
+    """Open-loop load below, then above, what a 4-sequence batch can serve."""
+    from tokmon.core.arms import Arm
+    from tokmon.core.config import RunConfig
+    from tokmon.core.workload import LengthDist
+    from tokmon.sim.model import parse_profile
+
+    # 20 tokens at 10 ms a step, 4 at a time: capacity ≈ 4 / 0.205 s ≈ 19 requests/s.
+    prof = parse_profile(
+        "27b-h100",
+        "max_batch=4,step_base_ms=10,step_per_seq_ms=0,prefill_base_ms=5,"
+        "prefill_ms_per_token=0,jitter=0.05",
+    )
+    sim = make_sim(profile=prof, seed=3)
+    fired = {}
+    for rate, secs in ((8.0, 16.0), (40.0, 22.0)):
+        cfg = RunConfig(
+            arms=(Arm("a", url=sim.url, model="sim-27b"),),
+            mode="rate",
+            rate=rate,
+            duration_s=secs,
+            max_tokens=LengthDist("fixed", 20),
+            prompt_tokens=LengthDist("fixed", 16),
+            ignore_eos=True,
+            seed=1,
+            drain_s=1.0,  # the saturated run ends with a long queue: do not wait it out
+        )
+        s = _sim_session(sim, cfg)
+        s.start()
+        assert s.wait(60)
+        s.close()
+        fired[rate] = [a for a in s.alerts.alerts if a["alert"] == "saturation"]
+        if rate == 8.0:
+            # a flat run below capacity: no alert of any kind (drift, change point, …)
+            assert s.alerts.alerts == []
+    assert fired[8.0] == []
+    assert len(fired[40.0]) == 1 and fired[40.0][0]["signal"] == "queue"
+
+
+def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
+    from types import SimpleNamespace as K
+
+    from tokmon.core.alerts import kind_cost_figures
+
+    arm = {"cost_per_mtok": 2.0, "joules_per_token": 0.5}
+    # code: 1,000 tokens in 10 s of streams; chat: 1,000 tokens in 30 s
+    kc = kind_cost_figures(
+        arm,
+        {
+            "code": K(stream_s=10.0, output_tokens=1000),
+            "chat": K(stream_s=30.0, output_tokens=1000),
+        },
+    )
+    assert kc["code"]["cost_per_mtok"] == pytest.approx(2.0 * 0.25 / 0.5)  # 1.0
+    assert kc["chat"]["cost_per_mtok"] == pytest.approx(2.0 * 0.75 / 0.5)  # 3.0
+    assert kc["chat"]["joules_per_token"] == pytest.approx(0.75)
+    # the kinds' costs add up to the arm's: nothing is priced twice or left out
+    assert 1000 * kc["code"]["cost_per_mtok"] + 1000 * kc["chat"]["cost_per_mtok"] == pytest.approx(
+        2000 * arm["cost_per_mtok"]
+    )
+
+
+def test_cost_per_kind_live_and_in_summary(make_sim):
+    """With speculative decoding, code (α 0.82) costs less per token than creative (α 0.3)."""
+    from tokmon.core.arms import Arm
+    from tokmon.core.config import RunConfig
+    from tokmon.core.session import LiveSession
+    from tokmon.core.workload import LengthDist
+
+    sim = make_sim(spec=True, seed=5, time_scale=4.0)
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=6,
+        duration_s=8.0,
+        max_tokens=LengthDist("fixed", 40),
+        ignore_eos=True,
+        mix=(("code", 0.5), ("creative", 0.5)),
+        seed=2,
+    )
+    s = LiveSession(cfg, target=sim.url, model="sim-27b", gpu_hour_price=2.5)
+    s.start()
+    assert s.wait(40)
+    live = s.snapshot().costs["a"]["by_kind"]
+    s.close()
+    a = s.summary()["arms"]["a"]
+    bk = a["by_kind"]
+    assert bk["code"]["cost_per_million_tokens"] < 0.75 * bk["creative"]["cost_per_million_tokens"]
+    total = sum(v["cost_per_million_tokens"] * v["output_tokens"] for v in bk.values())
+    assert total == pytest.approx(a["cost_per_million_tokens"] * a["output_tokens"], rel=1e-6)
+    assert live["code"]["cost_per_mtok"] < live["creative"]["cost_per_mtok"]
+    from tokmon.core.summary import summary_table
+
+    assert "/Mtok" in summary_table(s.summary())

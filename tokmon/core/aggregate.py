@@ -420,7 +420,7 @@ class Aggregator:
         lad = self.ladder_summary(t_end)
         if lad is not None:
             out["ladder"] = lad
-        from tokmon.core.alerts import cost_figures
+        from tokmon.core.alerts import cost_figures, kind_cost_figures
 
         for name, a in out["arms"].items():
             # With two arms on separate servers, both share what the GPU probe sees; with
@@ -436,4 +436,9 @@ class Aggregator:
             a["cost_per_million_tokens"] = c["cost_per_mtok"]
             a["joules_per_token"] = c["joules_per_token"]
             a["tokens_per_joule"] = c["tokens_per_joule"]
+            if a.get("by_kind"):
+                kc = kind_cost_figures(c, self.totals[name].kinds)
+                for k, v in a["by_kind"].items():
+                    v["cost_per_million_tokens"] = kc.get(k, {}).get("cost_per_mtok")
+                    v["joules_per_token"] = kc.get(k, {}).get("joules_per_token")
         return out

@@ -65,6 +65,7 @@ class AlertEngine:
         window_s: float = 10.0,
         every_s: float = 10.0,
         max_points: int = 240,
+        saturation_span_s: float = 180.0,
     ) -> None:
         self.drift_alert = drift_alert_pct_h
         self.min_change_pct = 5.0  # smaller steps are noted in reports, not alerted
@@ -72,6 +73,7 @@ class AlertEngine:
         self.window_s = window_s
         self.every_s = every_s
         self.max_points = max_points
+        self.saturation_span_s = saturation_span_s  # how long the queue must keep growing
         self.points: deque[Point] = deque(maxlen=100_000)
         self.trends: dict[str, Trend] = {}
         self.fired: set[str] = set()
@@ -204,8 +206,9 @@ class AlertEngine:
 
     def _saturation(self) -> list[tuple[str, str, dict[str, Any]]]:
         """The queue keeps growing while throughput stays flat: more load adds only wait."""
-        pts = [q for q in self.points if q.t >= self.points[-1].t - 180]
-        if len(pts) < 90 or "saturation" in self.fired:
+        span = self.saturation_span_s
+        pts = [q for q in self.points if q.t >= self.points[-1].t - span]
+        if not pts or pts[-1].t - pts[0].t < span / 2 or "saturation" in self.fired:
             return []
         for qkey, label in (("queue", "server queue"), ("send_lag", "client send lag")):
             x, q = self._series(qkey, pts)
@@ -266,4 +269,33 @@ def cost_figures(
         if power_w is not None and power_w > 0:
             out["joules_per_token"] = power_w / tok_s
             out["tokens_per_joule"] = tok_s / power_w
+    return out
+
+
+def kind_cost_figures(
+    arm: dict[str, float | None], kinds: dict[str, Any]
+) -> dict[str, dict[str, float | None]]:
+    """Cost and energy per token of each task kind, from the arm's figures.
+
+    Kinds share one server, so the arm's GPU time is split by the stream time each kind
+    held (a request in a batch of eight holds an eighth of each step, and a stream that
+    finishes sooner — speculative decoding on code — holds less): a kind's cost per token
+    is the arm's times its stream-seconds per token relative to the arm's.
+    ``kinds`` maps a kind to anything with ``stream_s`` and ``output_tokens``.
+    """
+    total_s = sum(k.stream_s for k in kinds.values())
+    total_tok = sum(k.output_tokens for k in kinds.values())
+    out: dict[str, dict[str, float | None]] = {}
+    if total_s <= 0 or total_tok <= 0:
+        return out
+    for name, k in kinds.items():
+        if k.output_tokens <= 0:
+            continue
+        f = (k.stream_s / total_s) / (k.output_tokens / total_tok)
+        out[name] = {
+            "cost_per_mtok": None if arm.get("cost_per_mtok") is None else arm["cost_per_mtok"] * f,
+            "joules_per_token": None
+            if arm.get("joules_per_token") is None
+            else arm["joules_per_token"] * f,
+        }
     return out

@@ -421,21 +421,25 @@ class LiveSession:
             if self.recorder is not None and self.recorder.active
             else None,
         }
-        from tokmon.core.alerts import cost_figures
+        from tokmon.core.alerts import cost_figures, kind_cost_figures
 
         with self.lock:
             tr = {k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()}
             meta["trends"] = tr
             if self._snap is not None:
-                meta["costs"] = {
-                    v.name: cost_figures(
+                costs: dict[str, dict[str, Any]] = {}
+                for v in self._snap.arm_views:
+                    c: dict[str, Any] = cost_figures(
                         v.window.tokens_per_s if v.window else None,
                         gpu_hour_price=self.agg.gpu_hour_price,
                         gpus=self.agg.gpus,
                         power_w=probes.get("gpu_power_w"),
                     )
-                    for v in self._snap.arm_views
-                }
+                    t = self.agg.totals.get(v.name)
+                    if t is not None and len(t.kinds) > 1:
+                        c["by_kind"] = kind_cost_figures(c, t.kinds)
+                    costs[v.name] = c
+                meta["costs"] = costs
             self._snap = self.agg.tick(now, probes=probes, meta=meta, final=final)
             point = self.agg.history.recent[-1]
         for kind, msg, data in self.alerts.add(point, probes.get("self_rss_mib")):

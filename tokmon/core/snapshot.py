@@ -51,7 +51,7 @@ class Snapshot:
     output_check: dict[str, Any] | None = None
     down: dict[str, float] = field(default_factory=dict)  # arm -> seconds its server is down
     trends: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # %/h, CI
-    costs: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per arm, live
+    costs: dict[str, dict[str, Any]] = field(default_factory=dict)  # per arm, live
     ladder: dict[str, Any] | None = None  # current step, progress and the steps so far
 
 

@@ -217,6 +217,8 @@ class KindTotals:
     ttft: GrowArray = field(default_factory=lambda: GrowArray(64))
     spec_draft: int = 0
     spec_accepted: int = 0
+    # Seconds of stream time the kind held: its share of the server when pricing tokens.
+    stream_s: float = 0.0
 
 
 @dataclass
@@ -273,6 +275,8 @@ class ArmTotals:
                 k = self.kinds[r.kind] = KindTotals()
             k.requests += 1
             k.output_tokens += r.output_tokens
+            if r.e2e_ms is not None:
+                k.stream_s += r.e2e_ms / 1000.0
             if r.decode_tps is not None:
                 k.decode.append(r.decode_tps)
             if r.ttft_ms is not None:

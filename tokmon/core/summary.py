@@ -246,6 +246,11 @@ def summary_table(summary: dict[str, Any]) -> str:
                         if v["acceptance_rate"] is None
                         else f", accept {v['acceptance_rate']:.0%}"
                     )
+                    + (
+                        ""
+                        if v.get("cost_per_million_tokens") is None
+                        else f", {v['cost_per_million_tokens']:.2f}/Mtok"
+                    )
                     for k, v in bk.items()
                 )
             )

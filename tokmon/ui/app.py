@@ -598,6 +598,15 @@ class DashboardApp(App[None]):
                 if bits:
                     parts.append(f"{name[:8]} " + " ".join(bits))
             t.append("cost " + " · ".join(parts) + "\n")
+            for name, c in s.costs.items():
+                kc = {k: v for k, v in (c.get("by_kind") or {}).items() if v.get("cost_per_mtok")}
+                if len(kc) > 1:  # what each kind of task costs: code is cheap with a draft
+                    t.append(
+                        f"  {name[:8]} by kind: "
+                        + " · ".join(f"{k} {v['cost_per_mtok']:.2f}" for k, v in kc.items())
+                        + "/Mtok\n",
+                        style="dim",
+                    )
         oc = s.output_check
         if oc is not None:
             for name, r in oc["arms"].items():
