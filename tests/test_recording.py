@@ -214,6 +214,19 @@ def test_export_csv_and_compare(recorded, tmp_path):
     assert r.returncode == 0 and "×1.000" in r.stdout
 
 
+def test_export_parquet_keeps_types_and_missing_figures(recorded, tmp_path):
+    import pyarrow.parquet as pq
+
+    rec, live = recorded
+    out = tmp_path / "r.parquet"
+    r = tokmon("export", str(rec), "--format", "parquet", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    t = pq.read_table(out).to_pydict()
+    recs = read_recording(str(rec)).records
+    assert t["rid"] == [x.rid for x in recs] and t["ttft_ms"] == [x.ttft_ms for x in recs]
+    assert t["connect_ms"] == [x.connect_ms for x in recs]  # None stays missing
+
+
 @pytest.mark.parametrize(
     "content,needle",
     [

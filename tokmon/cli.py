@@ -1194,7 +1194,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from tokmon.core.recording import read_recording
-    from tokmon.report import export_csv
+    from tokmon.report import export_columns, export_csv
 
     rec = read_recording(args.file)
     if args.format == "csv":
@@ -1202,7 +1202,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     try:
         import pyarrow as pa  # type: ignore[import-not-found]
-        import pyarrow.csv as pacsv  # type: ignore[import-not-found]
         import pyarrow.parquet as pq  # type: ignore[import-not-found]
     except ImportError:
         raise UsageError(
@@ -1210,8 +1209,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         ) from None
     if not args.output:
         raise UsageError("Parquet export needs -o FILE")
-    table = pacsv.read_csv(pa.py_buffer(export_csv(rec).encode()))
-    pq.write_table(table, args.output)
+    pq.write_table(pa.table(export_columns(rec)), args.output)
     return 0
 
 

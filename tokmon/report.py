@@ -17,87 +17,108 @@ import numpy as np
 from tokmon.core.drift import drift
 from tokmon.core.recording import REQUEST_KEYS, Recording, recording_summary
 from tokmon.core.summary import fmt_ms, summary_table
+from tokmon.core.table import COLUMNS, NO_TIME
 from tokmon.core.textsafe import clean_text
 
 FORMATS = ("text", "md", "json", "csv", "html")
 
 
+def _ok_mask(rec: Recording) -> np.ndarray:
+    """Rows every whole-run figure is made of: ok, not warm-up, not settling."""
+    tb = rec.requests
+    c = tb.cols
+    return (c["outcome"] == tb.code("outcome", "ok")) & ~c["warmup"] & ~c["settle"]
+
+
+def groups(keys: np.ndarray, idx: np.ndarray) -> dict[int, np.ndarray]:
+    """Rows ``idx`` split by ``keys`` (one sort, not one pass per key)."""
+    if idx.size == 0:
+        return {}
+    k = keys[idx]
+    order = np.argsort(k, kind="stable")
+    ks, starts = np.unique(k[order], return_index=True)
+    return {int(key): part for key, part in zip(ks, np.split(idx[order], starts[1:]), strict=True)}
+
+
+def _median(v: np.ndarray) -> float | None:
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if v.size else None
+
+
 def segments(rec: Recording) -> list[dict[str, Any]]:
     """Per-segment figures (a segment: a stretch during which one arm was active)."""
-    s = rec.header.get("settings") or {}
-    arms = [a["name"] for a in s.get("arms", [])] or ["default"]
+    arms = rec.arms
     bounds: list[tuple[int, str, int]] = [(0, arms[0], 0)]
     for ev in rec.events:
         if ev.kind == "arm" and isinstance(ev.data.get("arm"), str):
             bounds.append((len(bounds), str(ev.data["arm"]), ev.t))
     end = rec.t_end if rec.t_end is not None else rec.last_t
+    tb = rec.requests
+    c = tb.cols
+    counted = ~c["warmup"] & ~c["settle"]
+    ok = c["outcome"] == tb.code("outcome", "ok")
+    by_seg = groups(c["segment"], np.flatnonzero(counted))
     out = []
-    by_seg: dict[int, list[Any]] = {}
-    for r in rec.records:
-        by_seg.setdefault(r.segment, []).append(r)
+    none = np.empty(0, dtype=np.int64)
     for i, (seg, arm, t0) in enumerate(bounds):
         t1 = bounds[i + 1][2] if i + 1 < len(bounds) else end
-        rs = [r for r in by_seg.get(seg, []) if r.counted]
-        ok = [r for r in rs if r.ok]
-        dec = [r.decode_tps for r in ok if r.decode_tps is not None]
-        ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+        rs = by_seg.get(seg, none)
+        oks = rs[ok[rs]]
         out.append(
             {
                 "segment": seg,
                 "arm": arm,
                 "start_s": t0 / 1e9,
                 "duration_s": (t1 - t0) / 1e9,
-                "ok": len(ok),
-                "failed": len(rs) - len(ok),
-                "decode_p50": float(np.median(dec)) if dec else None,
-                "ttft_p50": float(np.median(ttft)) if ttft else None,
+                "ok": int(oks.size),
+                "failed": int(rs.size - oks.size),
+                "decode_p50": _median(c["decode_tps"][oks]),
+                "ttft_p50": _median(c["ttft_ms"][oks]),
             }
         )
     return out
 
 
-def counted_ok_by_arm(rec: Recording) -> dict[str, list[Any]]:
-    """The requests every whole-run figure is made of: ok, not warm-up, not settling."""
-    by_arm: dict[str, list[Any]] = {}
-    for r in rec.records:
-        if r.ok and r.counted:
-            by_arm.setdefault(r.arm, []).append(r)
-    return by_arm
+def counted_ok_by_arm(rec: Recording) -> dict[str, np.ndarray]:
+    """Rows of the requests every whole-run figure is made of, per arm."""
+    tb = rec.requests
+    return {
+        tb.vocab["arm"][a]: rows
+        for a, rows in groups(tb.cols["arm"], np.flatnonzero(_ok_mask(rec))).items()
+    }
 
 
 def drifts(rec: Recording) -> dict[str, dict[str, Any]]:
+    c = rec.requests.cols
     out: dict[str, dict[str, Any]] = {}
-    for arm, rs in counted_ok_by_arm(rec).items():
-        t = np.array([r.t_end / 1e9 for r in rs])
+    for arm, rows in counted_ok_by_arm(rec).items():
+        t = c["t_end"][rows] / 1e9
         d: dict[str, Any] = {}
-        for key, attr in (
+        for key, col in (
             ("decode_tokens_per_s", "decode_tps"),
             ("ttft_ms", "ttft_ms"),
             ("tpot_ms", "tpot_ms"),
         ):
-            sel = [
-                (ti, getattr(r, attr))
-                for ti, r in zip(t, rs, strict=True)
-                if getattr(r, attr) is not None
-            ]
-            if sel:
-                a = np.array(sel)
-                d[key] = drift(a[:, 0], a[:, 1])
+            v = c[col][rows]
+            m = ~np.isnan(v)
+            if m.any():
+                d[key] = drift(t[m], v[m])
         out[arm] = d
     return out
 
 
-def window_medians(rs: list[Any], attr: str, width_s: float) -> tuple[np.ndarray, np.ndarray]:
+def window_medians(
+    t_end: np.ndarray, values: np.ndarray, width_s: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-window medians of a per-request figure, by end time."""
-    pts: dict[int, list[float]] = {}
-    for r in rs:
-        v = getattr(r, attr)
-        if v is not None:
-            pts.setdefault(int(r.t_end / 1e9 // width_s), []).append(v)
-    keys = sorted(pts)
+    m = ~np.isnan(values)
+    bins = (t_end[m] / 1e9 // width_s).astype(np.int64)
+    g = groups(bins, np.arange(bins.size))
+    v = values[m]
+    keys = sorted(g)
     return (
         np.array([(k + 1) * width_s for k in keys]),
-        np.array([float(np.median(pts[k])) for k in keys]),
+        np.array([float(np.median(v[g[k]])) for k in keys]),
     )
 
 
@@ -105,19 +126,20 @@ def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[
     """Step changes in decode speed and TTFT per arm (Page–Hinkley on window medians)."""
     from tokmon.core.changepoint import cusum
 
+    c = rec.requests.cols
     out: dict[str, list[dict[str, Any]]] = {}
-    for arm, rs in counted_ok_by_arm(rec).items():
+    for arm, rows in counted_ok_by_arm(rec).items():
         found = []
-        for key, attr in (("decode_tokens_per_s", "decode_tps"), ("ttft_ms", "ttft_ms")):
-            t, m = window_medians(rs, attr, width_s)
-            for c in cusum(t, m):
+        for key, col in (("decode_tokens_per_s", "decode_tps"), ("ttft_ms", "ttft_ms")):
+            t, m = window_medians(c["t_end"][rows], c[col][rows], width_s)
+            for cp in cusum(t, m):
                 found.append(
                     {
                         "metric": key,
-                        "t_s": c.t,
-                        "before": c.before,
-                        "after": c.after,
-                        "change_pct": c.change_pct,
+                        "t_s": cp.t,
+                        "before": cp.before,
+                        "after": cp.after,
+                        "change_pct": cp.change_pct,
                     }
                 )
         out[arm] = found
@@ -126,31 +148,40 @@ def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[
 
 def jitter(rec: Recording) -> dict[str, dict[str, Any]]:
     """Spread of TPOT (p99/p50, coefficient of variation) and of chunk gaps, per arm."""
+    tb = rec.requests
+    c = tb.cols
     out: dict[str, dict[str, Any]] = {}
-    for arm, rs in counted_ok_by_arm(rec).items():
-        tp = np.array([r.tpot_ms for r in rs if r.tpot_ms is not None])
-        d: dict[str, Any] = {"stalls": sum(r.stalls for r in rs)}
+    for arm, rows in counted_ok_by_arm(rec).items():
+        tp = c["tpot_ms"][rows]
+        tp = tp[~np.isnan(tp)]
+        d: dict[str, Any] = {"stalls": int(c["stalls"][rows].sum())}
         if tp.size >= 2:
             d["tpot_p99_over_p50"] = float(np.percentile(tp, 99) / np.median(tp))
             d["tpot_cv"] = float(tp.std() / tp.mean())
-        gaps = [np.frombuffer(r.gaps, dtype="<f4") for r in rs if r.gaps]
-        if gaps:
-            g = np.concatenate(gaps)
-            d["gap_p50_ms"] = float(np.median(g))
-            d["gap_p99_over_p50"] = float(np.percentile(g, 99) / np.median(g))
-        mg = [r.max_gap_ms for r in rs if r.max_gap_ms is not None]
-        if mg:
-            d["max_gap_ms"] = float(max(mg))
+        if tb.gaps is not None:
+            gaps = [np.frombuffer(tb.gaps[i], dtype="<f4") for i in rows if tb.gaps[i]]
+            if gaps:
+                g = np.concatenate(gaps)
+                d["gap_p50_ms"] = float(np.median(g))
+                d["gap_p99_over_p50"] = float(np.percentile(g, 99) / np.median(g))
+        mg = c["max_gap_ms"][rows]
+        mg = mg[~np.isnan(mg)]
+        if mg.size:
+            d["max_gap_ms"] = float(mg.max())
         out[arm] = d
     return out
 
 
 def errors_by_class(rec: Recording) -> dict[str, dict[str, int]]:
+    tb = rec.requests
+    c = tb.cols
     out: dict[str, dict[str, int]] = {}
-    for r in rec.records:
-        if not r.ok:
-            d = out.setdefault(r.arm, {})
-            d[r.outcome] = d.get(r.outcome, 0) + 1
+    failed = np.flatnonzero(c["outcome"] != tb.code("outcome", "ok"))
+    for a, rows in groups(c["arm"], failed).items():
+        codes, counts = np.unique(c["outcome"][rows], return_counts=True)
+        out[tb.vocab["arm"][a]] = {
+            tb.vocab["outcome"][o]: int(n) for o, n in zip(codes, counts, strict=True)
+        }
     return out
 
 
@@ -322,13 +353,33 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def export_columns(rec: Recording) -> dict[str, list[Any]]:
+    """Every request's fields (without chunk gaps), one list per field, None where a
+    figure is missing: for CSV and Parquet."""
+    tb = rec.requests
+    out: dict[str, list[Any]] = {}
+    for name in (k for k in REQUEST_KEYS if k != "gaps"):
+        typ = COLUMNS[name][1]
+        v = tb.cols[name]
+        if typ in ("s", "z"):
+            vocab = tb.vocab[name]
+            out[name] = [vocab[i] for i in v.tolist()]
+        elif typ == "t":
+            out[name] = [None if x == NO_TIME else x for x in v.tolist()]
+        elif typ in ("f", "n"):
+            cast = float if typ == "f" else int
+            out[name] = [None if x != x else cast(x) for x in v.tolist()]
+        else:
+            out[name] = v.tolist()
+    return out
+
+
 def export_csv(rec: Recording) -> str:
-    cols = [k for k in REQUEST_KEYS if k != "gaps"]
+    cols = export_columns(rec)
     buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(cols)
-    for r in rec.records:
-        w.writerow(["" if getattr(r, c) is None else getattr(r, c) for c in cols])
+    w = csv.writer(buf)  # writes None as an empty field
+    w.writerow(list(cols))
+    w.writerows(zip(*cols.values(), strict=True))
     return buf.getvalue()
 
 
@@ -343,10 +394,9 @@ def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
 
     tots = []
     for rec in (a, b):
-        s = rec.header.get("settings") or {}
-        arms = [x["name"] for x in s.get("arms", [])] or ["default"]
+        arms = rec.arms
         agg = Aggregator(arms)
-        agg.add_records(rec.records)
+        agg.add_table(rec.requests, np.arange(rec.requests.n))
         tots.append(agg.totals[arms[0]])
     tots[0].name = f"{a.path}:{tots[0].name}"
     tots[1].name = f"{b.path}:{tots[1].name}"

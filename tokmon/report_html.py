@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.core.recording import Recording
-from tokmon.report import escape, render_text
+from tokmon.report import escape, groups, render_text
 
 
 def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:
@@ -19,24 +19,24 @@ def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:
     n = max(1, int(end / 1e9 // width_s) + 1)
     t = [(i + 1) * width_s for i in range(n)]
     tok = np.zeros(n)
-    for ts, _arm, c in rec.ticks:
+    for ts, _arm, k in rec.ticks:
         i = int(ts / 1e9 // width_s)
         if 0 <= i < n:
-            tok[i] += c
-    buckets: list[list[Any]] = [[] for _ in range(n)]
-    errs = np.zeros(n)
-    for r in rec.records:
-        i = min(n - 1, max(0, int(r.t_end / 1e9 // width_s)))
-        if r.ok and r.counted:
-            buckets[i].append(r)
-        elif not r.ok:
-            errs[i] += 1
+            tok[i] += k
+    tb = rec.requests
+    c = tb.cols
+    win = np.minimum(n - 1, np.maximum(0, c["t_end"] / 1e9 // width_s)).astype(np.int64)
+    ok = c["outcome"] == tb.code("outcome", "ok")
+    errs = np.bincount(win[~ok], minlength=n).astype(float)
+    by_win = groups(win, np.flatnonzero(ok & ~c["warmup"] & ~c["settle"]))
 
-    def pct(attr: str, q: float) -> list[float | None]:
-        out: list[float | None] = []
-        for b in buckets:
-            v = [getattr(r, attr) for r in b if getattr(r, attr) is not None]
-            out.append(float(np.percentile(v, q)) if v else None)
+    def pct(col: str, q: float) -> list[float | None]:
+        out: list[float | None] = [None] * n
+        for i, rows in by_win.items():
+            v = c[col][rows]
+            v = v[~np.isnan(v)]
+            if v.size:
+                out[i] = float(np.percentile(v, q))
         return out
 
     acc_t, acc = [], []

@@ -9,11 +9,14 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from tokmon.core.history import History, Point
 from tokmon.core.records import EngineStatus, Event, RequestRecord
 from tokmon.core.snapshot import ArmView, Snapshot
-from tokmon.core.stats import ArmTotals, Slo, TokenWindow, window_stats
+from tokmon.core.stats import ArmTotals, Slo, TokenWindow, window_stats, window_stats_rows
 from tokmon.core.summary import active_time, build_summary, compare
+from tokmon.core.table import RequestTable
 
 MARK_KINDS = {
     "arm": "arm",
@@ -50,6 +53,9 @@ class Aggregator:
         self.arm = self.arm_names[0]
         self.totals = {n: ArmTotals(n) for n in self.arm_names}
         self.window: deque[RequestRecord] = deque()
+        # A replay's window: rows of its table (no record objects for millions of rows).
+        self.table: RequestTable | None = None
+        self.window_rows: deque[np.ndarray] = deque()
         self.tokens = TokenWindow()
         self.history = History()
         self.events: deque[Event] = deque(maxlen=500)
@@ -87,19 +93,7 @@ class Aggregator:
             if r.counted and (self.t_measure is None or r.t_sched < self.t_measure):
                 self.t_measure = r.t_sched
             if r.step >= 0 and r.counted and self.steps:
-                for st in reversed(self.steps):
-                    if st.step == r.step and st.arm == r.arm:
-                        if r.ok:
-                            st.ok += 1
-                            if r.ttft_ms is not None:
-                                st.ttft.append(r.ttft_ms)
-                            if r.tpot_ms is not None:
-                                st.tpot.append(r.tpot_ms)
-                            if r.decode_tps is not None:
-                                st.decode.append(r.decode_tps)
-                        else:
-                            st.failed += 1
-                        break
+                self._add_to_step(r)
             if r.stalls:
                 self._pending_marks.append("stall")
                 self.stalls_total += r.stalls
@@ -133,6 +127,70 @@ class Aggregator:
                         {"arm": r.arm},
                         r.t_end,
                     )
+
+    def _add_to_step(self, r: RequestRecord) -> None:
+        for st in reversed(self.steps):
+            if st.step == r.step and st.arm == r.arm:
+                if r.ok:
+                    st.ok += 1
+                    if r.ttft_ms is not None:
+                        st.ttft.append(r.ttft_ms)
+                    if r.tpot_ms is not None:
+                        st.tpot.append(r.tpot_ms)
+                    if r.decode_tps is not None:
+                        st.decode.append(r.decode_tps)
+                else:
+                    st.failed += 1
+                break
+
+    def add_table(self, tb: RequestTable, idx: np.ndarray, window_from: int | None = None) -> None:
+        """``add_records`` for rows of a recording's table, column by column (a replay or a
+        report of millions of requests). Only rows that end at or after ``window_from``
+        become records in the live window; derived events are not raised (a recording
+        holds them already)."""
+        if idx.size == 0:
+            return
+        c = tb.cols
+        arms = c["arm"][idx]
+        for code in np.unique(arms):
+            name = tb.vocab["arm"][code]
+            tot = self.totals.get(name)
+            if tot is None:
+                tot = self.totals[name] = ArmTotals(name)
+            tot.add_rows(tb, idx[arms == code], self.slo)
+        counted = idx[~c["warmup"][idx] & ~c["settle"][idx]]
+        if counted.size:
+            t0 = int(c["t_sched"][counted].min())
+            if self.t_measure is None or t0 < self.t_measure:
+                self.t_measure = t0
+            if self.steps:  # a ladder's steps: few rows, added one by one
+                for i in counted[c["step"][counted] >= 0]:
+                    self._add_to_step(tb.record(int(i)))
+        st = c["stalls"][idx]
+        if st.any():
+            self._pending_marks.append("stall")
+            self.stalls_total += int(st.sum())
+        self._track_down(tb, idx)
+        if window_from is not None:
+            recent = idx[c["t_end"][idx] >= window_from]
+            if recent.size:
+                self.table = tb
+                self.window_rows.append(recent)
+
+    def _track_down(self, tb: RequestTable, idx: np.ndarray) -> None:
+        """An arm is down from its first connect failure until a request gets an answer."""
+        c = tb.cols
+        conn = c["outcome"][idx] == tb.code("outcome", "connect")
+        if not conn.any() and not self.down_since:
+            return
+        answered = ~np.isnan(c["http_status"][idx])
+        for j in np.flatnonzero(conn | answered):
+            i = int(idx[j])
+            arm = tb.vocab["arm"][c["arm"][i]]
+            if conn[j]:
+                self.down_since.setdefault(arm, int(c["t_end"][i]))
+            else:
+                self.down_since.pop(arm, None)
 
     def add_ticks(self, ticks: dict[tuple[int, str], int]) -> None:
         for (t, arm), n in ticks.items():
@@ -273,9 +331,18 @@ class Aggregator:
 
     # ------------------------------------------------------------------ output
     def tick(
-        self, now: int, *, probes: dict[str, Any], meta: dict[str, Any], final: bool = False
+        self,
+        now: int,
+        *,
+        probes: dict[str, Any],
+        meta: dict[str, Any],
+        final: bool = False,
+        quick: bool = False,
     ) -> Snapshot:
-        """Window statistics, one history point, and a new snapshot (about once a second)."""
+        """Window statistics, one history point, and a new snapshot (about once a second).
+
+        ``quick``: a tick a replay passes over while seeking, never shown: the history
+        point only, without the whole-run comparison."""
         lim = now - int(self.window_s * 1e9)
         w = self.window
         while w and w[0].t_end < lim:
@@ -288,15 +355,34 @@ class Aggregator:
         t1 = now - 150_000_000
         t1 -= t1 % self.tokens.bucket_ns
         tok = self.tokens.tokens(t1 - int(width * 1e9), t1)
-        recs = list(w)
-        win = window_stats(recs, sum(tok.values()), now, width, "", self.slo)
         arm_views = []
-        for name in self.arm_names:
-            aw = window_stats(
-                [r for r in recs if r.arm == name], tok.get(name, 0), now, width, name, self.slo
-            )
-            t = self.totals[name]
-            arm_views.append(ArmView(name, t.ok, t.failed, aw))
+        if self.table is not None:
+            tb = self.table
+            te = tb.cols["t_end"]
+            kept = [r for r in (b[te[b] >= lim] for b in self.window_rows) if r.size]
+            self.window_rows = deque(kept)
+            rows = np.concatenate(kept) if kept else np.empty(0, dtype=np.int64)
+            win = window_stats_rows(tb, rows, sum(tok.values()), now, width, "", self.slo)
+            arms = tb.cols["arm"][rows]
+            for name in self.arm_names:
+                sel = rows[arms == tb.code("arm", name)]
+                aw = window_stats_rows(tb, sel, tok.get(name, 0), now, width, name, self.slo)
+                t = self.totals[name]
+                arm_views.append(ArmView(name, t.ok, t.failed, aw))
+        else:
+            recs = list(w)
+            win = window_stats(recs, sum(tok.values()), now, width, "", self.slo)
+            for name in self.arm_names:
+                aw = window_stats(
+                    [r for r in recs if r.arm == name],
+                    tok.get(name, 0),
+                    now,
+                    width,
+                    name,
+                    self.slo,
+                )
+                t = self.totals[name]
+                arm_views.append(ArmView(name, t.ok, t.failed, aw))
         if (
             probes.get("spec_acceptance_rate") is not None
             or probes.get("spec_acceptance_length") is not None
@@ -351,7 +437,7 @@ class Aggregator:
                 arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
             )
         )
-        if (now >= self._next_compare or final) and len(self.arm_names) >= 2:
+        if (now >= self._next_compare or final) and len(self.arm_names) >= 2 and not quick:
             self._next_compare = now + 3_000_000_000
             self.comparison = compare(
                 self.totals[self.arm_names[0]], self.totals[self.arm_names[1]], self.alternations

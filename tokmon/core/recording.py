@@ -21,6 +21,7 @@ reader takes every complete line and says that the file was cut.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import os
 import platform
@@ -32,64 +33,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import numpy as np
+
 from tokmon import __version__
 from tokmon.core.records import Event, RequestRecord
+from tokmon.core.table import COLUMNS, RequestTable
 
 SCHEMA_VERSION = 1
 
-# RequestRecord field -> short key in a recording.
-REQUEST_KEYS = {
-    "rid": "id",
-    "arm": "arm",
-    "outcome": "o",
-    "t_sched": "ts",
-    "t_end": "te",
-    "kind": "kind",
-    "segment": "seg",
-    "step": "stp",
-    "t_send": "tsd",
-    "send_lag_ms": "lag",
-    "connect_ms": "con",
-    "ttfb_ms": "ttfb",
-    "ttft_ms": "ttft",
-    "ttfc_ms": "ttfc",
-    "e2e_ms": "e2e",
-    "output_tokens": "n",
-    "tokens_estimated": "est",
-    "prompt_tokens": "pt",
-    "chunks": "ch",
-    "tpot_ms": "tpot",
-    "decode_tps": "dec",
-    "max_gap_ms": "mg",
-    "stalls": "st",
-    "finish_reason": "fr",
-    "http_status": "hs",
-    "error": "err",
-    "warmup": "w",
-    "settle": "s",
-    "spec_draft_tokens": "sd",
-    "spec_accepted_tokens": "sa",
-    "spec_drafts": "sn",
-    "spec_source": "ss",
-    "worker": "wk",
-    "gaps": "g",
-}
-SHORT_TO_FIELD = {v: k for k, v in REQUEST_KEYS.items()}
+# RequestRecord field -> short key in a recording (the columns' table is the one list).
+REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}
 TIME_FIELDS = ("t_sched", "t_end", "t_send")
-_DEFAULTS = {
-    "kind": "",
-    "segment": 0,
-    "output_tokens": 0,
-    "tokens_estimated": False,
-    "chunks": 0,
-    "stalls": 0,
-    "error": "",
-    "warmup": False,
-    "settle": False,
-    "spec_source": "",
-    "worker": 0,
-    "gaps": b"",
-}
+# Fields left out of a line when they hold their default.
+_DEFAULTS = {name: c[2] for name, c in COLUMNS.items() if c[2] is not None} | {"gaps": b""}
 
 
 class RecordingError(Exception):
@@ -138,17 +94,6 @@ def record_to_line(r: RequestRecord, t0: int, chunks: bool = False) -> dict[str,
             v = base64.b64encode(v).decode()
         d[short] = v
     return d
-
-
-def line_to_record(d: dict[str, Any], t0: int = 0) -> RequestRecord:
-    kw = {SHORT_TO_FIELD[k]: v for k, v in d.items() if k in SHORT_TO_FIELD}
-    for f in TIME_FIELDS:
-        if f in kw:
-            kw[f] = int(kw[f]) + t0
-    g = kw.get("gaps")
-    if g is not None:
-        kw["gaps"] = base64.b64decode(g)
-    return RequestRecord(**kw)
 
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
@@ -298,7 +243,7 @@ class Recorder:
 class Recording:
     path: str
     header: dict[str, Any]
-    records: list[RequestRecord] = field(default_factory=list)
+    requests: RequestTable = field(default_factory=RequestTable.empty)
     ticks: list[tuple[int, str, int]] = field(default_factory=list)
     samples: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -308,10 +253,27 @@ class Recording:
     corrupt: int = 0
 
     @property
+    def records(self) -> list[RequestRecord]:
+        """Every request as an object: for small recordings and tests (a big one is read
+        through ``requests``, its columns)."""
+        return list(self.requests.records())
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms, as the header's settings name them (else as the requests do)."""
+        s = self.header.get("settings") or {}
+        names = [a["name"] for a in s.get("arms", []) if isinstance(a, dict) and "name" in a]
+        if names:
+            return names
+        tb = self.requests
+        used = np.unique(tb.cols["arm"]).tolist()
+        return sorted(tb.vocab["arm"][i] for i in used) or ["default"]
+
+    @property
     def last_t(self) -> int:
         ts = [self.t_end or 0]
-        if self.records:
-            ts.append(self.records[-1].t_end)
+        if self.requests.n:
+            ts.append(int(self.requests.cols["t_end"].max()))
         if self.ticks:
             ts.append(self.ticks[-1][0])
         if self.events:
@@ -372,14 +334,38 @@ class _Lines:
             yield rest, True
 
 
+BATCH = 50_000  # request lines turned into columns at a time
+
+
 def read_recording(path: str) -> Recording:
+    # Parsing makes millions of short-lived dicts and no cycles: the collector would only
+    # walk the heap again and again (a fifth of the time of a big recording).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(path)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(path: str) -> Recording:
     lines = _Lines(path)
     rec: Recording | None = None
+    vocab: dict[str, list[Any]] = {}
+    parts: list[RequestTable] = []
+    batch: list[bytes] = []
     for line, is_cut in lines:
         if is_cut:
             if rec is not None:
                 rec.truncated = True
             break
+        if line.startswith(b'{"k":"r",') and rec is not None:
+            batch.append(line)  # parsed a batch at a time: millions of these
+            if len(batch) >= BATCH:
+                rec.corrupt += _columns(batch, vocab, parts)
+                batch = []
+            continue
         try:
             obj = _loads(line)
             if not isinstance(obj, dict):
@@ -405,10 +391,16 @@ def read_recording(path: str) -> Recording:
                 )
             rec = Recording(path=path, header=obj)
             continue
+        if k == "r":
+            rec.corrupt += _columns(batch, vocab, parts)  # keep the order of the file
+            batch = []
+            try:
+                parts.append(RequestTable.from_lines([obj], vocab))
+            except (KeyError, TypeError, ValueError, OverflowError):
+                rec.corrupt += 1
+            continue
         try:
-            if k == "r":
-                rec.records.append(line_to_record(obj))
-            elif k == "tok":
+            if k == "tok":
                 rec.ticks.extend((int(t), str(a), int(c)) for t, a, c in obj["v"])
             elif k == "p":
                 rec.samples.append((int(obj["t"]), str(obj["src"]), dict(obj["v"])))
@@ -432,11 +424,37 @@ def read_recording(path: str) -> Recording:
             rec.corrupt += 1
     if rec is None:
         raise RecordingError(f"{path} is empty or not a tokmon recording")
+    rec.corrupt += _columns(batch, vocab, parts)
+    rec.requests = RequestTable.concat(parts, vocab) if parts else RequestTable.empty(vocab)
     if lines.cut:
         rec.truncated = True
     if rec.t_end is None:
         rec.truncated = True
     return rec
+
+
+def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) -> int:
+    """Append a batch of request lines as columns; returns how many were corrupt (a batch
+    with one bad line is sorted line by line)."""
+    if not batch:
+        return 0
+    try:
+        dicts = list(map(_loads, batch))
+        parts.append(RequestTable.from_lines(dicts, vocab))
+        return 0
+    except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
+        pass
+    good = []
+    for line in batch:
+        try:
+            d = _loads(line)
+            RequestTable.from_lines([d], {})
+            good.append(d)
+        except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
+            pass
+    if good:
+        parts.append(RequestTable.from_lines(good, vocab))
+    return len(batch) - len(good)
 
 
 def recording_summary(rec: Recording) -> dict[str, Any]:
@@ -447,11 +465,7 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
 
     h = rec.header
     s = h.get("settings") or {}
-    arms = (
-        [a["name"] for a in s.get("arms", [])]
-        or sorted({r.arm for r in rec.records})
-        or ["default"]
-    )
+    arms = rec.arms
     slo = Slo(**(h.get("slo") or {}))
     agg = Aggregator(arms, slo=slo, assign=s.get("assign", "switch"), t_start=0)
     for ev in rec.events:
@@ -475,7 +489,7 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
             agg.add_ticks({(t, a): n})
         for t, _src, v in rec.samples:
             agg.note_probe(t, v)
-    agg.add_records(rec.records)
+    agg.add_table(rec.requests, np.arange(rec.requests.n))
     cost = h.get("cost") or {}
     agg.gpu_hour_price = cost.get("gpu_hour_price")
     agg.gpus = cost.get("gpus") or 1

@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 from tokmon.core.aggregate import Aggregator
 from tokmon.core.recording import Recording, read_recording, recording_summary
@@ -40,10 +42,13 @@ class ReplaySource:
 
     # ------------------------------------------------------------------ timeline
     def _build_timeline(self) -> None:
+        """Requests in order of their end, as column rows; everything else (token ticks,
+        events, probe samples: a few a second) as a sorted list beside them."""
         rec = self.rec
+        t_end = rec.requests.cols["t_end"]
+        self.order = np.argsort(t_end, kind="stable")
+        self.req_t = t_end[self.order]
         items: list[tuple[int, int, Any]] = []
-        for r in rec.records:
-            items.append((r.t_end, 0, r))
         for t, arm, n in rec.ticks:
             items.append((t, 1, (t, arm, n)))
         for ev in rec.events:
@@ -53,19 +58,15 @@ class ReplaySource:
         items.sort(key=lambda x: (x[0], x[1]))
         self.items = items
         self.times = [x[0] for x in items]
-        self.end_t = max(self.rec.t_end or 0, self.times[-1] if self.times else 0)
+        last = int(self.req_t[-1]) if self.req_t.size else 0
+        self.end_t = max(self.rec.t_end or 0, self.times[-1] if self.times else 0, last)
         self.event_times = sorted(ev.t for ev in rec.events if ev.kind != "engine")
 
     def _reset(self) -> None:
         h = self.rec.header
         s = h.get("settings") or {}
-        arms = (
-            [a["name"] for a in s.get("arms", [])]
-            or sorted({r.arm for r in self.rec.records})
-            or ["default"]
-        )
         self.agg = Aggregator(
-            arms,
+            self.rec.arms,
             slo=Slo(**(h.get("slo") or {})),
             assign=s.get("assign", "switch"),
             mode=s.get("mode", "concurrency"),
@@ -73,45 +74,65 @@ class ReplaySource:
             t_start=0,
         )
         self.probes: dict[str, dict[str, Any]] = {}
-        self.idx = 0
+        self.idx = 0  # next item
+        self.ri = 0  # next request, in order of end
         self.pos = 0
         self.next_tick = 1_000_000_000
 
-    def _feed_until(self, t: int, fine_from: int = 0) -> None:
-        """Feed every fact up to ``t``; tick each second from ``fine_from``, every 10 s before."""
+    def _feed_requests(self, upto: int, side: Literal["left", "right"], now: int) -> None:
+        """Requests that ended before ``upto`` (or at it, ``side="right"``), column-wise;
+        the ones that can still be in the window at ``now`` become live-window records."""
+        hi = int(np.searchsorted(self.req_t, upto, side=side))
+        if hi > self.ri:
+            rows = self.order[self.ri : hi]
+            self.agg.add_table(
+                self.rec.requests, rows, window_from=now - int(self.agg.window_s * 1e9)
+            )
+            self.ri = hi
+
+    def _feed_until(self, t: int, fine_from: int = 0, quick: bool = False) -> None:
+        """Feed every fact up to ``t``; tick each second from ``fine_from``, every 10 s before.
+
+        The order is the live one: a tick sees the requests that ended before it."""
         items = self.items
-        while self.idx < len(items) and items[self.idx][0] <= t:
-            when, kind, obj = items[self.idx]
-            while self.next_tick <= when:
-                self._tick(self.next_tick)
-                step = 1_000_000_000 if self.next_tick >= fine_from else 10_000_000_000
-                self.next_tick += step
-            if kind == 0:
-                self.agg.add_records([obj])
-            elif kind == 1:
-                self.agg.add_ticks({(obj[0], obj[1]): obj[2]})
-            elif kind == 2:
-                if (
-                    obj.kind == "arm"
-                    and isinstance(obj.data.get("arm"), str)
-                    and obj.data["arm"] in self.agg.arm_names
-                ):
-                    self.agg.switch(obj.data["arm"], obj.t)
-                elif obj.kind == "level" and isinstance(obj.data.get("level"), (int, float)):
-                    self.agg.level = float(obj.data["level"])
-                elif obj.kind == "pause":
-                    self.agg.paused = obj.message.startswith("paused")
-                self.agg.add_event(obj)
+        while True:
+            nt = self.next_tick
+            no = items[self.idx][0] if self.idx < len(items) else None
+            if nt <= t and (no is None or nt <= no):
+                self._feed_requests(nt, "left", nt)
+                self._tick(nt, quick)
+                self.next_tick += 1_000_000_000 if nt >= fine_from else 10_000_000_000
+            elif no is not None and no <= t:
+                # (requests wait for the next tick: the other facts do not touch them, and
+                # feeding a thousand at once costs what feeding ten does)
+                self._apply(items[self.idx])
+                self.idx += 1
             else:
-                src, v = obj
-                self.probes[src] = v
-            self.idx += 1
-        while self.next_tick <= t:
-            self._tick(self.next_tick)
-            self.next_tick += 1_000_000_000 if self.next_tick >= fine_from else 10_000_000_000
+                break
+        self._feed_requests(t, "right", t)
         self.pos = t
 
-    def _tick(self, t: int) -> None:
+    def _apply(self, item: tuple[int, int, Any]) -> None:
+        _when, kind, obj = item
+        if kind == 1:
+            self.agg.add_ticks({(obj[0], obj[1]): obj[2]})
+        elif kind == 2:
+            if (
+                obj.kind == "arm"
+                and isinstance(obj.data.get("arm"), str)
+                and obj.data["arm"] in self.agg.arm_names
+            ):
+                self.agg.switch(obj.data["arm"], obj.t)
+            elif obj.kind == "level" and isinstance(obj.data.get("level"), (int, float)):
+                self.agg.level = float(obj.data["level"])
+            elif obj.kind == "pause":
+                self.agg.paused = obj.message.startswith("paused")
+            self.agg.add_event(obj)
+        else:
+            src, v = obj
+            self.probes[src] = v
+
+    def _tick(self, t: int, quick: bool = False) -> None:
         probes: dict[str, Any] = {}
         for src in ("host", "gpu", "server"):
             probes.update(self.probes.get(src, {}))
@@ -127,7 +148,7 @@ class ReplaySource:
                 "truncated": self.rec.truncated,
             },
         }
-        self._snap = self.agg.tick(t, probes=probes, meta=meta, final=done)
+        self._snap = self.agg.tick(t, probes=probes, meta=meta, final=done, quick=quick)
 
     # ------------------------------------------------------------------ source
     def start(self) -> None:
@@ -160,7 +181,7 @@ class ReplaySource:
         except Exception:
             return
         with self.lock:
-            if len(rec.records) == len(self.rec.records) and len(rec.events) == len(
+            if len(rec.requests) == len(self.rec.requests) and len(rec.events) == len(
                 self.rec.events
             ):
                 return
@@ -168,7 +189,7 @@ class ReplaySource:
             self.rec = rec
             self._build_timeline()
             self._reset()
-            self._feed_until(pos, fine_from=max(0, pos - 600_000_000_000))
+            self._feed_until(pos, fine_from=max(0, pos - 600_000_000_000), quick=True)
 
     def snapshot(self) -> Snapshot | None:
         return self._snap
@@ -178,7 +199,7 @@ class ReplaySource:
         with self.lock:
             if t < self.pos:
                 self._reset()
-            self._feed_until(t, fine_from=max(0, t - 600_000_000_000))
+            self._feed_until(t, fine_from=max(0, t - 600_000_000_000), quick=True)
             self._tick(t)
 
     def command(self, name: str, *args: Any) -> str | None:

@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tokmon.core.records import FAILURES, OUTCOMES, RequestRecord
+
+if TYPE_CHECKING:
+    from tokmon.core.table import RequestTable
 
 PCTS = (50, 90, 95, 99)
 
@@ -37,6 +41,15 @@ class GrowArray:
             self._a = b
         self._a[self.n] = v
         self.n += 1
+
+    def extend(self, v: np.ndarray) -> None:
+        need = self.n + v.size
+        if need > len(self._a):
+            b = np.empty(max(need, len(self._a) * 2), dtype=np.float32)
+            b[: self.n] = self._a[: self.n]
+            self._a = b
+        self._a[self.n : need] = v
+        self.n = need
 
     @property
     def values(self) -> np.ndarray:
@@ -131,6 +144,18 @@ class Slo:
             return False
         return not (self.e2e_ms is not None and (r.e2e_ms is None or r.e2e_ms > self.e2e_ms))
 
+    def met_rows(self, tb: RequestTable, idx: np.ndarray) -> np.ndarray:
+        """``met`` for rows of a table (NaN compares false: a missing figure as above)."""
+        c = tb.cols
+        m = c["outcome"][idx] == tb.code("outcome", "ok")
+        if self.ttft_ms is not None:
+            m &= c["ttft_ms"][idx] <= self.ttft_ms
+        if self.tpot_ms is not None:
+            m &= ~(c["tpot_ms"][idx] > self.tpot_ms)
+        if self.e2e_ms is not None:
+            m &= c["e2e_ms"][idx] <= self.e2e_ms
+        return m
+
 
 def window_stats(
     records: list[RequestRecord],
@@ -174,9 +199,73 @@ def window_stats(
             acc_a += r.spec_accepted_tokens
         if slo is not None and slo.any and slo.met(r):
             good += 1
+    return _window(
+        t, width_s, arm, tokens, errors, ok, stalls, ttft, tpot, e2e, dec,
+        np.concatenate(gaps) if gaps else np.empty(0), n_tok, n_chunks, acc_d, acc_a,
+        good if slo is not None and slo.any else None,
+    )  # fmt: skip
+
+
+def window_stats_rows(
+    tb: RequestTable,
+    rows: np.ndarray,
+    tokens: int,
+    t: int,
+    width_s: float,
+    arm: str = "",
+    slo: Slo | None = None,
+) -> WindowStats:
+    """``window_stats`` of table rows (a replay's window), column by column."""
+    c = tb.cols
+    out = c["outcome"][rows]
+    okm = out == tb.code("outcome", "ok")
+    errors: dict[str, int] = {}
+    if not okm.all():
+        for code, cnt in zip(*np.unique(out[~okm], return_counts=True), strict=True):
+            errors[tb.vocab["outcome"][code]] = int(cnt)
+    oks = rows[okm]
+    mi = oks[~c["warmup"][oks]]
+
+    def col(name: str) -> np.ndarray:
+        v = c[name][mi]
+        return v[~np.isnan(v)]
+
+    gaps = np.empty(0)
+    if tb.gaps is not None:
+        parts = [np.frombuffer(tb.gaps[i], dtype="<f4") for i in mi.tolist() if tb.gaps[i]]
+        gaps = np.concatenate(parts) if parts else gaps
+    sd, sa = c["spec_draft_tokens"][mi], c["spec_accepted_tokens"][mi]
+    m = (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
+    good = int(slo.met_rows(tb, mi).sum()) if slo is not None and slo.any else None
+    return _window(
+        t, width_s, arm, tokens, errors, int(oks.size), int(c["stalls"][oks].sum()),
+        col("ttft_ms"), col("tpot_ms"), col("e2e_ms"), col("decode_tps"), gaps,
+        int(c["output_tokens"][mi].sum()), int(c["chunks"][mi].sum()),
+        int(sd[m].sum()), int(sa[m].sum()), good,
+    )  # fmt: skip
+
+
+def _window(
+    t: int,
+    width_s: float,
+    arm: str,
+    tokens: int,
+    errors: dict[str, int],
+    ok: int,
+    stalls: int,
+    ttft: Any,
+    tpot: Any,
+    e2e: Any,
+    dec: Any,
+    g: np.ndarray,
+    n_tok: int,
+    n_chunks: int,
+    acc_d: int,
+    acc_a: int,
+    good: int | None,
+) -> WindowStats:
     failed = sum(errors.values())
-    g = np.concatenate(gaps) if gaps else np.empty(0)
-    tp = np.asarray(tpot)
+    tp = np.asarray(tpot, dtype=np.float64)
     cv = float(tp.std() / tp.mean()) if tp.size >= 2 and tp.mean() > 0 else None
     acc_rate = acc_d and acc_a / acc_d or None
     return WindowStats(
@@ -196,7 +285,7 @@ def window_stats(
         tpot_p95=pct(tpot, 95),
         e2e_p50=pct(e2e, 50),
         decode_p50=pct(dec, 50),
-        goodput_per_s=(good / width_s) if slo is not None and slo.any and width_s > 0 else None,
+        goodput_per_s=(good / width_s) if good is not None and width_s > 0 else None,
         gap_p50=pct(g, 50),
         gap_p99=pct(g, 99),
         tpot_cv=cv,
@@ -305,6 +394,87 @@ class ArmTotals:
             self.spec_source = r.spec_source
         if slo is not None and slo.any and slo.met(r):
             self.good += 1
+
+    def add_rows(self, tb: RequestTable, idx: np.ndarray, slo: Slo | None) -> None:
+        """``add`` for rows ``idx`` of a table, in that order, column by column: the same
+        totals as adding each row's record (a recording's summary equals the live one)."""
+        c = tb.cols
+        out = c["outcome"][idx]
+        names = tb.vocab["outcome"]
+        for code, cnt in zip(*np.unique(out, return_counts=True), strict=True):
+            self.by_outcome[names[code]] = self.by_outcome.get(names[code], 0) + int(cnt)
+        ok_code = tb.code("outcome", "ok")
+        warm, settle = c["warmup"][idx], c["settle"][idx]
+        self.warmup += int(warm.sum())
+        self.settle += int((settle & ~warm).sum())
+        ok = out == ok_code
+        self.all_output_tokens += int(c["output_tokens"][idx][ok].sum())
+        ci = idx[~warm & ~settle]
+        if ci.size == 0:
+            return
+        ts, te = c["t_sched"][ci], c["t_end"][ci]
+        # t_first as it stood when each row was added: a running minimum
+        first = np.minimum.accumulate(ts if self.t_first is None else np.append(self.t_first, ts))
+        first = first[-ci.size :]
+        self.t_first = int(first[-1])
+        self.t_last = int(te.max()) if self.t_last is None else max(self.t_last, int(te.max()))
+        okm = c["outcome"][ci] == ok_code
+        oi = ci[okm]
+        if slo is not None and slo.any:
+            self.good += int(slo.met_rows(tb, ci).sum())
+        if oi.size == 0:
+            return
+        self.output_tokens += int(c["output_tokens"][oi].sum())
+        self.stalls += int(c["stalls"][oi].sum())
+        self._add_kinds(tb, oi)
+        self.estimated += int(c["tokens_estimated"][oi].sum())
+        ttft, tpot, e2e, dec = (c[k][oi] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps"))
+        seg = c["segment"][oi]
+        m = ~np.isnan(ttft)
+        self.ttft.extend(ttft[m])
+        self.seg_ttft.extend(seg[m])
+        self.t_end.extend((c["t_end"][oi][m] - first[okm][m]) / 1e9)
+        m = ~np.isnan(tpot)
+        self.tpot.extend(tpot[m])
+        self.seg_tpot.extend(seg[m])
+        self.e2e.extend(e2e[~np.isnan(e2e)])
+        m = ~np.isnan(dec)
+        self.decode.extend(dec[m])
+        self.seg_decode.extend(seg[m])
+        sd, sa, sn = (
+            c[k][oi] for k in ("spec_draft_tokens", "spec_accepted_tokens", "spec_drafts")
+        )
+        m = (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
+        if m.any():
+            self.spec_draft += int(sd[m].sum())
+            self.spec_accepted += int(sa[m].sum())
+            self.spec_drafts += int(np.nan_to_num(sn[m]).sum())
+            self.spec_source = tb.vocab["spec_source"][int(c["spec_source"][oi[m][-1]])]
+
+    def _add_kinds(self, tb: RequestTable, oi: np.ndarray) -> None:
+        c = tb.cols
+        kinds = c["kind"][oi]
+        for code in np.unique(kinds):
+            name = tb.vocab["kind"][code]
+            if not name:
+                continue
+            ki = oi[kinds == code]
+            k = self.kinds.get(name)
+            if k is None:
+                k = self.kinds[name] = KindTotals()
+            k.requests += int(ki.size)
+            k.output_tokens += int(c["output_tokens"][ki].sum())
+            e2e = c["e2e_ms"][ki]
+            e2e = e2e[~np.isnan(e2e)] / 1000.0
+            if e2e.size:  # added one by one, as a live run does, so the sum is the same
+                k.stream_s = float(np.cumsum(np.append(k.stream_s, e2e))[-1])
+            for arr, key in ((k.decode, "decode_tps"), (k.ttft, "ttft_ms")):
+                v = c[key][ki]
+                arr.extend(v[~np.isnan(v)])
+            sd, sa = c["spec_draft_tokens"][ki], c["spec_accepted_tokens"][ki]
+            m = (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
+            k.spec_draft += int(sd[m].sum())
+            k.spec_accepted += int(sa[m].sum())
 
     @property
     def ok(self) -> int:

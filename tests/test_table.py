@@ -1,0 +1,149 @@
+"""Requests as columns: the exact records back, and the same totals as record by record."""
+
+import random
+
+import numpy as np
+import pytest
+
+from tokmon.core.aggregate import Aggregator
+from tokmon.core.recording import Recorder, read_recording, recording_summary
+from tokmon.core.records import OUTCOMES, RequestRecord
+from tokmon.core.stats import Slo
+from tokmon.core.summary import build_summary
+from tokmon.core.table import RequestTable
+
+
+def varied(n: int, seed: int = 1) -> list[RequestRecord]:
+    """Every shape a record takes: failures, warm-up, settling, kinds, speculative
+    counts, estimated tokens, missing figures, stalls, chunk gaps, connect failures."""
+    rng = random.Random(seed)
+    out = []
+    t = 0
+    for i in range(n):
+        t += rng.randint(1_000_000, 30_000_000)
+        outcome = rng.choice(["ok"] * 12 + list(OUTCOMES[1:]))
+        ok = outcome == "ok"
+        spec = ok and rng.random() < 0.5
+        ttft = round(rng.lognormvariate(4, 0.5), 3) if ok and rng.random() < 0.97 else None
+        n_tok = rng.randint(1, 300) if ok else 0
+        out.append(
+            RequestRecord(
+                rid=i,
+                arm=rng.choice(["plain", "spec", "third"]),
+                outcome=outcome,
+                # out of order: a long request scheduled early can end after short ones
+                t_sched=t - rng.randint(0, 2_000_000_000),
+                t_end=t,
+                kind=rng.choice(["", "code", "chat", "creative"]),
+                segment=i // 37,
+                step=rng.choice([-1, 0, 1]),
+                t_send=None if outcome == "connect" else t - 5_000,
+                send_lag_ms=rng.choice([None, 0.125, 3.5]),
+                connect_ms=None if rng.random() < 0.8 else 1.25,
+                ttfb_ms=ttft and round(ttft * 0.3, 3),
+                ttft_ms=ttft,
+                ttfc_ms=ttft,
+                e2e_ms=round(rng.uniform(50, 5000), 3) if ok else None,
+                output_tokens=n_tok,
+                tokens_estimated=rng.random() < 0.1,
+                prompt_tokens=rng.choice([None, 128, 4096]),
+                chunks=n_tok,
+                tpot_ms=round(rng.uniform(5, 40), 4) if ok and n_tok > 1 else None,
+                decode_tps=round(rng.uniform(20, 200), 4) if ok and n_tok > 1 else None,
+                max_gap_ms=round(rng.uniform(5, 2000), 3) if ok else None,
+                stalls=rng.choice([0, 0, 0, 1, 2]) if ok else 0,
+                gaps=np.full(3, 1.5, dtype="<f4").tobytes() if rng.random() < 0.2 else b"",
+                finish_reason=rng.choice([None, "stop", "length"]),
+                http_status=None if outcome in ("connect", "timeout") else 200,
+                error="" if ok else f"{outcome} error \u00e9 {rng.randint(0, 3)}",
+                warmup=i < 20,
+                settle=rng.random() < 0.05,
+                spec_draft_tokens=rng.choice([0, 12, 40]) if spec else None,
+                spec_accepted_tokens=rng.randint(0, 12) if spec else None,
+                spec_drafts=rng.choice([None, 4]) if spec else None,
+                spec_source="response:vllm" if spec else "",
+                worker=rng.randint(0, 2),
+            )
+        )
+    return out
+
+
+def test_rows_come_back_as_the_exact_records():
+    recs = varied(500)
+    tb = RequestTable.from_records(recs)
+    assert len(tb) == 500
+    assert [tb.record(i) for i in range(500)] == recs
+
+
+def test_recording_reads_back_exact_records_across_batches(tmp_path, monkeypatch):
+    import tokmon.core.recording as recording
+
+    monkeypatch.setattr(recording, "BATCH", 64)  # many batches, new strings in later ones
+    recs = varied(700, seed=2)
+    path = str(tmp_path / "r.jsonl")
+    w = Recorder(path, chunks=True)
+    w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}]}}, 0)
+    w.records(recs)
+    w.close()
+    rec = read_recording(path)
+    assert rec.records == recs and rec.corrupt == 0
+
+
+@pytest.mark.parametrize("slo", [Slo(), Slo(ttft_ms=60.0, tpot_ms=30.0, e2e_ms=3000.0)])
+def test_column_totals_equal_record_totals(slo):
+    recs = varied(3000, seed=3)
+    by_record = Aggregator(["plain", "spec"], slo=slo)
+    by_record.add_records(recs)
+    tb = RequestTable.from_records(recs)
+    by_column = Aggregator(["plain", "spec"], slo=slo)
+    for lo in range(0, 3000, 701):  # in pieces, as a replay feeds them
+        by_column.add_table(tb, np.arange(lo, min(lo + 701, 3000)))
+    assert by_column.t_measure == by_record.t_measure
+    assert by_column.stalls_total == by_record.stalls_total
+    assert by_column.down_since == by_record.down_since
+    for name, a in by_record.totals.items():
+        b = by_column.totals[name]
+        for f in ("by_outcome", "warmup", "settle", "output_tokens", "all_output_tokens"):
+            assert getattr(a, f) == getattr(b, f), f
+        for f in ("estimated", "good", "stalls", "spec_draft", "spec_accepted", "spec_drafts"):
+            assert getattr(a, f) == getattr(b, f), f
+        assert (a.spec_source, a.t_first, a.t_last) == (b.spec_source, b.t_first, b.t_last)
+        for f in ("ttft", "tpot", "e2e", "decode", "seg_decode", "seg_tpot", "seg_ttft", "t_end"):
+            assert np.array_equal(getattr(a, f).values, getattr(b, f).values), f
+        assert a.kinds.keys() == b.kinds.keys()
+        for k, ka in a.kinds.items():
+            kb = b.kinds[k]
+            assert (ka.requests, ka.output_tokens, ka.stream_s) == (
+                kb.requests,
+                kb.output_tokens,
+                kb.stream_s,
+            )
+            assert (ka.spec_draft, ka.spec_accepted) == (kb.spec_draft, kb.spec_accepted)
+            assert np.array_equal(ka.decode.values, kb.decode.values)
+    kw = {"started_at": "", "duration_s": 10.0, "target": {}, "active_s": {}, "alternations": 0}
+    assert build_summary(totals=by_column.totals, **kw) == build_summary(
+        totals=by_record.totals, **kw
+    )
+
+
+def test_replay_to_the_end_shows_the_live_window(tmp_path):
+    """A replay feeds requests as columns: its last window is the one record by record."""
+    from tokmon.core.replay import ReplaySource
+
+    recs = sorted(varied(2000, seed=4), key=lambda r: r.t_end)
+    path = str(tmp_path / "r.jsonl")
+    w = Recorder(path, chunks=True)
+    w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}]}}, 0)
+    w.records(recs)
+    w.end(recs[-1].t_end + 1)
+    w.close()
+    src = ReplaySource(path)
+    src.seek_to(src.end_t)
+    ref = Aggregator(["plain", "spec"])
+    ref.add_records(recs)
+    snap = ref.tick(src.end_t, probes={}, meta={}, final=True)
+    got = src.snapshot()
+    assert got.ok == snap.ok and got.failed == snap.failed
+    assert got.window == snap.window
+    assert [v.window for v in got.arm_views] == [v.window for v in snap.arm_views]
+    assert recording_summary(src.rec)["arms"] == recording_summary(read_recording(path))["arms"]

@@ -1,0 +1,250 @@
+"""Requests as columns: how a recording holds a million requests in memory.
+
+A ``RequestRecord`` object costs ~700 bytes and microseconds to build; a recording of a
+long soak holds millions. ``RequestTable`` keeps one numpy array per field (strings as
+codes into a small vocabulary, missing numbers as NaN) at ~200 bytes a request, builds
+from parsed JSON lines a column at a time, and gives back the exact ``RequestRecord`` of
+any row when one is needed (the live window of a replay, a CSV row).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tokmon.core.records import RequestRecord
+
+NAN = math.nan
+NO_TIME = np.iinfo(np.int64).min  # t_send of a request never sent
+
+# field -> (short key in a recording, column type, default when the key is absent)
+#   i: int64, k: a small int (int32), b: bool, f: float64 (NaN: none), n: int or none (float64, NaN: none),
+#   s: string (codes), z: string or none, t: time in ns or none (int64, NO_TIME: none)
+COLUMNS: dict[str, tuple[str, str, Any]] = {
+    "rid": ("id", "i", None),
+    "arm": ("arm", "s", None),
+    "outcome": ("o", "s", None),
+    "t_sched": ("ts", "i", None),
+    "t_end": ("te", "i", None),
+    "kind": ("kind", "s", ""),
+    "segment": ("seg", "k", 0),
+    "step": ("stp", "k", -1),
+    "t_send": ("tsd", "t", None),
+    "send_lag_ms": ("lag", "f", None),
+    "connect_ms": ("con", "f", None),
+    "ttfb_ms": ("ttfb", "f", None),
+    "ttft_ms": ("ttft", "f", None),
+    "ttfc_ms": ("ttfc", "f", None),
+    "e2e_ms": ("e2e", "f", None),
+    "output_tokens": ("n", "k", 0),
+    "tokens_estimated": ("est", "b", False),
+    "prompt_tokens": ("pt", "n", None),
+    "chunks": ("ch", "k", 0),
+    "tpot_ms": ("tpot", "f", None),
+    "decode_tps": ("dec", "f", None),
+    "max_gap_ms": ("mg", "f", None),
+    "stalls": ("st", "k", 0),
+    "finish_reason": ("fr", "z", None),
+    "http_status": ("hs", "n", None),
+    "error": ("err", "s", ""),
+    "warmup": ("w", "b", False),
+    "settle": ("s", "b", False),
+    "spec_draft_tokens": ("sd", "n", None),
+    "spec_accepted_tokens": ("sa", "n", None),
+    "spec_drafts": ("sn", "n", None),
+    "spec_source": ("ss", "s", ""),
+    "worker": ("wk", "k", 0),
+}
+REQUIRED = ("id", "arm", "o", "ts", "te")
+_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+_DTYPE = {"i": np.int64, "k": np.int32, "b": np.bool_, "f": np.float64, "n": np.float64, "t": np.int64}
+
+
+def _codes(vals: Sequence[Any], index: dict[Any, int], voc: list[Any], short: str) -> list[int]:
+    codes = [index.get(v, -1) for v in vals]
+    for i, c in enumerate(codes):
+        if c < 0:  # a value not seen before: rare
+            v = vals[i]
+            if not (isinstance(v, str) or v is None) or isinstance(v, bool):
+                raise TypeError(f"{short}: not a string")
+            if v not in index:
+                index[v] = len(voc)
+                voc.append(v)
+            codes[i] = index[v]
+    return codes
+
+
+class RequestTable:
+    """Columns of requests, in the order they were recorded."""
+
+    def __init__(self, cols: dict[str, np.ndarray], vocab: dict[str, list[Any]], gaps: Any):
+        self.cols = cols
+        self.vocab = vocab  # string column -> its values; a column holds indexes into it
+        self.gaps: list[bytes] | None = gaps  # per row, only when chunk gaps were recorded
+        self.n = int(cols["rid"].size)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def code(self, field: str, value: Any) -> int:
+        """The code of ``value`` in a string column (-1 when no row has it)."""
+        try:
+            return self.vocab[field].index(value)
+        except ValueError:
+            return -1
+
+    def strings(self, field: str) -> np.ndarray:
+        """A string column as an object array (for grouping and export)."""
+        return np.array(self.vocab[field], dtype=object)[self.cols[field]]
+
+    def record(self, i: int) -> RequestRecord:
+        """Row ``i`` as the exact ``RequestRecord`` that was recorded."""
+        kw: dict[str, Any] = {}
+        for name, (_short, typ, _d) in COLUMNS.items():
+            v = self.cols[name][i]
+            if typ in ("s", "z"):
+                kw[name] = self.vocab[name][v]
+            elif typ in ("i", "k"):
+                kw[name] = int(v)
+            elif typ == "b":
+                kw[name] = bool(v)
+            elif typ == "t":
+                kw[name] = None if v == NO_TIME else int(v)
+            elif v != v:  # NaN: none
+                kw[name] = None
+            else:
+                kw[name] = float(v) if typ == "f" else int(v)
+        if self.gaps is not None:
+            kw["gaps"] = self.gaps[i] or b""
+        return RequestRecord(**kw)
+
+    def records(self, idx: Sequence[int] | np.ndarray | None = None) -> Iterator[RequestRecord]:
+        """Rows as records, many at a time (a column slice to Python values in one call)."""
+        rows = np.arange(self.n) if idx is None else np.asarray(idx, dtype=np.int64)
+        for lo in range(0, rows.size, 4096):
+            yield from self.records_at(rows[lo : lo + 4096])
+
+    def records_at(self, rows: np.ndarray) -> list[RequestRecord]:
+        cols: dict[str, list[Any]] = {}
+        for name, (_short, typ, _d) in COLUMNS.items():
+            v = self.cols[name][rows].tolist()
+            if typ in ("s", "z"):
+                voc = self.vocab[name]
+                v = [voc[x] for x in v]
+            elif typ == "t":
+                v = [None if x == NO_TIME else x for x in v]
+            elif typ == "f":
+                v = [None if x != x else x for x in v]
+            elif typ == "n":
+                v = [None if x != x else int(x) for x in v]
+            cols[name] = v
+        if self.gaps is not None:
+            g = self.gaps
+            cols["gaps"] = [g[i] or b"" for i in rows.tolist()]
+        else:
+            cols["gaps"] = [b""] * rows.size
+        # positionally, in the dataclass's order: keywords would cost four times as much
+        return list(itertools.starmap(RequestRecord, zip(*(cols[f] for f in _FIELDS), strict=True)))
+
+    @classmethod
+    def from_lines(cls, dicts: list[dict[str, Any]], vocab: dict[str, list[Any]]) -> RequestTable:
+        """Columns from parsed request lines (``vocab`` is shared and extended, so tables
+        built batch by batch can be joined). Raises ValueError/TypeError/KeyError on a
+        line that is not a request; the caller then sorts the lines one by one."""
+        n = len(dicts)
+        # Lines of one run mostly have the same keys in the same order (a field at its
+        # default is left out): take each such group's values with one itemgetter in C.
+        ids: dict[tuple[str, ...], int] = {}
+        gid = np.array([ids.setdefault(k, len(ids)) for k in map(tuple, dicts)], dtype=np.int32)
+        values: dict[str, list[tuple[np.ndarray | None, tuple[Any, ...]]]] = {}
+        for keys, g in ids.items():
+            if any(r not in keys for r in REQUIRED):
+                raise KeyError("a request line without " + ", ".join(REQUIRED))
+            getter = operator.itemgetter(*keys)
+            if len(ids) == 1:
+                where, rows = None, dicts
+            else:
+                where = np.flatnonzero(gid == g)
+                rows = [dicts[i] for i in where]
+            got = (
+                list(zip(*map(getter, rows), strict=True))
+                if len(keys) > 1
+                else [tuple(map(getter, rows))]
+            )
+            for k, v in zip(keys, got, strict=True):
+                values.setdefault(k, []).append((where, v))
+        cols: dict[str, np.ndarray] = {}
+        for name, (short, typ, default) in COLUMNS.items():
+            if typ in ("s", "z"):
+                voc = vocab.setdefault(name, [] if typ == "s" else [None])
+                index = {v: i for i, v in enumerate(voc)}
+                fill: Any = -1  # required: every row has it
+                if default is not None or typ == "z":
+                    fill = index.setdefault(default, len(voc))
+                    if fill == len(voc):
+                        voc.append(default)
+                dtype: Any = np.int32
+            else:
+                dtype = _DTYPE[typ]
+                fill = {"f": NAN, "n": NAN, "t": NO_TIME}.get(typ, default)
+                fill = 0 if fill is None else fill  # required: every row has it
+            parts: list[tuple[np.ndarray | None, Sequence[Any]]] = list(values.get(short, []))
+            if typ in ("s", "z"):
+                parts = [(w, _codes(p, index, voc, short)) for w, p in parts]
+            if len(parts) == 1 and parts[0][0] is None:
+                # numpy refuses None and text where a number belongs: a bad line raises
+                cols[name] = np.array(parts[0][1], dtype=dtype)
+                continue
+            col = np.full(n, fill, dtype=dtype)
+            for w, part in parts:
+                col[w] = np.array(part, dtype=dtype)
+            cols[name] = col
+        gaps = None
+        if any("g" in d for d in dicts):
+            import base64
+
+            gaps = [base64.b64decode(d["g"]) if "g" in d else b"" for d in dicts]
+        return cls(cols, vocab, gaps)
+
+    @classmethod
+    def concat(cls, parts: list[RequestTable], vocab: dict[str, list[Any]]) -> RequestTable:
+        if not parts:
+            return cls.empty(vocab)
+        if len(parts) == 1:
+            return parts[0]
+        cols = {}
+        for k in COLUMNS:  # a column at a time, freeing the parts': memory peaks low
+            cols[k] = np.concatenate([p.cols[k] for p in parts])
+            for p in parts:
+                del p.cols[k]
+        gaps = None
+        if any(p.gaps is not None for p in parts):
+            gaps = []
+            for p in parts:
+                gaps += p.gaps if p.gaps is not None else [b""] * p.n
+        return cls(cols, vocab, gaps)
+
+    @classmethod
+    def empty(cls, vocab: dict[str, list[Any]] | None = None) -> RequestTable:
+        vocab = vocab if vocab is not None else {}
+        cols: dict[str, np.ndarray] = {
+            k: np.empty(0, dtype=np.int32 if t in ("s", "z") else _DTYPE[t])
+            for k, (_s, t, _d) in COLUMNS.items()
+        }
+        for k, (_s, t, _d) in COLUMNS.items():
+            if t in ("s", "z"):
+                vocab.setdefault(k, [] if t == "s" else [None])
+        return cls(cols, vocab, None)
+
+    @classmethod
+    def from_records(cls, records: list[RequestRecord]) -> RequestTable:
+        """For tests and small tables: through the same path a recording takes."""
+        from tokmon.core.recording import record_to_line
+
+        return cls.from_lines([record_to_line(r, 0, True) for r in records], {})
