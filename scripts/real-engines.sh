@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Real engines for tokmon's tests: vLLM's CPU build in its own virtual environment under a
-# cache folder, and a tiny random-weight model built locally (nothing from a model hub).
-# Idempotent: a second run reuses what is there.
+# Real engines for tokmon's tests: vLLM's CPU build and llama-cpp-python's server, each in
+# its own virtual environment under a cache folder, and a tiny random-weight model built
+# locally (nothing from a model hub): an HF folder for vLLM, the same weights as GGUF for
+# llama.cpp. Idempotent: a second run reuses what is there.
 #
-#   scripts/real-engines.sh setup     install vLLM and build the model
+#   scripts/real-engines.sh setup     install both engines and build the models
 #   scripts/real-engines.sh test      setup, then run the tests marked real_engine
 #
-# If vLLM cannot be installed here (no registry, no disk), the tests are skipped with the
-# reason; once it runs, any failing test fails.
+# If an engine cannot be installed here (no registry, no disk), its tests are skipped with
+# the reason; once it runs, any failing test fails. llama-cpp-python builds llama.cpp from
+# source (about 10 minutes on 2 cores); pip's wheel cache makes later installs quick.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${TOKMON_ENGINES_CACHE:-$HOME/.cache/tokmon-engines}
 VENV=$CACHE/vllm-venv
 MODEL=$CACHE/tiny-llama
+LLAMA_VENV=$CACHE/llama-venv
+GGUF=$CACHE/tiny-llama.gguf
 PY=${PYTHON:-python3}
 mkdir -p "$CACHE"
 
@@ -37,13 +41,28 @@ build_model() {
   [ -f "$MODEL/config.json" ] || "$VENV/bin/python" scripts/make_tiny_model.py "$MODEL"
 }
 
+setup_llama() {
+  if ! "$LLAMA_VENV/bin/python" -c "import llama_cpp.server, gguf, safetensors" 2>/dev/null; then
+    echo "real engines: installing llama-cpp-python into $LLAMA_VENV (builds llama.cpp: ~10 min the first time)"
+    "$PY" -m venv "$LLAMA_VENV" || return 1
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+      "$LLAMA_VENV/bin/pip" install -q 'llama-cpp-python[server]==0.3.36' gguf safetensors numpy || return 1
+  fi
+  [ -f "$GGUF" ] || "$LLAMA_VENV/bin/python" scripts/make_tiny_gguf.py "$MODEL" "$GGUF"
+}
+
 case "${1:-test}" in
   setup)
-    setup_vllm && build_model
+    setup_vllm && build_model && setup_llama
     ;;
   test)
     if setup_vllm && build_model; then
       export TOKMON_VLLM="$VENV/bin/vllm" TOKMON_TINY_MODEL="$MODEL"
+      if setup_llama; then
+        export TOKMON_LLAMA_PYTHON="$LLAMA_VENV/bin/python" TOKMON_TINY_GGUF="$GGUF"
+      else
+        echo "real engines: llama-cpp-python could not be set up here; its tests will skip"
+      fi
     else
       echo "real engines: vLLM could not be set up here; the real-engine tests will skip"
     fi

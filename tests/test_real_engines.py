@@ -21,6 +21,8 @@ pytestmark = pytest.mark.real_engine
 
 VLLM = os.environ.get("TOKMON_VLLM", "")
 MODEL = os.environ.get("TOKMON_TINY_MODEL", "")
+LLAMA_PY = os.environ.get("TOKMON_LLAMA_PYTHON", "")
+GGUF = os.environ.get("TOKMON_TINY_GGUF", "")
 LOOPING = "the of the of the of the of the of"  # a greedy random model loops: n-gram drafts hit
 
 
@@ -121,9 +123,9 @@ def metrics(url: str) -> dict[str, float]:
     return flat
 
 
-def run(tmp_path, url, *extra):
-    out = tmp_path / "s.json"
-    rec = tmp_path / "r.jsonl"
+def run(tmp_path, url, *extra, name="r"):
+    out = tmp_path / f"{name}.json"
+    rec = tmp_path / f"{name}.jsonl"
     r = tokmon(
         "run",
         "--url",
@@ -200,3 +202,225 @@ def test_spec_acceptance_equals_the_counters(spec, tmp_path):
     # the per-request figures (metrics.speculative_decoding) are parsed too
     assert all(r.spec_source == "response:vllm" and r.spec_drafts for r in rec.records)
     assert sum(r.spec_accepted_tokens for r in rec.records) == d["accepted_tokens"]
+
+
+def decode_speeds(urls: dict[str, str], rounds: int, prompt: str, n: int) -> dict[str, float]:
+    """The test's own measure: one plain streaming loop, the servers taken in turn (so
+    that both see the same moment of a shared machine), median tokens/s after the first
+    token, with the token count from each stream's usage."""
+    speeds: dict[str, list[float]] = {k: [] for k in urls}
+    with httpx.Client(timeout=120) as c:
+        for _ in range(rounds):
+            for arm, url in urls.items():
+                body = {
+                    "model": "tiny",
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": n,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                first = last = None
+                tokens = 0
+                with c.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                    for line in r.iter_lines():
+                        if not line.startswith("data: {"):
+                            continue
+                        d = json.loads(line[6:])
+                        if d.get("usage"):
+                            tokens = d["usage"]["completion_tokens"]
+                        if d.get("choices") and d["choices"][0]["delta"].get("content"):
+                            last = time.perf_counter()
+                            first = first or last
+                assert first is not None and last > first and tokens == n
+                speeds[arm].append((tokens - 1) / (last - first))
+    return {k: statistics.median(v) for k, v in speeds.items()}
+
+
+def test_ab_speedup_is_the_one_the_servers_have(plain, spec, tmp_path):
+    """tokmon's A/B ratio against the test's own streaming loop, both interleaving arms."""
+    before = decode_speeds({"plain": plain, "spec": spec}, 6, LOOPING, 64)
+    s, rec = run(
+        tmp_path,
+        plain,
+        "--arm",
+        f"plain:url={plain}/v1",
+        "--arm",
+        f"spec:url={spec}/v1",
+        "--assign",
+        "alternate",
+        "-c",
+        "1",
+        "-n",
+        "24",
+        "--max-tokens",
+        "64",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--prompts",
+        str(_prompts(tmp_path, LOOPING)),
+    )
+    after = decode_speeds({"plain": plain, "spec": spec}, 6, LOOPING, 64)
+    truth = statistics.mean([before["spec"] / before["plain"], after["spec"] / after["plain"]])
+    got = s["comparison"]["decode_tokens_per_s"]
+    print(f"speed-up: tokmon ×{got['ratio']:.3f} {got['ci95']}, own loop ×{truth:.3f}")
+    assert s["arms"]["plain"]["requests"]["ok"] == 12 and s["arms"]["spec"]["requests"]["ok"] == 12
+    assert got["ratio"] == pytest.approx(truth, rel=0.10)
+
+
+def _prompts(tmp_path, text: str):
+    p = tmp_path / "prompts.jsonl"
+    p.write_text(json.dumps({"prompt": text}) + "\n")
+    return p
+
+
+def test_vllm_bench_serve_agrees(plain, tmp_path):
+    """The peer that ships with vLLM, on the same load: median TTFT and TPOT within 5%."""
+    out = tmp_path / "bench"
+    load = dict(n=32, c=4, prompt=32, out=64)
+    r = subprocess.run(
+        [
+            VLLM,
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            plain,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            "tiny",
+            "--tokenizer",
+            MODEL,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(load["prompt"]),
+            "--random-output-len",
+            str(load["out"]),
+            "--num-prompts",
+            str(load["n"]),
+            "--max-concurrency",
+            str(load["c"]),
+            "--ignore-eos",
+            "--seed",
+            "1",
+            "--save-result",
+            "--result-dir",
+            str(out),
+            "--result-filename",
+            "b.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1"),
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    b = json.loads((out / "b.json").read_text())
+    s, _ = run(
+        tmp_path,
+        plain,
+        "--endpoint",
+        "completions",
+        "-n",
+        str(load["n"]),
+        "-c",
+        str(load["c"]),
+        "--prompt-tokens",
+        str(load["prompt"]),
+        "--max-tokens",
+        str(load["out"]),
+        "--ignore-eos",
+    )
+    a = s["arms"]["default"]
+    print(
+        f"vllm bench serve: TTFT p50 {b['median_ttft_ms']:.2f} ms, TPOT p50 "
+        f"{b['median_tpot_ms']:.3f} ms · tokmon: {a['ttft_ms']['p50']:.2f}, "
+        f"{a['tpot_ms']['p50']:.3f}"
+    )
+    assert a["tpot_ms"]["p50"] == pytest.approx(b["median_tpot_ms"], rel=0.05)
+    assert a["ttft_ms"]["p50"] == pytest.approx(b["median_ttft_ms"], rel=0.05)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    if not (LLAMA_PY and os.path.exists(LLAMA_PY) and GGUF and os.path.exists(GGUF)):
+        pytest.skip("llama-cpp-python is not set up (run scripts/real-engines.sh setup)")
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with open(log, "wb") as f:
+        p = subprocess.Popen(
+            [
+                LLAMA_PY,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                GGUF,
+                "--model_alias",
+                "tiny",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "2048",
+                "--interrupt_requests",
+                "False",
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                yield url
+                stop(p)
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    p.kill()
+    pytest.skip("llama.cpp did not start: " + log.read_text(errors="replace")[-600:])
+
+
+def test_llama_cpp_without_usage_or_metrics(llama, tmp_path):
+    """One token per chunk, no usage in the stream, no /metrics: tokmon counts chunks, says
+    the count is estimated, reports the missing metrics once and goes on."""
+    prompt = "write a short story about the house of light"
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 32,
+        "temperature": 0,
+    }
+    usage = httpx.post(llama + "/v1/chat/completions", json=body, timeout=120).json()["usage"]
+    s, rec = run(
+        tmp_path,
+        llama,
+        "-n",
+        "8",
+        "-c",
+        "2",
+        "--max-tokens",
+        "32",
+        "--temperature",
+        "0",
+        "--prompts",
+        str(_prompts(tmp_path, prompt)),
+    )
+    a = s["arms"]["default"]
+    assert a["requests"]["ok"] == 8 and a["requests"]["failed"] == 0
+    assert a["tokens_estimated"] is True
+    # the same request, not streamed, at temperature 0: the server's own count
+    assert all(r.tokens_estimated for r in rec.records)
+    assert [r.output_tokens for r in rec.records] == [usage["completion_tokens"]] * 8
+    assert all(r.chunks == r.output_tokens for r in rec.records)  # one token per chunk
+    notes = [e for e in rec.events if "no server metrics" in e.message]
+    assert len(notes) == 1

@@ -79,7 +79,7 @@ class AlertEngine:
         self.fired: set[str] = set()
         self.alerts: list[dict[str, Any]] = []
         self._next = 0.0
-        self._cp_seen: dict[str, int] = {}
+        self._cp_at: dict[str, list[float]] = {}  # where each change was reported
         self._rss: deque[tuple[float, float]] = deque(maxlen=100_000)
 
     def add(
@@ -177,17 +177,22 @@ class AlertEngine:
 
     def _change_points(self) -> list[tuple[str, str, dict[str, Any]]]:
         out = []
-        for key, label in (
-            ("tok_s", "tokens/s"),
-            ("decode_p50", "decode p50"),
-            ("ttft_p95", "TTFT p95"),
+        for key, label, min_pct in (
+            ("tok_s", "tokens/s", self.min_change_pct),
+            ("decode_p50", "decode p50", self.min_change_pct),
+            # a tail of 10 s of requests wanders more than a median: a larger step only
+            ("ttft_p95", "TTFT p95", 2 * self.min_change_pct),
         ):
             t, m = self._window_medians(key)
-            cps = cusum(t, m, min_len=6)
-            seen = self._cp_seen.get(key, 0)
-            for c in cps[seen:]:
-                if abs(c.change_pct) < self.min_change_pct:
+            seen = self._cp_at.setdefault(key, [])
+            for c in cusum(t, m, min_len=6):
+                # The detector runs again over the whole series at every check: a change
+                # it found before (give or take a few windows) is not news.
+                if abs(c.change_pct) < min_pct or any(
+                    abs(c.t - s) <= 3 * self.window_s for s in seen
+                ):
                     continue
+                seen.append(c.t)
                 out.append(
                     (
                         "alert",
@@ -201,7 +206,6 @@ class AlertEngine:
                         },
                     )
                 )
-            self._cp_seen[key] = len(cps)
         return out
 
     def _saturation(self) -> list[tuple[str, str, dict[str, Any]]]:

@@ -442,6 +442,9 @@ class LiveSession:
                 meta["costs"] = costs
             self._snap = self.agg.tick(now, probes=probes, meta=meta, final=final)
             point = self.agg.history.recent[-1]
+            warming = self._snap.warming_up
+        if warming:  # the ramp of a warm-up is not a change of the server
+            return
         for kind, msg, data in self.alerts.add(point, probes.get("self_rss_mib")):
             self._event(kind, msg, data)
 
