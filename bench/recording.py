@@ -97,7 +97,7 @@ def write(path: str, n: int, chunks: bool) -> tuple[int, float]:
 
 
 REPORT = r"""
-import sys, time, resource
+import sys, time
 t0 = time.perf_counter()
 from tokmon.core.recording import read_recording
 from tokmon.report import render
@@ -107,12 +107,13 @@ render(rec, "json")
 t2 = time.perf_counter()
 render(rec, "text")
 t3 = time.perf_counter()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: the latter can carry the parent's peak across fork and exec
+peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
 print(f"{t1 - t0:.2f} {t1 - t0 + t2 - t1:.2f} {t1 - t0 + t3 - t2:.2f} {peak:.0f}")
 """
 
 REPLAY = r"""
-import sys, time, resource
+import sys, time
 t0 = time.perf_counter()
 from tokmon.core.replay import ReplaySource
 src = ReplaySource(sys.argv[1])
@@ -123,7 +124,7 @@ t1 = time.perf_counter()
 src.command("end")
 t2 = time.perf_counter()
 src.close()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
 print(f"{t1 - t0:.2f} {t2 - t1:.2f} {peak:.0f}")
 """
 
