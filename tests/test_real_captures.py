@@ -1,5 +1,6 @@
 """Every field tokmon reads from real engines, on responses captured from them
-(scripts/real-engines.sh capture; vLLM 0.32 CPU build, tiny local model)."""
+(vLLM 0.32 CPU build and llama-cpp-python 0.3.36, tiny local model; the requests are
+the tests' own, captured with curl from servers that scripts/real-engines.sh set up)."""
 
 from pathlib import Path
 
@@ -46,3 +47,15 @@ def test_vllm_metrics_real_exposition():
     s = neutral((REAL / "vllm-0.32-cpu-ngram_metrics.txt").read_text())
     assert (s["drafts"], s["draft_tokens"], s["accepted"]) == (12, 34, 34)
     assert s["per_pos"][0] == 12
+
+
+def test_llama_cpp_stream_without_usage_counts_every_step():
+    """llama-cpp-python 0.3.36: one chunk per token, no usage even when asked, and tokens
+    that decode to no text still come as a chunk with "content": ""."""
+    import json
+
+    m = meter_of("llama-cpp-python-0.3.36_stream.txt")
+    usage = json.loads((REAL / "llama-cpp-python-0.3.36_response.json").read_text())["usage"]
+    assert m.usage_tokens is None and m.finish_reason == "length"
+    assert m.output_tokens() == (usage["completion_tokens"], True)  # the same request, unstreamed
+    assert m.empty_steps == 2 and m.text_chunks == usage["completion_tokens"] - 2

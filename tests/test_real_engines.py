@@ -421,6 +421,7 @@ def test_llama_cpp_without_usage_or_metrics(llama, tmp_path):
     # the same request, not streamed, at temperature 0: the server's own count
     assert all(r.tokens_estimated for r in rec.records)
     assert [r.output_tokens for r in rec.records] == [usage["completion_tokens"]] * 8
-    assert all(r.chunks == r.output_tokens for r in rec.records)  # one token per chunk
+    # one token per chunk: some tokens decode to no text and come as "content": ""
+    assert all(r.chunks <= r.output_tokens for r in rec.records)
     notes = [e for e in rec.events if "no server metrics" in e.message]
     assert len(notes) == 1

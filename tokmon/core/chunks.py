@@ -40,6 +40,9 @@ class ChunkInfo:
     done: bool = False
     spec: SpecFields | None = None
     timings_predicted_n: int | None = None  # llama.cpp final chunk
+    # A step whose token decodes to no text (llama.cpp still sends its chunk, with
+    # "content": ""): no text for timing, but one token for the estimated count.
+    empty_step: bool = False
 
 
 class ProtocolError(Exception):
@@ -78,11 +81,14 @@ def interpret(payload: bytes) -> ChunkInfo:
             if not isinstance(ch, dict):
                 continue
             delta = ch.get("delta")
+            last = bool(ch.get("finish_reason"))
             if isinstance(delta, dict):
                 c = delta.get("content")
                 if c:
                     info.content_chars += len(c)
                     info.text += c
+                elif c == "" and "role" not in delta and not last:
+                    info.empty_step = True
                 for key in ("reasoning", "reasoning_content"):
                     r = delta.get(key)
                     if r:
@@ -101,6 +107,8 @@ def interpret(payload: bytes) -> ChunkInfo:
                 if t:
                     info.content_chars += len(t)
                     info.text += t
+                elif t == "" and not last:
+                    info.empty_step = True
             fr = ch.get("finish_reason")
             if fr:
                 info.finish_reason = fr

@@ -24,6 +24,7 @@ class StreamMeter:
         "t_last_text",
         "t_last_event",
         "text_chunks",
+        "empty_steps",
         "chunk_times",
         "cum_tokens",
         "exact_chunk_tokens",
@@ -46,6 +47,7 @@ class StreamMeter:
         self.t_last_text: int | None = None
         self.t_last_event: int = t_send
         self.text_chunks = 0
+        self.empty_steps = 0  # chunks of a token that decodes to no text (llama.cpp)
         self.chunk_times = array("q")
         self.cum_tokens = 0  # cumulative completion_tokens seen in per-chunk usage
         self.exact_chunk_tokens = True  # every text chunk had cumulative usage so far
@@ -83,6 +85,8 @@ class StreamMeter:
                 self.exact_chunk_tokens = False
                 tokens = 1
             self.ticked += tokens
+        elif info.empty_step:
+            self.empty_steps += 1
         elif info.completion_tokens is not None:
             # A usage-only chunk: the final count. Tokens not yet ticked arrive "now".
             self.cum_tokens = max(self.cum_tokens, info.completion_tokens)
@@ -104,7 +108,8 @@ class StreamMeter:
             return self.usage_tokens, False
         if self.predicted_n is not None:
             return self.predicted_n, False
-        return self.text_chunks, True
+        # one chunk per engine step, text or not (METRICS.md: a labelled estimate)
+        return self.text_chunks + self.empty_steps, True
 
     def finish(self, t_end: int) -> dict[str, Any]:
         """The figures of this request. ``t_end`` is when the stream ended."""
