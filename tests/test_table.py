@@ -147,3 +147,37 @@ def test_replay_to_the_end_shows_the_live_window(tmp_path):
     assert got.window == snap.window
     assert [v.window for v in got.arm_views] == [v.window for v in snap.arm_views]
     assert recording_summary(src.rec)["arms"] == recording_summary(read_recording(path))["arms"]
+
+
+def test_replay_follows_a_file_still_being_written(tmp_path):
+    import time
+
+    from tokmon.core.replay import ReplaySource
+
+    recs = sorted(varied(400, seed=5), key=lambda r: r.t_end)
+    path = str(tmp_path / "live.jsonl")
+    w = Recorder(path)
+    w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}]}}, 0)
+    w.records(recs[:200])
+    w.flush()
+
+    def ok_seen(n: int, src: ReplaySource) -> bool:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            snap = src.snapshot()
+            if snap is not None and snap.ok == n:
+                return True
+            time.sleep(0.05)
+        return False
+
+    src = ReplaySource(path, follow=True, speed=100.0)
+    src.start()
+    try:
+        assert ok_seen(sum(r.ok for r in recs[:200]), src)
+        w.records(recs[200:])  # the writer goes on: the replay picks the new lines up
+        w.flush()
+        assert ok_seen(sum(r.ok for r in recs), src)
+        assert not src.snapshot().done  # following: the end is not the end
+    finally:
+        src.close()
+        w.close()
