@@ -246,3 +246,52 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     from tokmon.core.summary import summary_table
 
     assert "/Mtok" in summary_table(s.summary())
+
+
+def test_step_change_on_the_simulator_flagged_after_it_not_before(make_sim):
+    """The simulator slows by 40% mid-run (live, through /admin/faults): the change point
+    is flagged a few windows after the step, and nothing is flagged before it."""
+    import threading
+    import time
+
+    import httpx
+
+    from tokmon.core.arms import Arm
+    from tokmon.core.config import RunConfig
+    from tokmon.core.workload import LengthDist
+    from tokmon.sim.model import parse_profile
+
+    prof = parse_profile("27b-h100", "step_base_ms=12,step_per_seq_ms=0,jitter=0.05")
+    sim = make_sim(profile=prof, seed=6)
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=4,
+        duration_s=40.0,
+        max_tokens=LengthDist("fixed", 24),
+        ignore_eos=True,
+        seed=3,
+    )
+    s = _sim_session(sim, cfg)
+    s.alerts.window_s = 2.0
+    step_at: list[float] = []
+
+    def slow_down() -> None:
+        time.sleep(18.0)
+        httpx.post(sim.url.replace("/v1", "/admin/faults"), json={"slowdown": 40})
+        step_at.append(time.monotonic())
+
+    t0 = time.monotonic()
+    threading.Thread(target=slow_down, daemon=True).start()
+    s.start()
+    assert s.wait(90)
+    s.close()
+    at = step_at[0] - t0
+    cps = [a for a in s.alerts.alerts if a["alert"] == "change_point"]
+    assert cps, "no change point flagged"
+    assert all(a["t_s"] > at for a in cps)  # nothing raised before the step
+    assert all(abs(a["at_s"] - at) <= 3 * s.alerts.window_s for a in cps)  # placed at it
+    first = min(cps, key=lambda a: a["t_s"])
+    print(f"step at {at:.1f} s: flagged {first['t_s'] - at:.1f} s later, {first['message']}")
+    assert first["t_s"] - at <= 8 * s.alerts.window_s  # within a few windows
+    decode = [a for a in cps if a["metric"] in ("decode_p50", "tok_s")]
+    assert decode and all(a["change_pct"] < -20 for a in decode)  # 1/1.4: about −29%

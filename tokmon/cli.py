@@ -385,7 +385,7 @@ def build_parser() -> Parser:
         default="",
         metavar="NAME=V,...",
         help="http_500=0.01,http_429=,stream_error=,drop=,malformed=,overlong=,"
-        "stall=,stall_s=3,drift=%%/h,kv_creep=%%/h",
+        "stall=,stall_s=3,drift=%%/h,kv_creep=%%/h,slowdown=%%",
     )
     sim.add_argument(
         "--schedule",

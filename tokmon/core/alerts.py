@@ -165,7 +165,12 @@ class AlertEngine:
 
     def _window_medians(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         b: dict[int, list[float]] = {}
+        # The first two windows fill the pipeline (every stream starts at once): a ramp,
+        # not a change of the server.
+        start = self.points[0].t + 2 * self.window_s if self.points else 0.0
         for q in self.points:
+            if q.t < start:
+                continue
             v = getattr(q, key)
             if v is not None:
                 b.setdefault(int(q.t // self.window_s), []).append(v)

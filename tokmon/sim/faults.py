@@ -21,6 +21,7 @@ class Faults:
     stall_s: float = 3.0
     drift: float = 0.0  # % per hour of run time: every step cost grows by this
     kv_creep: float = 0.0  # % of the KV budget per hour, held by nobody (a leak)
+    slowdown: float = 0.0  # % added to every step cost: set live, a step change
 
     @classmethod
     def parse(cls, text: str) -> Faults:

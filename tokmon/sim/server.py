@@ -333,7 +333,10 @@ class SimServer:
 
     def scale(self) -> float:
         """Cost multiplier from drift, per time scale (seconds of wall time per model second)."""
-        return (1.0 + self.cfg.faults.drift / 100.0 * self.hours()) / self.cfg.time_scale
+        f = self.cfg.faults
+        return (
+            (1.0 + f.drift / 100.0 * self.hours()) * (1.0 + f.slowdown / 100.0) / self.cfg.time_scale
+        )
 
     def kv_budget(self) -> int:
         return self.cfg.profile.kv_tokens
