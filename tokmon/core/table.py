@@ -63,7 +63,14 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
 }
 REQUIRED = ("id", "arm", "o", "ts", "te")
 _FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
-_DTYPE = {"i": np.int64, "k": np.int32, "b": np.bool_, "f": np.float64, "n": np.float64, "t": np.int64}
+_DTYPE = {
+    "i": np.int64,
+    "k": np.int32,
+    "b": np.bool_,
+    "f": np.float64,
+    "n": np.float64,
+    "t": np.int64,
+}
 
 
 def _codes(vals: Sequence[Any], index: dict[Any, int], voc: list[Any], short: str) -> list[int]:

@@ -335,7 +335,9 @@ class SimServer:
         """Cost multiplier from drift, per time scale (seconds of wall time per model second)."""
         f = self.cfg.faults
         return (
-            (1.0 + f.drift / 100.0 * self.hours()) * (1.0 + f.slowdown / 100.0) / self.cfg.time_scale
+            (1.0 + f.drift / 100.0 * self.hours())
+            * (1.0 + f.slowdown / 100.0)
+            / self.cfg.time_scale
         )
 
     def kv_budget(self) -> int:
