@@ -222,13 +222,24 @@ def bench_serve(url: str, prompts, n: int, c: int, out_len: int, out_dir) -> dic
     return json.loads((out_dir / "b.json").read_text())
 
 
+def server_mean_ms(m0: dict[str, float], m1: dict[str, float], name: str) -> float:
+    """The mean of one of vLLM's own histograms over the requests between two scrapes."""
+    k = f"vllm:{name}_seconds"
+    return (
+        (m1[k + "_sum"] - m0.get(k + "_sum", 0))
+        / (m1[k + "_count"] - m0.get(k + "_count", 0))
+        * 1e3
+    )
+
+
 def test_vllm_bench_serve_agrees(plain, tmp_path):
-    """The peer that ships with vLLM, on the same load and the same prompts. Each tool runs
-    three times, in turn (a shared machine drifts), and the medians of the runs are
-    compared. Measured here: TTFT within 2–6%; tokmon's TPOT 2–16% above the peer's (on 2
-    cores the client shares the CPU with vLLM's three processes; tokmon's client costs
-    more CPU per token than the peer's aiohttp loop). The bounds are what holds on this
-    machine, not the 5% the issue asks for."""
+    """The peer that ships with vLLM, on the same load and the same prompts, three runs of
+    each in turn (a shared machine drifts). Each tool's mean TPOT equals the server's own
+    figure for the same run within 5%, and its mean TTFT the server's within a few ms.
+    The tools differ from each other by more (TPOT up to 16%, TTFT up to 13% either way
+    here) because the server really is slower while tokmon drives it, as its own figures
+    show: on 2 cores the client shares the CPU with vLLM's three processes, and tokmon's
+    client costs more CPU per token than the peer's aiohttp loop."""
     import random
 
     rng = random.Random(1)
@@ -243,6 +254,7 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
     n, c, out_len = 96, 4, 64
     theirs, ours = [], []
     for i in range(3):
+        m0 = metrics(plain)
         s, _ = run(
             tmp_path,
             plain,
@@ -257,21 +269,39 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
             "--max-tokens",
             str(out_len),
             "--ignore-eos",
-            # like the peer, no /metrics scraping: on 2 cores each scrape of vLLM's
-            # /metrics costs its API server the time it would spend streaming
+            # like the peer, no /metrics scraping during the run
             "--no-server-metrics",
             name=f"tokmon{i}",
         )
+        m1 = metrics(plain)
         a = s["arms"]["default"]
         assert a["requests"]["ok"] == n
-        ours.append((a["ttft_ms"]["p50"], a["tpot_ms"]["p50"]))
+        ours.append((a["ttft_ms"]["p50"], a["tpot_ms"]["p50"], a["tpot_ms"]["mean"]))
+        srv_ours = [server_mean_ms(m0, m1, k) for k in TIMES]
         b = bench_serve(plain, prompts, n, c, out_len, tmp_path / f"bench{i}")
-        theirs.append((b["median_ttft_ms"], b["median_tpot_ms"]))
-    t_ttft, t_tpot = (statistics.median(x) for x in zip(*theirs, strict=True))
-    o_ttft, o_tpot = (statistics.median(x) for x in zip(*ours, strict=True))
-    print(f"vllm bench serve TTFT/TPOT p50 per run: {theirs}; tokmon: {ours}")
-    assert o_ttft == pytest.approx(t_ttft, rel=0.10)
-    assert t_tpot * 0.97 <= o_tpot <= t_tpot * 1.25
+        m2 = metrics(plain)
+        theirs.append((b["median_ttft_ms"], b["median_tpot_ms"], b["mean_tpot_ms"]))
+        srv_theirs = [server_mean_ms(m1, m2, k) for k in TIMES]
+        print(
+            f"run {i}: TTFT/TPOT means, tokmon {a['ttft_ms']['mean']:.2f}/{ours[-1][2]:.3f} "
+            f"ms (server {srv_ours[0]:.2f}/{srv_ours[1]:.3f}) · vllm bench serve "
+            f"{b['mean_ttft_ms']:.2f}/{theirs[-1][2]:.3f} (server "
+            f"{srv_theirs[0]:.2f}/{srv_theirs[1]:.3f})"
+        )
+        # each tool against the server's own figures for its own run
+        assert ours[-1][2] == pytest.approx(srv_ours[1], rel=0.05)
+        assert theirs[-1][2] == pytest.approx(srv_theirs[1], rel=0.05)
+        assert -1.0 <= a["ttft_ms"]["mean"] - srv_ours[0] <= 6.0
+        assert -1.0 <= b["mean_ttft_ms"] - srv_theirs[0] <= 6.0
+    t_ttft, t_tpot, _ = (statistics.median(x) for x in zip(*theirs, strict=True))
+    o_ttft, o_tpot, _ = (statistics.median(x) for x in zip(*ours, strict=True))
+    print(f"medians TTFT/TPOT: peer {t_ttft:.2f}/{t_tpot:.3f}, tokmon {o_ttft:.2f}/{o_tpot:.3f}")
+    # between the tools: what the server's own figures show it really did differently
+    assert t_ttft * 0.75 <= o_ttft <= t_ttft * 1.3
+    assert t_tpot * 0.9 <= o_tpot <= t_tpot * 1.25
+
+
+TIMES = ("time_to_first_token", "request_time_per_output_token")
 
 
 @pytest.fixture(scope="module")
