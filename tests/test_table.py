@@ -149,13 +149,15 @@ def test_replay_to_the_end_shows_the_live_window(tmp_path):
     assert recording_summary(src.rec)["arms"] == recording_summary(read_recording(path))["arms"]
 
 
-def test_replay_follows_a_file_still_being_written(tmp_path):
+@pytest.mark.parametrize("name", ["live.jsonl", "live.jsonl.gz"])
+def test_replay_follows_a_file_still_being_written(tmp_path, name):
+    import os
     import time
 
     from tokmon.core.replay import ReplaySource
 
     recs = sorted(varied(400, seed=5), key=lambda r: r.t_end)
-    path = str(tmp_path / "live.jsonl")
+    path = str(tmp_path / name)
     w = Recorder(path)
     w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}]}}, 0)
     w.records(recs[:200])
@@ -178,6 +180,15 @@ def test_replay_follows_a_file_still_being_written(tmp_path):
         w.flush()
         assert ok_seen(sum(r.ok for r in recs), src)
         assert not src.snapshot().done  # following: the end is not the end
+        # read on from where it stopped, not again from the start (gzip: from the start)
+        if name.endswith(".gz"):
+            assert src.rec.offset is None
+        else:
+            assert src.rec.offset == os.path.getsize(path)
+        from dataclasses import replace
+
+        assert src.rec.lines == 1 + 400
+        assert src.rec.records == [replace(r, gaps=b"") for r in recs]  # (not recorded)
     finally:
         src.close()
         w.close()

@@ -251,6 +251,8 @@ class Recording:
     t_end: int | None = None
     truncated: bool = False
     corrupt: int = 0
+    lines: int = 0  # complete lines read
+    offset: int | None = 0  # where a follow-mode read goes on (None: from the start)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -289,9 +291,10 @@ class _Lines:
     not; a last line without its newline is reported as cut, and so is a gzip stream that
     stops short (what decompressed up to there is kept)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, offset: int = 0) -> None:
         try:
             self.f = open(path, "rb")  # noqa: SIM115 — closed by __iter__
+            self.f.seek(offset)
         except FileNotFoundError:
             raise RecordingError(f"no such file: {path}") from None
         except IsADirectoryError:
@@ -299,14 +302,17 @@ class _Lines:
         except OSError as e:
             raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
         self.cut = False
+        self.gzip = False
+        self.offset = offset  # end of the last complete line (plain files)
 
     def _chunks(self) -> Iterator[bytes]:
         first = self.f.read(CHUNK)
-        if first[:2] != b"\x1f\x8b":
+        if first[:2] != b"\x1f\x8b" or self.offset:
             while first:
                 yield first
                 first = self.f.read(CHUNK)
             return
+        self.gzip = True
         d = zlib.decompressobj(31)
         raw = first
         while raw:
@@ -327,6 +333,7 @@ class _Lines:
                 lines = buf.split(b"\n")
                 rest = lines.pop()
                 for ln in lines:
+                    self.offset += len(ln) + 1
                     yield ln, False
         finally:
             self.f.close()
@@ -349,17 +356,40 @@ def read_recording(path: str) -> Recording:
             gc.enable()
 
 
-def _read(path: str) -> Recording:
-    lines = _Lines(path)
-    rec: Recording | None = None
-    vocab: dict[str, list[Any]] = {}
-    parts: list[RequestTable] = []
+def read_more(rec: Recording) -> int:
+    """Follow mode: add the complete lines written since the last read (a plain file is
+    read from where it stopped; a gzip one, which cannot be entered midway, again from the
+    start). Returns how many lines were added."""
+    if rec.offset is None:
+        new = read_recording(rec.path)
+        added = new.lines - rec.lines
+        if added:
+            rec.__dict__.update(new.__dict__)
+        return added
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        before = rec.lines
+        _read(rec.path, rec)
+        return rec.lines - before
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(path: str, cont: Recording | None = None) -> Recording:
+    lines = _Lines(path, cont.offset or 0 if cont is not None else 0)
+    rec: Recording | None = cont
+    vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
+    parts: list[RequestTable] = [cont.requests] if cont is not None else []
     batch: list[bytes] = []
+    n_lines = 0
     for line, is_cut in lines:
         if is_cut:
-            if rec is not None:
-                rec.truncated = True
+            if rec is not None and cont is None:
+                rec.truncated = True  # (following a file, a half-written line is normal)
             break
+        n_lines += 1
         if line.startswith(b'{"k":"r",') and rec is not None:
             batch.append(line)  # parsed a batch at a time: millions of these
             if len(batch) >= BATCH:
@@ -425,7 +455,12 @@ def _read(path: str) -> Recording:
     if rec is None:
         raise RecordingError(f"{path} is empty or not a tokmon recording")
     rec.corrupt += _columns(batch, vocab, parts)
-    rec.requests = RequestTable.concat(parts, vocab) if parts else RequestTable.empty(vocab)
+    # (following, the table a replay holds must stay whole: join without freeing)
+    rec.requests = (
+        RequestTable.concat(parts, vocab, free=cont is None) if parts else RequestTable.empty(vocab)
+    )
+    rec.lines += n_lines
+    rec.offset = None if lines.gzip else lines.offset
     if lines.cut:
         rec.truncated = True
     if rec.t_end is None:

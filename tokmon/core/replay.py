@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tokmon.core.aggregate import Aggregator
-from tokmon.core.recording import Recording, read_recording, recording_summary
+from tokmon.core.recording import Recording, read_more, read_recording, recording_summary
 from tokmon.core.snapshot import Snapshot
 from tokmon.core.stats import Slo
 
@@ -82,7 +82,8 @@ class ReplaySource:
     def _feed_requests(self, upto: int, side: Literal["left", "right"], now: int) -> None:
         """Requests that ended before ``upto`` (or at it, ``side="right"``), column-wise;
         the ones that can still be in the window at ``now`` become live-window records."""
-        hi = int(np.searchsorted(self.req_t, upto, side=side))
+        # (only the part not yet fed is sorted for sure: following a file adds rows)
+        hi = self.ri + int(np.searchsorted(self.req_t[self.ri :], upto, side=side))
         if hi > self.ri:
             rows = self.order[self.ri : hi]
             self.agg.add_table(
@@ -175,21 +176,42 @@ class ReplaySource:
                         self._tick(self.end_t)
 
     def _reload(self) -> None:
-        """Follow mode: read the file again and add what was appended."""
-        try:
-            rec = read_recording(self.path)
-        except Exception:
-            return
+        """Follow mode: read what was appended and put it on the timeline, after what
+        was played (a fact from before the current position is fed at once)."""
         with self.lock:
-            if len(rec.requests) == len(self.rec.requests) and len(rec.events) == len(
-                self.rec.events
-            ):
+            n_req, n_ev = len(self.rec.requests), len(self.rec.events)
+            n_tick, n_smp = len(self.rec.ticks), len(self.rec.samples)
+            offset = self.rec.offset
+            try:
+                if not read_more(self.rec):
+                    return
+            except Exception:
                 return
-            pos = self.pos
-            self.rec = rec
-            self._build_timeline()
-            self._reset()
-            self._feed_until(pos, fine_from=max(0, pos - 600_000_000_000), quick=True)
+            rec = self.rec
+            if offset is None:  # a gzip file was read again whole: start over
+                pos = self.pos
+                self._build_timeline()
+                self._reset()
+                self._feed_until(pos, fine_from=max(0, pos - 600_000_000_000), quick=True)
+                return
+            t_end = rec.requests.cols["t_end"]
+            new_rows = np.arange(n_req, len(rec.requests))
+            tail = np.concatenate([self.order[self.ri :], new_rows])
+            tail = tail[np.argsort(t_end[tail], kind="stable")]
+            self.order = np.concatenate([self.order[: self.ri], tail])
+            self.req_t = t_end[self.order]
+            new_items: list[tuple[int, int, Any]] = [
+                (t, 1, (t, arm, n)) for t, arm, n in rec.ticks[n_tick:]
+            ]
+            new_items += [(ev.t, 2, ev) for ev in rec.events[n_ev:]]
+            new_items += [(t, 3, (src, v)) for t, src, v in rec.samples[n_smp:]]
+            rest = self.items[self.idx :] + new_items
+            rest.sort(key=lambda x: (x[0], x[1]))
+            self.items = self.items[: self.idx] + rest
+            self.times = [x[0] for x in self.items]
+            last = int(t_end.max()) if t_end.size else 0
+            self.end_t = max(rec.t_end or 0, self.times[-1] if self.times else 0, last)
+            self.event_times = sorted(ev.t for ev in rec.events if ev.kind != "engine")
 
     def snapshot(self) -> Snapshot | None:
         return self._snap

@@ -220,7 +220,9 @@ class RequestTable:
         return cls(cols, vocab, gaps)
 
     @classmethod
-    def concat(cls, parts: list[RequestTable], vocab: dict[str, list[Any]]) -> RequestTable:
+    def concat(
+        cls, parts: list[RequestTable], vocab: dict[str, list[Any]], free: bool = True
+    ) -> RequestTable:
         if not parts:
             return cls.empty(vocab)
         if len(parts) == 1:
@@ -228,8 +230,9 @@ class RequestTable:
         cols = {}
         for k in COLUMNS:  # a column at a time, freeing the parts': memory peaks low
             cols[k] = np.concatenate([p.cols[k] for p in parts])
-            for p in parts:
-                del p.cols[k]
+            if free:
+                for p in parts:
+                    del p.cols[k]
         gaps = None
         if any(p.gaps is not None for p in parts):
             gaps = []
