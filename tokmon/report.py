@@ -17,7 +17,6 @@ import numpy as np
 from tokmon.core.drift import drift
 from tokmon.core.recording import REQUEST_KEYS, Recording, recording_summary
 from tokmon.core.summary import fmt_ms, summary_table
-from tokmon.core.table import COLUMNS, NO_TIME
 from tokmon.core.textsafe import clean_text
 
 FORMATS = ("text", "md", "json", "csv", "html")
@@ -356,22 +355,7 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
 def export_columns(rec: Recording) -> dict[str, list[Any]]:
     """Every request's fields (without chunk gaps), one list per field, None where a
     figure is missing: for CSV and Parquet."""
-    tb = rec.requests
-    out: dict[str, list[Any]] = {}
-    for name in (k for k in REQUEST_KEYS if k != "gaps"):
-        typ = COLUMNS[name][1]
-        v = tb.cols[name]
-        if typ in ("s", "z"):
-            vocab = tb.vocab[name]
-            out[name] = [vocab[i] for i in v.tolist()]
-        elif typ == "t":
-            out[name] = [None if x == NO_TIME else x for x in v.tolist()]
-        elif typ in ("f", "n"):
-            cast = float if typ == "f" else int
-            out[name] = [None if x != x else cast(x) for x in v.tolist()]
-        else:
-            out[name] = v.tolist()
-    return out
+    return {name: rec.requests.values(name) for name in REQUEST_KEYS if name != "gaps"}
 
 
 def export_csv(rec: Recording) -> str:

@@ -30,6 +30,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -344,37 +345,37 @@ class _Lines:
 BATCH = 50_000  # request lines turned into columns at a time
 
 
-def read_recording(path: str) -> Recording:
+@contextmanager
+def _no_gc() -> Iterator[None]:
     # Parsing makes millions of short-lived dicts and no cycles: the collector would only
     # walk the heap again and again (a fifth of the time of a big recording).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read(path)
+        yield
     finally:
         if enabled:
             gc.enable()
+
+
+def read_recording(path: str) -> Recording:
+    with _no_gc():
+        return _read(path)
 
 
 def read_more(rec: Recording) -> int:
     """Follow mode: add the complete lines written since the last read (a plain file is
     read from where it stopped; a gzip one, which cannot be entered midway, again from the
     start). Returns how many lines were added."""
+    before = rec.lines
     if rec.offset is None:
         new = read_recording(rec.path)
-        added = new.lines - rec.lines
-        if added:
+        if new.lines > before:
             rec.__dict__.update(new.__dict__)
-        return added
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        before = rec.lines
-        _read(rec.path, rec)
-        return rec.lines - before
-    finally:
-        if enabled:
-            gc.enable()
+    else:
+        with _no_gc():
+            _read(rec.path, rec)
+    return rec.lines - before
 
 
 def _read(path: str, cont: Recording | None = None) -> Recording:

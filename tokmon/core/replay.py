@@ -37,29 +37,35 @@ class ReplaySource:
         self._snap: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._build_timeline()
         self._reset()
 
     # ------------------------------------------------------------------ timeline
     def _build_timeline(self) -> None:
         """Requests in order of their end, as column rows; everything else (token ticks,
         events, probe samples: a few a second) as a sorted list beside them."""
+        self.order = np.empty(0, dtype=np.int64)
+        self.items: list[tuple[int, int, Any]] = []
+        self.ri = 0  # next request, in order of end
+        self.idx = 0  # next item
+        self._extend_timeline(0, 0, 0, 0)
+
+    def _extend_timeline(self, n_req: int, n_tick: int, n_ev: int, n_smp: int) -> None:
+        """Put the facts from these counts on into the part of the timeline not yet
+        played (kept sorted; what is before the current position is fed at once)."""
         rec = self.rec
         t_end = rec.requests.cols["t_end"]
-        self.order = np.argsort(t_end, kind="stable")
+        tail = np.concatenate([self.order[self.ri :], np.arange(n_req, len(rec.requests))])
+        tail = tail[np.argsort(t_end[tail], kind="stable")]
+        self.order = np.concatenate([self.order[: self.ri], tail])
         self.req_t = t_end[self.order]
-        items: list[tuple[int, int, Any]] = []
-        for t, arm, n in rec.ticks:
-            items.append((t, 1, (t, arm, n)))
-        for ev in rec.events:
-            items.append((ev.t, 2, ev))
-        for t, src, v in rec.samples:
-            items.append((t, 3, (src, v)))
-        items.sort(key=lambda x: (x[0], x[1]))
-        self.items = items
-        self.times = [x[0] for x in items]
-        last = int(self.req_t[-1]) if self.req_t.size else 0
-        self.end_t = max(self.rec.t_end or 0, self.times[-1] if self.times else 0, last)
+        new: list[tuple[int, int, Any]] = [(t, 1, (t, a, n)) for t, a, n in rec.ticks[n_tick:]]
+        new += [(ev.t, 2, ev) for ev in rec.events[n_ev:]]
+        new += [(t, 3, (src, v)) for t, src, v in rec.samples[n_smp:]]
+        rest = self.items[self.idx :] + new
+        rest.sort(key=lambda x: (x[0], x[1]))
+        self.items = self.items[: self.idx] + rest
+        last = int(t_end.max()) if t_end.size else 0
+        self.end_t = max(rec.t_end or 0, self.items[-1][0] if self.items else 0, last)
         self.event_times = sorted(ev.t for ev in rec.events if ev.kind != "engine")
 
     def _reset(self) -> None:
@@ -74,8 +80,9 @@ class ReplaySource:
             t_start=0,
         )
         self.probes: dict[str, dict[str, Any]] = {}
-        self.idx = 0  # next item
-        self.ri = 0  # next request, in order of end
+        # From the start, on a timeline sorted whole again (following a file may have put
+        # late facts after the part that was played).
+        self._build_timeline()
         self.pos = 0
         self.next_tick = 1_000_000_000
 
@@ -187,31 +194,12 @@ class ReplaySource:
                     return
             except Exception:
                 return
-            rec = self.rec
             if offset is None:  # a gzip file was read again whole: start over
                 pos = self.pos
-                self._build_timeline()
                 self._reset()
                 self._feed_until(pos, fine_from=max(0, pos - 600_000_000_000), quick=True)
                 return
-            t_end = rec.requests.cols["t_end"]
-            new_rows = np.arange(n_req, len(rec.requests))
-            tail = np.concatenate([self.order[self.ri :], new_rows])
-            tail = tail[np.argsort(t_end[tail], kind="stable")]
-            self.order = np.concatenate([self.order[: self.ri], tail])
-            self.req_t = t_end[self.order]
-            new_items: list[tuple[int, int, Any]] = [
-                (t, 1, (t, arm, n)) for t, arm, n in rec.ticks[n_tick:]
-            ]
-            new_items += [(ev.t, 2, ev) for ev in rec.events[n_ev:]]
-            new_items += [(t, 3, (src, v)) for t, src, v in rec.samples[n_smp:]]
-            rest = self.items[self.idx :] + new_items
-            rest.sort(key=lambda x: (x[0], x[1]))
-            self.items = self.items[: self.idx] + rest
-            self.times = [x[0] for x in self.items]
-            last = int(t_end.max()) if t_end.size else 0
-            self.end_t = max(rec.t_end or 0, self.times[-1] if self.times else 0, last)
-            self.event_times = sorted(ev.t for ev in rec.events if ev.kind != "engine")
+            self._extend_timeline(n_req, n_tick, n_ev, n_smp)
 
     def snapshot(self) -> Snapshot | None:
         return self._snap

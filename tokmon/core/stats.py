@@ -234,8 +234,7 @@ def window_stats_rows(
     if tb.gaps is not None:
         parts = [np.frombuffer(tb.gaps[i], dtype="<f4") for i in mi.tolist() if tb.gaps[i]]
         gaps = np.concatenate(parts) if parts else gaps
-    sd, sa = c["spec_draft_tokens"][mi], c["spec_accepted_tokens"][mi]
-    m = (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
+    sd, sa, _, m = _spec_rows(tb, mi)
     good = int(slo.met_rows(tb, mi).sum()) if slo is not None and slo.any else None
     return _window(
         t, width_s, arm, tokens, errors, int(oks.size), int(c["stalls"][oks].sum()),
@@ -243,6 +242,16 @@ def window_stats_rows(
         int(c["output_tokens"][mi].sum()), int(c["chunks"][mi].sum()),
         int(sd[m].sum()), int(sa[m].sum()), good,
     )  # fmt: skip
+
+
+def _spec_rows(
+    tb: RequestTable, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Draft, accepted and step counts of rows, and which rows count (as ``add`` has it:
+    a draft count that is not zero and an accepted count)."""
+    c = tb.cols
+    sd, sa, sn = (c[k][rows] for k in ("spec_draft_tokens", "spec_accepted_tokens", "spec_drafts"))
+    return sd, sa, sn, (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
 
 
 def _window(
@@ -441,10 +450,7 @@ class ArmTotals:
         m = ~np.isnan(dec)
         self.decode.extend(dec[m])
         self.seg_decode.extend(seg[m])
-        sd, sa, sn = (
-            c[k][oi] for k in ("spec_draft_tokens", "spec_accepted_tokens", "spec_drafts")
-        )
-        m = (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
+        sd, sa, sn, m = _spec_rows(tb, oi)
         if m.any():
             self.spec_draft += int(sd[m].sum())
             self.spec_accepted += int(sa[m].sum())
@@ -471,8 +477,7 @@ class ArmTotals:
             for arr, key in ((k.decode, "decode_tps"), (k.ttft, "ttft_ms")):
                 v = c[key][ki]
                 arr.extend(v[~np.isnan(v)])
-            sd, sa = c["spec_draft_tokens"][ki], c["spec_accepted_tokens"][ki]
-            m = (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
+            sd, sa, _, m = _spec_rows(tb, ki)
             k.spec_draft += int(sd[m].sum())
             k.spec_accepted += int(sa[m].sum())
 

@@ -106,30 +106,9 @@ class RequestTable:
         except ValueError:
             return -1
 
-    def strings(self, field: str) -> np.ndarray:
-        """A string column as an object array (for grouping and export)."""
-        return np.array(self.vocab[field], dtype=object)[self.cols[field]]
-
     def record(self, i: int) -> RequestRecord:
         """Row ``i`` as the exact ``RequestRecord`` that was recorded."""
-        kw: dict[str, Any] = {}
-        for name, (_short, typ, _d) in COLUMNS.items():
-            v = self.cols[name][i]
-            if typ in ("s", "z"):
-                kw[name] = self.vocab[name][v]
-            elif typ in ("i", "k"):
-                kw[name] = int(v)
-            elif typ == "b":
-                kw[name] = bool(v)
-            elif typ == "t":
-                kw[name] = None if v == NO_TIME else int(v)
-            elif v != v:  # NaN: none
-                kw[name] = None
-            else:
-                kw[name] = float(v) if typ == "f" else int(v)
-        if self.gaps is not None:
-            kw["gaps"] = self.gaps[i] or b""
-        return RequestRecord(**kw)
+        return self.records_at(np.array([i]))[0]
 
     def records(self, idx: Sequence[int] | np.ndarray | None = None) -> Iterator[RequestRecord]:
         """Rows as records, many at a time (a column slice to Python values in one call)."""
@@ -137,20 +116,25 @@ class RequestTable:
         for lo in range(0, rows.size, 4096):
             yield from self.records_at(rows[lo : lo + 4096])
 
+    def values(self, name: str, rows: np.ndarray | None = None) -> list[Any]:
+        """A column (or some of its rows) as the Python values a record holds: strings,
+        ints, floats, None where a figure is missing."""
+        typ = COLUMNS[name][1]
+        col = self.cols[name]
+        v = (col if rows is None else col[rows]).tolist()
+        if typ in ("s", "z"):
+            voc = self.vocab[name]
+            return [voc[x] for x in v]
+        if typ == "t":
+            return [None if x == NO_TIME else x for x in v]
+        if typ == "f":
+            return [None if x != x else x for x in v]
+        if typ == "n":
+            return [None if x != x else int(x) for x in v]
+        return v
+
     def records_at(self, rows: np.ndarray) -> list[RequestRecord]:
-        cols: dict[str, list[Any]] = {}
-        for name, (_short, typ, _d) in COLUMNS.items():
-            v = self.cols[name][rows].tolist()
-            if typ in ("s", "z"):
-                voc = self.vocab[name]
-                v = [voc[x] for x in v]
-            elif typ == "t":
-                v = [None if x == NO_TIME else x for x in v]
-            elif typ == "f":
-                v = [None if x != x else x for x in v]
-            elif typ == "n":
-                v = [None if x != x else int(x) for x in v]
-            cols[name] = v
+        cols = {name: self.values(name, rows) for name in COLUMNS}
         if self.gaps is not None:
             g = self.gaps
             cols["gaps"] = [g[i] or b"" for i in rows.tolist()]
