@@ -557,6 +557,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     """Validate every option and resolve the targets; returns (RunConfig, info)."""
     from tokmon.core.arms import Arm, ArmError, check_unique, parse_arm
     from tokmon.core.config import RunConfig, Timeouts
+    from tokmon.core.h1 import check_header, prepare
     from tokmon.core.preflight import PreflightError, fetch_models, resolve_model, server_version
     from tokmon.core.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
 
@@ -654,6 +655,14 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(str(e)) from None
     if not arms:
         arms = [Arm(name="default")]
+    try:
+        for a in arms:
+            for k, v in {**headers, **a.headers}.items():
+                check_header(k, v)
+            if a.url or url:
+                prepare(a.url or url or "", {})
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if not url and any(not a.url for a in arms):
         raise UsageError(
             "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"

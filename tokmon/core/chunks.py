@@ -57,63 +57,72 @@ def _err_message(obj: Any) -> str:
     return str(obj)[:200]
 
 
+# The C scanner behind json.loads, called directly: json.loads on bytes first sniffs the
+# encoding and runs two regexes, which took half of the 2.7 µs an event cost to decode.
+_scan = json.JSONDecoder().scan_once
+
+
+def _decode(payload: bytes) -> Any:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"unparseable event: {e}") from None
+    if text[:1] != "{":
+        text = text.strip()
+    try:
+        obj, end = _scan(text, 0)
+    except StopIteration:
+        raise ProtocolError("unparseable event: expecting a JSON value") from None
+    except ValueError as e:
+        raise ProtocolError(f"unparseable event: {e}") from None
+    if end != len(text) and not text[end:].isspace():
+        raise ProtocolError(f"unparseable event: extra data at char {end}")
+    return obj
+
+
 def interpret(payload: bytes) -> ChunkInfo:
     """Parse one ``data:`` payload. Raises ProtocolError for unparseable JSON."""
     info = ChunkInfo()
-    if payload == DONE or payload.strip() == DONE:
+    if payload[:1] != b"{" and payload.strip() == DONE:
         info.done = True
         return info
-    try:
-        obj = json.loads(payload)
-    except ValueError as e:
-        raise ProtocolError(f"unparseable event: {e}") from None
-    if not isinstance(obj, dict):
+    obj = _decode(payload)
+    if type(obj) is not dict:
         raise ProtocolError("event is not a JSON object")
-    if "error" in obj and obj["error"]:
+    get = obj.get
+    if get("error"):
         info.error = _err_message(obj["error"])
         return info
-    if obj.get("object") == "error":
+    if get("object") == "error":
         info.error = _err_message(obj)
         return info
-    choices = obj.get("choices")
-    if choices and isinstance(choices, list):
+    choices = get("choices")
+    if choices and type(choices) is list:
         for ch in choices:
-            if not isinstance(ch, dict):
+            if type(ch) is not dict:
                 continue
             delta = ch.get("delta")
-            last = bool(ch.get("finish_reason"))
-            if isinstance(delta, dict):
+            fr = ch.get("finish_reason")
+            if type(delta) is dict:
                 c = delta.get("content")
                 if c:
                     info.content_chars += len(c)
                     info.text += c
-                elif c == "" and "role" not in delta and not last:
+                elif c == "" and not fr and "role" not in delta:
                     info.empty_step = True
-                for key in ("reasoning", "reasoning_content"):
-                    r = delta.get(key)
-                    if r:
-                        info.text_chars += len(r)
-                tc = delta.get("tool_calls")
-                if tc:
-                    # A tool-call delta is generated text even when its argument piece is empty.
-                    n = 0
-                    for call in tc if isinstance(tc, list) else []:
-                        fn = call.get("function") if isinstance(call, dict) else None
-                        if isinstance(fn, dict):
-                            n += len(fn.get("arguments") or "") + len(fn.get("name") or "")
-                    info.text_chars += max(n, 1)
+                if c is None or len(delta) > 1:  # reasoning, tool calls, role
+                    _delta_extras(delta, info)
             else:
                 t = ch.get("text")  # completions endpoint
                 if t:
                     info.content_chars += len(t)
                     info.text += t
-                elif t == "" and not last:
+                elif t == "" and not fr:
                     info.empty_step = True
-            fr = ch.get("finish_reason")
             if fr:
                 info.finish_reason = fr
         info.text_chars += info.content_chars
-    usage = obj.get("usage")
+    usage = get("usage")
     if isinstance(usage, dict):
         ct = usage.get("completion_tokens")
         if isinstance(ct, int):
@@ -122,7 +131,7 @@ def interpret(payload: bytes) -> ChunkInfo:
         if isinstance(pt, int):
             info.prompt_tokens = pt
     # vLLM: --per-request-spec-decode-metrics summary -> metrics.speculative_decoding
-    metrics = obj.get("metrics")
+    metrics = get("metrics")
     if isinstance(metrics, dict):
         sd = metrics.get("speculative_decoding")
         if isinstance(sd, dict):
@@ -134,7 +143,7 @@ def interpret(payload: bytes) -> ChunkInfo:
                 source="response:vllm",
             )
     # llama.cpp: timings on the final chunk; draft_n only when drafting happened.
-    timings = obj.get("timings")
+    timings = get("timings")
     if isinstance(timings, dict):
         info.timings_predicted_n = _int(timings.get("predicted_n"))
         if "draft_n" in timings:
@@ -144,7 +153,7 @@ def interpret(payload: bytes) -> ChunkInfo:
                 source="response:llama.cpp",
             )
     # SGLang: sglext.spec_tokens_details (2026)
-    sglext = obj.get("sglext")
+    sglext = get("sglext")
     if isinstance(sglext, dict):
         det = sglext.get("spec_tokens_details")
         if isinstance(det, dict):
@@ -156,6 +165,23 @@ def interpret(payload: bytes) -> ChunkInfo:
                 source="response:sglang",
             )
     return info
+
+
+def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
+    """Reasoning text (under either name) and tool-call pieces of a chat delta."""
+    for key in ("reasoning", "reasoning_content"):
+        r = delta.get(key)
+        if r:
+            info.text_chars += len(r)
+    tc = delta.get("tool_calls")
+    if tc:
+        # A tool-call delta is generated text even when its argument piece is empty.
+        n = 0
+        for call in tc if isinstance(tc, list) else []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                n += len(fn.get("arguments") or "") + len(fn.get("name") or "")
+        info.text_chars += max(n, 1)
 
 
 def _int(v: Any) -> int | None:

@@ -1,7 +1,8 @@
 """One streamed request, timed where the bytes arrive.
 
-The timestamps are taken right after httpx hands a network read over and before it is
-parsed (METRICS.md, Clocks). ``t_send`` comes from httpx's ``trace`` extension.
+Each read is stamped by the kernel as it reaches this machine (``h1``), before it is
+parsed (METRICS.md, Clocks); ``t_send`` is taken when the request's last byte was handed
+to the kernel.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-import httpx
-
+from tokmon.core import h1
 from tokmon.core.chunks import ProtocolError, interpret
 from tokmon.core.measure import NS_PER_MS, StreamMeter
 from tokmon.core.records import RequestRecord
@@ -24,41 +24,18 @@ from tokmon.core.textsafe import clean_text
 ERROR_BODY_LIMIT = 4096
 
 
-def make_client(
-    connect_s: float, idle_s: float, insecure: bool = False, max_connections: int = 1024
-) -> httpx.AsyncClient:
-    """An AsyncClient tuned for many long streams: HTTP/1.1, keep-alive, no pool timeout."""
-    limits = httpx.Limits(
-        max_connections=max_connections,
-        max_keepalive_connections=max_connections,
-        keepalive_expiry=30.0,
-    )
-    timeout = httpx.Timeout(connect=connect_s, read=idle_s, write=connect_s, pool=None)
-    return httpx.AsyncClient(
-        limits=limits,
-        timeout=timeout,
-        http1=True,
-        http2=False,
-        verify=False if insecure else _ssl_context(),
-        trust_env=False,
-        follow_redirects=False,
-    )
+def ssl_context(insecure: bool = False) -> ssl.SSLContext:
+    """The TLS context of an engine's streams (``--insecure``: no certificate checks)."""
+    try:
+        import certifi  # comes with httpx: the same CA store as every other request
 
-
-_SSL: ssl.SSLContext | None = None
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """One verifying context for every client: loading the CA store costs ~17 ms each."""
-    global _SSL
-    if _SSL is None:
-        try:
-            import certifi
-
-            _SSL = ssl.create_default_context(cafile=certifi.where())
-        except ImportError:
-            _SSL = ssl.create_default_context()
-    return _SSL
+        ctx = ssl.create_default_context(cafile=certifi.where())
+    except ImportError:
+        ctx = ssl.create_default_context()
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def classify_status(status: int) -> str:
@@ -101,18 +78,101 @@ class Tick:
         return b
 
 
+class StreamSink:
+    """Measures one response as its bytes arrive, called from the connection's reader."""
+
+    __slots__ = (
+        "conn_send",
+        "ticks",
+        "arm",
+        "stall_ms",
+        "keep_text",
+        "tm",
+        "deadline",
+        "status",
+        "meter",
+        "parser",
+        "raw",
+        "ended",
+        "outcome",
+        "error",
+    )
+
+    def __init__(self, ticks: Tick, arm: str, stall_ms: float, keep_text: bool) -> None:
+        self.conn_send: Callable[[], int] = lambda: 0
+        self.ticks = ticks
+        self.arm = arm
+        self.stall_ms = stall_ms
+        self.keep_text = keep_text
+        self.tm: asyncio.Timeout | None = None
+        self.deadline = 0.0
+        self.status: int | None = None
+        self.meter: StreamMeter | None = None
+        self.parser = SSEParser()
+        self.raw = b""
+        self.ended = False  # [DONE] or an error event was read
+        self.outcome = "ok"
+        self.error = ""
+
+    def on_head(self, status: int, t: int) -> None:
+        self.status = status
+        if status == 200:
+            self.meter = StreamMeter(
+                self.conn_send() or t, stall_ms=self.stall_ms, keep_text=self.keep_text
+            )
+
+    def on_body(self, t: int, data: bytes) -> bool:
+        meter = self.meter
+        if meter is None:
+            self.raw += data
+            return len(self.raw) > ERROR_BODY_LIMIT
+        for payload in self.parser.feed(data):
+            info = interpret(payload)
+            if info.error is not None:
+                self.outcome, self.error = "stream_error", clean_text(info.error)
+                self.ended = True
+                return True
+            if info.done:
+                self.ended = True
+                return True
+            n = meter.on_event(t, info)
+            if n:
+                self.ticks.add(t, self.arm, n)
+                if self.tm is not None:
+                    # The first text: from now on only the total deadline applies.
+                    self.tm.reschedule(self.deadline)
+                    self.tm = None
+        return False
+
+    def at_end(self) -> None:
+        """The body ended without [DONE]: take what is left in the parser."""
+        meter = self.meter
+        if meter is None or self.ended:
+            return
+        for payload in self.parser.flush():
+            info = interpret(payload)
+            if info.error is not None:
+                self.outcome, self.error = "stream_error", clean_text(info.error)
+            elif not info.done:
+                meter.on_event(perf_counter_ns(), info)
+        # A body that ended cleanly is an end even without [DONE] (llama.cpp after an
+        # error, native endpoints) -- but not one that carried nothing at all.
+        if self.outcome == "ok" and meter.text_chunks == 0 and meter.finish_reason is None:
+            self.outcome, self.error = "protocol", "stream ended without any generated text"
+
+
 async def stream_request(
-    client: httpx.AsyncClient,
+    pool: h1.Pool,
+    target: h1.Target,
     *,
     rid: int,
     arm: str,
-    url: str,
     body: bytes,
-    headers: dict[str, str],
     t_sched: int,
     ticks: Tick,
     first_token_s: float,
     total_s: float,
+    idle_s: float = 60.0,
     stall_ms: float = 1000.0,
     keep_text: bool = False,
     base: dict[str, Any] | None = None,
@@ -120,115 +180,73 @@ async def stream_request(
 ) -> RequestRecord:
     """Send one streaming request and measure it. Never raises, except CancelledError."""
     st = {"send": 0, "headers": 0, "c0": 0, "c1": 0}
-
-    async def trace(name: str, info: dict[str, Any]) -> None:
-        if name == "http11.send_request_body.complete":
-            st["send"] = perf_counter_ns()
-        elif name == "http11.receive_response_headers.complete":
-            st["headers"] = perf_counter_ns()
-        elif name == "connection.connect_tcp.started":
-            st["c0"] = perf_counter_ns()
-        elif name == "connection.connect_tcp.complete":
-            st["c1"] = perf_counter_ns()
-
     fields: dict[str, Any] = dict(base) if base else {}
+    sink = StreamSink(ticks, arm, stall_ms, keep_text)
     outcome = "ok"
     error = ""
-    status: int | None = None
-    meter: StreamMeter | None = None
-    finished = False
     t_start = perf_counter_ns()
     loop = asyncio.get_running_loop()
-    deadline_total = loop.time() + total_s
+    data = h1.request_bytes(target, body)
+    conn: h1.Connection | None = None
     try:
         async with asyncio.timeout(min(first_token_s, total_s)) as tm:
-            async with client.stream(
-                "POST", url, content=body, headers=headers, extensions={"trace": trace}
-            ) as resp:
-                status = resp.status_code
-                t_send = st["send"] or t_start
-                if status != 200:
-                    raw = b""
-                    async for part in resp.aiter_raw():
-                        raw += part
-                        if len(raw) > ERROR_BODY_LIMIT:
-                            break
-                    outcome = classify_status(status)
-                    error = f"HTTP {status}: {error_message(raw)}"
-                else:
-                    meter = StreamMeter(t_send, stall_ms=stall_ms, keep_text=keep_text)
-                    parser = SSEParser()
-                    got_text = False
-                    async for raw in resp.aiter_bytes():
-                        if finished:
-                            # Read the body to its end (the chunked terminator follows [DONE]),
-                            # so the connection is kept alive for the next request.
-                            continue
-                        t = perf_counter_ns()
-                        for payload in parser.feed(raw):
-                            info = interpret(payload)
-                            if info.error is not None:
-                                outcome, error = "stream_error", clean_text(info.error)
-                                finished = True
-                                break
-                            if info.done:
-                                finished = True
-                                break
-                            n = meter.on_event(t, info)
-                            if n:
-                                ticks.add(t, arm, n)
-                                if not got_text:
-                                    got_text = True
-                                    tm.reschedule(deadline_total)
-                        if finished:
-                            # A server that keeps the stream open after [DONE] gets 2 s.
-                            tm.reschedule(min(deadline_total, loop.time() + 2.0))
-                    if not finished:
-                        for payload in parser.flush():
-                            info = interpret(payload)
-                            if info.error is not None:
-                                outcome, error = "stream_error", clean_text(info.error)
-                            elif not info.done:
-                                meter.on_event(perf_counter_ns(), info)
-                        # A body that ended cleanly is an end even without [DONE]
-                        # (llama.cpp after an error, native endpoints).
-                        if (
-                            outcome == "ok"
-                            and meter.text_chunks == 0
-                            and meter.finish_reason is None
-                        ):
-                            outcome, error = "protocol", "stream ended without any generated text"
+            sink.tm, sink.deadline = tm, loop.time() + total_s
+            for fresh in (False, True):
+                conn, c0, c1 = await pool.acquire(target, fresh=fresh)
+                sink.conn_send = conn.send_time
+                if c0:
+                    st["c0"], st["c1"] = c0, c1
+                try:
+                    await conn.exchange(data, sink, idle_s)
+                except (h1.RemoteProtocolError, h1.ReadError):
+                    if c0 or conn.got_bytes or fresh:
+                        raise
+                    # A kept-alive connection the server had closed: once more, on a new one.
+                    _release(pool, conn, st)
+                    conn = None
+                    continue
+                break
+        sink.at_end()
+        outcome, error = sink.outcome, sink.error
     except TimeoutError:
-        if finished:
-            pass  # the stream had ended; only the drain after [DONE] ran out of time
+        if sink.ended:
+            outcome, error = sink.outcome, sink.error  # only the drain after [DONE] ran out
         else:
+            meter = sink.meter
             outcome = "timeout"
             error = (
                 "no first token in time"
                 if meter is None or meter.t_first_text is None
                 else "total timeout"
             )
-    except httpx.ReadTimeout:
+    except h1.ReadTimeout:
         outcome, error = "timeout", "idle timeout between chunks"
-    except httpx.TimeoutException as e:
-        if isinstance(e, httpx.ConnectTimeout):
-            outcome, error = "connect", "connect timeout"
-        else:
-            outcome, error = "timeout", type(e).__name__
-    except (httpx.ConnectError, ssl.SSLError) as e:
-        outcome, error = "connect", clean_text(str(e) or type(e).__name__)[:200]
+    except h1.ConnectTimeout:
+        outcome, error = "connect", "connect timeout"
+    except h1.ConnectError as e:
+        outcome, error = "connect", clean_text(str(e))[:200]
     except (ProtocolError, SSEError) as e:
         outcome, error = "protocol", clean_text(str(e))[:200]
-    except (httpx.RemoteProtocolError, httpx.ReadError) as e:
-        if meter is not None and meter.finish_reason is not None:
+    except (h1.RemoteProtocolError, h1.ReadError) as e:
+        if sink.ended:
+            outcome, error = sink.outcome, sink.error
+        elif sink.meter is not None and sink.meter.finish_reason is not None:
             outcome = "ok"  # closed after a finish_reason: an end
-        elif meter is None and status is None:
+        elif sink.status is None:
             outcome, error = "connect", clean_text(str(e) or type(e).__name__)[:200]
         else:
             outcome, error = "stream_error", "connection closed mid-stream"
-    except httpx.HTTPError as e:
+    except h1.HTTPError as e:
         outcome, error = "stream_error", clean_text(f"{type(e).__name__}: {e}")[:200]
+    finally:
+        if conn is not None:
+            _release(pool, conn, st)
     t_end = perf_counter_ns()
+    status = sink.status
+    meter = sink.meter
+    if status is not None and status != 200 and outcome in ("ok", "timeout", "stream_error"):
+        outcome = classify_status(status)
+        error = f"HTTP {status}: {error_message(sink.raw)}"
     if meter is not None:
         extra = meter.untick_tokens()
         if extra > 0 and outcome == "ok":
@@ -237,6 +255,11 @@ async def stream_request(
             on_text(meter.text)
     fields.update(_finish(meter, t_end, outcome, st, t_sched, t_start, status, error))
     return RequestRecord(rid=rid, arm=arm, outcome=outcome, t_sched=t_sched, t_end=t_end, **fields)
+
+
+def _release(pool: h1.Pool, conn: h1.Connection, st: dict[str, int]) -> None:
+    st["send"], st["headers"] = conn.t_send, conn.t_head
+    pool.release(conn)
 
 
 def _finish(

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.core import h1
 from tokmon.core.arms import Arm
-from tokmon.core.client import Tick, make_client, stream_request
+from tokmon.core.client import Tick, ssl_context, stream_request
 from tokmon.core.config import RunConfig
 from tokmon.core.measure import NS_PER_MS
 from tokmon.core.records import EngineStatus, Event, RequestRecord
@@ -85,8 +86,9 @@ class Engine:
         self.prompt_tokens = cfg.prompt_tokens
         self.max_tokens = cfg.max_tokens
         self.t_switch = 0
-        self.urls = {a.name: endpoint_url(a) for a in cfg.arms}
-        self.headers = {a.name: request_headers(cfg, a) for a in cfg.arms}
+        self.targets = {
+            a.name: h1.prepare(endpoint_url(a), request_headers(cfg, a)) for a in cfg.arms
+        }
         seed = cfg.seed if cfg.seed is not None else int(time.time_ns() % 2**31)
         self.rng = np.random.default_rng(seed + 7919 * worker)
         self.pyrng = random.Random(seed + worker)
@@ -118,22 +120,11 @@ class Engine:
         self.loop_lag_ms = 0.0
         self.lags: list[float] = []
         self.slots: dict[int, asyncio.Task[None]] = {}
-        # One client (one keep-alive connection) per stream in flight, reused from a free
-        # list: httpx's shared pool scans every connection for every request, which costs
-        # more than the request itself at high concurrency.
-        self.free_clients: list[Any] = []
-        self.all_clients: list[Any] = []
-        self.batches: list[tuple[Any, ...]] = []
-
-    def _new_client(self) -> Any:
-        c = make_client(
-            self.cfg.timeouts.connect_s,
-            self.cfg.timeouts.idle_s,
-            self.cfg.insecure,
-            max_connections=len(self.arms),
+        self.pool = h1.Pool(
+            cfg.timeouts.connect_s,
+            ssl_context(cfg.insecure) if any(t.tls for t in self.targets.values()) else None,
         )
-        self.all_clients.append(c)
-        return c
+        self.batches: list[tuple[Any, ...]] = []
 
     # ------------------------------------------------------------------ requests
     def _pick_prompt(self) -> tuple[Prompt, int]:
@@ -190,23 +181,21 @@ class Engine:
         self.in_flight[rid] = (arm_name, t_sched, prompt.kind, self.segment)
         self.sent += 1
         try:
-            client = self.free_clients.pop() if self.free_clients else self._new_client()
             rec = await stream_request(
-                client,
+                self.pool,
+                self.targets[arm_name],
                 rid=rid,
                 arm=arm_name,
-                url=self.urls[arm_name],
                 body=body,
-                headers=self.headers[arm_name],
                 t_sched=t_sched,
                 ticks=self.ticks,
                 first_token_s=self.cfg.timeouts.first_token_s,
                 total_s=self.cfg.timeouts.total_s,
+                idle_s=self.cfg.timeouts.idle_s,
                 stall_ms=self.cfg.stall_ms,
                 base=base,
             )
         except asyncio.CancelledError:
-            client = None
             self.records.append(
                 RequestRecord(
                     rid=rid,
@@ -231,8 +220,6 @@ class Engine:
                 **base,
             )
         self.in_flight.pop(rid, None)
-        if client is not None:
-            self.free_clients.append(client)
         if rec.send_lag_ms is not None:
             self.lags.append(rec.send_lag_ms)
         self.records.append(rec)
@@ -449,9 +436,7 @@ class Engine:
         finally:
             flusher.cancel()
             lagger.cancel()
-            for c in self.all_clients:
-                with contextlib.suppress(Exception):
-                    await c.aclose()
+            self.pool.close()
             self.flush(done=True)
 
 

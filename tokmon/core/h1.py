@@ -1,0 +1,615 @@
+"""A lean HTTP/1.1 client for the streams under measurement.
+
+Each response is parsed in the event loop's reader callback, and each read is stamped by
+the kernel (``SO_TIMESTAMPNS``): the moment the bytes reached this machine, not the moment
+the event loop got round to them, so a busy loop or a slow frame never moves a timestamp.
+
+Why not httpx for these streams: through httpx → httpcore → h11 a streamed token cost
+2.4× a bare aiohttp reader in CPU (h11 turns each piece of the chunked encoding into an
+event object, and a task wakes up for every read), and its timestamps could only be taken
+after the task woke. httpx still does every other request (pre-flight, /metrics, probes),
+and its URL type parses the targets here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Protocol
+
+import httpx
+
+from tokmon import __version__
+
+# SO_TIMESTAMPNS is 35 on every 64-bit Linux; Python's socket module does not name it.
+SO_TIMESTAMPNS: int | None = getattr(
+    socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None
+)
+_TIMESPEC = struct.Struct("@qq")
+# A kernel stamp older than this (or later than now) is not trusted: the wall clock
+# stepped between the stamp and the read. The read time is used instead.
+_STAMP_WINDOW_NS = 30_000_000_000
+READ_SIZE = 256 * 1024
+MAX_HEAD = 64 * 1024
+DRAIN_S = 2.0  # a server that keeps the body open after the stream's end gets this long
+
+
+class HTTPError(Exception):
+    """Any failure of the exchange itself (not of the stream's content)."""
+
+
+class ConnectError(HTTPError):
+    pass
+
+
+class ConnectTimeout(ConnectError):
+    pass
+
+
+class ReadTimeout(HTTPError):
+    pass
+
+
+class ReadError(HTTPError):
+    pass
+
+
+class RemoteProtocolError(HTTPError):
+    """The response broke HTTP/1.1, or the server closed the connection mid-response."""
+
+
+class Sink(Protocol):
+    """Receives one response as it arrives, synchronously, in the reader callback."""
+
+    def on_head(self, status: int, t: int) -> None: ...
+
+    def on_body(self, t: int, data: bytes) -> bool:
+        """Account body bytes read at ``t``; True once the sink needs no more of them."""
+        ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one kind of request goes, prepared once: the request head is bytes."""
+
+    key: tuple[str, str, int]
+    host: str
+    port: int
+    tls: bool
+    head: bytes  # request line and fixed headers, without Content-Length
+
+
+def check_header(k: str, v: str) -> None:
+    if not k or any(c in k for c in " \t\r\n:\0") or any(c in v for c in "\r\n\0"):
+        raise ValueError(f"invalid request header {k!r}: names and values must be one line")
+
+
+def prepare(url: str, headers: dict[str, str]) -> Target:
+    """A POST target for ``url`` with ``headers``; ValueError for what cannot be sent."""
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        raise ValueError(f"invalid URL {url!r}: {e}") from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise ValueError(f"invalid URL {url!r}: expected http:// or https:// and a host")
+    tls = u.scheme == "https"
+    port = u.port or (443 if tls else 80)
+    host = u.host
+    host_header = f"[{host}]" if ":" in host else host
+    if u.port is not None:
+        host_header += f":{port}"
+    lines = [
+        f"POST {u.raw_path.decode('ascii')} HTTP/1.1",
+        f"host: {host_header}",
+        f"user-agent: tokmon/{__version__}",
+        "accept-encoding: identity",
+    ]
+    given = {k.lower() for k in headers}
+    for k, v in headers.items():
+        check_header(k, v)
+        if k.lower() not in ("host", "content-length", "transfer-encoding", "connection"):
+            lines.append(f"{k}: {v}")
+    if "accept" not in given:
+        lines.append("accept: text/event-stream")
+    head = ("\r\n".join(lines) + "\r\n").encode("latin-1", "strict")
+    return Target(key=(u.scheme, host, port), host=host, port=port, tls=tls, head=head)
+
+
+def request_bytes(target: Target, body: bytes) -> bytes:
+    return b"%scontent-length: %d\r\n\r\n%s" % (target.head, len(body), body)
+
+
+# Response parser states.
+_HEAD, _SIZE, _DATA, _CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _END = range(8)
+
+
+class Connection:
+    """One keep-alive connection; one exchange at a time."""
+
+    __slots__ = (
+        "loop",
+        "key",
+        "sock",
+        "fd",
+        "tls",
+        "_in",
+        "_out",
+        "closed",
+        "reusable",
+        "uses",
+        "t_send",
+        "t_head",
+        "got_bytes",
+        "_fut",
+        "_sink",
+        "_state",
+        "_buf",
+        "_left",
+        "_keepalive",
+        "_finished",
+        "_last",
+        "_idle_ns",
+        "_idle_h",
+        "_drain_h",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int]) -> None:
+        self.loop = loop
+        self.key = key
+        self.sock: socket.socket | None = None
+        self.fd = -1
+        self.tls: ssl.SSLObject | None = None
+        self._in: ssl.MemoryBIO | None = None
+        self._out: ssl.MemoryBIO | None = None
+        self.closed = False
+        self.reusable = False
+        self.uses = 0
+        self.t_send = 0
+        self.t_head = 0
+        self.got_bytes = False
+        self._fut: asyncio.Future[None] | None = None
+        self._sink: Sink | None = None
+        self._state = _END
+        self._buf = b""
+        self._left = 0
+        self._keepalive = True
+        self._finished = False
+        self._last = 0
+        self._idle_ns = 0
+        self._idle_h: asyncio.TimerHandle | None = None
+        self._drain_h: asyncio.TimerHandle | None = None
+
+    def send_time(self) -> int:
+        return self.t_send
+
+    # ------------------------------------------------------------------ connect
+    async def connect(
+        self, host: str, port: int, ssl_ctx: ssl.SSLContext | None, timeout: float
+    ) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._connect(host, port, ssl_ctx)
+        except TimeoutError:
+            self.close()
+            raise ConnectTimeout("connect timeout") from None
+        except (OSError, ssl.SSLError) as e:
+            self.close()
+            raise ConnectError(str(e) or type(e).__name__) from None
+
+    async def _connect(self, host: str, port: int, ssl_ctx: ssl.SSLContext | None) -> None:
+        loop = self.loop
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        err: OSError | None = None
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            self.sock = sock
+            try:
+                await loop.sock_connect(sock, addr)
+            except OSError as e:
+                sock.close()
+                self.sock = None
+                err = e
+                continue
+            break
+        else:
+            raise err or OSError(f"cannot resolve {host}")
+        sock = self.sock
+        assert sock is not None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if SO_TIMESTAMPNS is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        if ssl_ctx is not None:
+            await self._handshake(sock, ssl_ctx, host)
+        self.fd = sock.fileno()
+        loop.add_reader(self.fd, self._on_readable)
+
+    async def _handshake(self, sock: socket.socket, ctx: ssl.SSLContext, host: str) -> None:
+        """TLS over memory buffers, so reads stay raw recvmsg calls with kernel stamps."""
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self._in, self._out, server_hostname=host)
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+            if self._out.pending:
+                await self.loop.sock_sendall(sock, self._out.read())
+            data = await self.loop.sock_recv(sock, READ_SIZE)
+            if not data:
+                raise ConnectionError("TLS handshake: the server closed the connection")
+            self._in.write(data)
+        if self._out.pending:
+            await self.loop.sock_sendall(sock, self._out.read())
+
+    # ------------------------------------------------------------------ exchange
+    async def exchange(self, data: bytes, sink: Sink, idle_s: float) -> None:
+        """Send one request and feed its response to ``sink``; returns at the body's end.
+
+        Raises HTTPError subclasses, or what the sink raised. On any exception (and on
+        cancellation) the connection is closed.
+        """
+        loop = self.loop
+        fut: asyncio.Future[None] = loop.create_future()
+        self._fut, self._sink = fut, sink
+        self._state, self._buf, self._finished = _HEAD, b"", False
+        self.reusable, self.got_bytes, self.t_head = False, False, 0
+        self.uses += 1
+        try:
+            await self._send(data)
+            self.t_send = perf_counter_ns()
+            self._idle_ns = int(idle_s * 1e9)
+            self._last = self.t_send
+            self._idle_h = loop.call_later(idle_s, self._idle_check)
+            await fut
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._fut = self._sink = None
+            if self._idle_h is not None:
+                self._idle_h.cancel()
+                self._idle_h = None
+            if self._drain_h is not None:
+                self._drain_h.cancel()
+                self._drain_h = None
+
+    async def _send(self, data: bytes) -> None:
+        sock = self.sock
+        if sock is None or self.closed:
+            raise ReadError("connection closed")
+        if self.tls is not None:
+            assert self._out is not None
+            self.tls.write(data)
+            data = self._out.read()
+        try:
+            n = sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            raise ReadError(str(e) or type(e).__name__) from None
+        if n < len(data):
+            try:
+                await self.loop.sock_sendall(sock, data[n:])
+            except OSError as e:
+                raise ReadError(str(e) or type(e).__name__) from None
+
+    # ------------------------------------------------------------------ reading
+    def _on_readable(self) -> None:
+        sock = self.sock
+        if sock is None:
+            return
+        try:
+            data, anc, _, _ = sock.recvmsg(READ_SIZE, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._fail(ReadError(str(e) or type(e).__name__))
+            return
+        now = perf_counter_ns()
+        t = now
+        for level, kind, raw in anc:
+            if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(raw) >= 16:
+                sec, nsec = _TIMESPEC.unpack_from(raw)
+                # The kernel stamps with the wall clock; move it to perf_counter's clock.
+                k = sec * 1_000_000_000 + nsec - (time.time_ns() - perf_counter_ns())
+                if now - _STAMP_WINDOW_NS < k <= now:
+                    t = k
+        eof = not data
+        if self.tls is not None and data:
+            got = self._decrypt(data)
+            if got is None:
+                return
+            data, eof = got
+            if not data and not eof:
+                return  # only TLS records (a ticket, a partial record): nothing yet
+        if self._fut is None or self._fut.done():
+            # Bytes or an end while no request is out: the server closed (or broke) an
+            # idle keep-alive connection. It is not used again.
+            self.close()
+            return
+        self._last = now
+        if data:
+            self.got_bytes = True
+            try:
+                self._feed(t, data)
+            except Exception as e:  # a broken response or a sink's ProtocolError
+                self._fail(e)
+                return
+        if eof:
+            self._on_eof()
+
+    def _decrypt(self, raw: bytes) -> tuple[bytes, bool] | None:
+        """The plaintext in ``raw`` and whether the server ended TLS; None on failure."""
+        assert self.tls is not None and self._in is not None and self._out is not None
+        self._in.write(raw)
+        parts = []
+        eof = False
+        while True:
+            try:
+                part = self.tls.read(READ_SIZE)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                eof = True  # close_notify
+                break
+            except ssl.SSLError as e:
+                self._fail(ReadError(f"TLS: {e}"))
+                return None
+            if not part:
+                eof = True
+                break
+            parts.append(part)
+        if self._out.pending and self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.send(self._out.read())
+        return b"".join(parts), eof
+
+    def _on_eof(self) -> None:
+        if self._fut is None or self._fut.done():
+            self.close()
+        elif self._state == _UNTIL_CLOSE:
+            self._state = _END
+            self._keepalive = False
+            self._complete()
+        elif not self.got_bytes:
+            self._fail(RemoteProtocolError("server disconnected without sending a response"))
+        else:
+            self._fail(RemoteProtocolError("connection closed mid-response"))
+
+    def _feed(self, t: int, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        pos = 0
+        if self._state == _HEAD:
+            pos = self._head(t, buf)
+            if pos < 0:
+                return
+        out: list[bytes] = []
+        n = len(buf)
+        state = self._state
+        while pos < n:
+            if state == _DATA:
+                take = min(self._left, n - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    state = _CRLF
+            elif state == _SIZE:
+                j = buf.find(b"\r\n", pos)
+                if j < 0:
+                    if n - pos > 1024:
+                        raise RemoteProtocolError("chunk size line too long")
+                    break
+                line = buf[pos:j].split(b";", 1)[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise RemoteProtocolError(f"bad chunk size {line[:20]!r}") from None
+                if size < 0:
+                    raise RemoteProtocolError("negative chunk size")
+                pos = j + 2
+                if size:
+                    self._left = size
+                    state = _DATA
+                else:
+                    state = _TRAILER
+            elif state == _CRLF:
+                if n - pos < 2:
+                    break
+                if buf[pos : pos + 2] != b"\r\n":
+                    raise RemoteProtocolError("chunk not followed by CRLF")
+                pos += 2
+                state = _SIZE
+            elif state == _TRAILER:
+                j = buf.find(b"\r\n", pos)
+                if j < 0:
+                    break
+                if j == pos:
+                    pos += 2
+                    state = _END
+                    break
+                pos = j + 2  # a trailer field: not used
+            elif state == _LENGTH:
+                take = min(self._left, n - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    state = _END
+                    break
+            elif state == _UNTIL_CLOSE:
+                out.append(buf[pos:] if pos else buf)
+                pos = n
+            else:
+                break
+        self._state = state
+        if state == _END and pos < n:
+            self._keepalive = False  # bytes after the end: the framing cannot be trusted
+        self._buf = buf[pos:] if pos < n and state != _END else b""
+        if out:
+            self._body(t, out[0] if len(out) == 1 else b"".join(out))
+        if state == _END:
+            self._complete()
+
+    def _head(self, t: int, buf: bytes) -> int:
+        """Parse the response head; the offset of the body in ``buf``, or -1 for more."""
+        while True:
+            i = buf.find(b"\r\n\r\n")
+            if i < 0:
+                if len(buf) > MAX_HEAD:
+                    raise RemoteProtocolError("response head too long")
+                self._buf = buf
+                return -1
+            lines = buf[:i].split(b"\r\n")
+            parts = lines[0].split(b" ", 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+                raise RemoteProtocolError(f"not an HTTP/1.x response: {lines[0][:40]!r}")
+            try:
+                status = int(parts[1])
+            except ValueError:
+                raise RemoteProtocolError(f"bad status {parts[1][:10]!r}") from None
+            if 100 <= status < 200 and status != 101:
+                buf = buf[i + 4 :]  # an interim response (100 Continue, 103): skip it
+                continue
+            break
+        chunked = False
+        length = -1
+        keepalive = parts[0] == b"HTTP/1.1"
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"transfer-encoding":
+                chunked = value.strip().lower().endswith(b"chunked")
+            elif name == b"content-length":
+                try:
+                    length = int(value.strip())
+                except ValueError:
+                    raise RemoteProtocolError("bad Content-Length") from None
+            elif name == b"connection":
+                v = value.strip().lower()
+                if v == b"close":
+                    keepalive = False
+                elif v == b"keep-alive":
+                    keepalive = True
+        self._keepalive = keepalive
+        if chunked:
+            self._state = _SIZE
+        elif length >= 0:
+            self._left = length
+            self._state = _LENGTH if length else _END
+        else:
+            self._state = _UNTIL_CLOSE
+            self._keepalive = False
+        self.t_head = t
+        assert self._sink is not None
+        self._sink.on_head(status, t)
+        return i + 4
+
+    def _body(self, t: int, data: bytes) -> None:
+        if self._finished or self._sink is None:
+            return  # after the stream's end: read on to the body's end, for keep-alive
+        if self._sink.on_body(t, data):
+            self._finished = True
+            if self._state != _END:
+                self._drain_h = self.loop.call_later(DRAIN_S, self._drain_expired)
+
+    def _complete(self) -> None:
+        self.reusable = self._keepalive and not self.closed
+        if self._fut is not None and not self._fut.done():
+            self._fut.set_result(None)
+
+    def _drain_expired(self) -> None:
+        self._drain_h = None
+        self._keepalive = False
+        self.close()
+        if self._fut is not None and not self._fut.done():
+            self._fut.set_result(None)
+
+    def _idle_check(self) -> None:
+        self._idle_h = None
+        if self._fut is None or self._fut.done():
+            return
+        due = self._last + self._idle_ns
+        now = perf_counter_ns()
+        if now >= due:
+            self._fail(ReadTimeout("idle timeout between chunks"))
+        else:
+            self._idle_h = self.loop.call_later((due - now) / 1e9, self._idle_check)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.close()
+        if self._fut is not None and not self._fut.done():
+            self._fut.set_exception(exc)
+
+    def close(self) -> None:
+        self.reusable = False
+        if self.closed:
+            return
+        self.closed = True
+        if self.sock is not None:
+            if self.fd >= 0:
+                with contextlib.suppress(Exception):
+                    self.loop.remove_reader(self.fd)
+            self.sock.close()
+            self.sock = None
+
+
+class Pool:
+    """Idle keep-alive connections per origin; a stream takes one and gives it back."""
+
+    def __init__(self, connect_s: float, ssl_ctx: ssl.SSLContext | None = None) -> None:
+        self.connect_s = connect_s
+        self.ssl_ctx = ssl_ctx
+        self.idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self.busy: set[Connection] = set()
+
+    async def acquire(self, target: Target, fresh: bool = False) -> tuple[Connection, int, int]:
+        """A connected connection, and the connect's start and end (0, 0 when reused)."""
+        free = None if fresh else self.idle.get(target.key)
+        while free:
+            c = free.pop()
+            if not c.closed:
+                self.busy.add(c)
+                return c, 0, 0
+        c = Connection(asyncio.get_running_loop(), target.key)
+        self.busy.add(c)
+        t0 = perf_counter_ns()
+        try:
+            await c.connect(target.host, target.port, self._ctx(target), self.connect_s)
+        except BaseException:
+            self.busy.discard(c)
+            raise
+        return c, t0, perf_counter_ns()
+
+    def _ctx(self, target: Target) -> ssl.SSLContext | None:
+        if not target.tls:
+            return None
+        if self.ssl_ctx is None:
+            self.ssl_ctx = ssl.create_default_context()
+        return self.ssl_ctx
+
+    def release(self, c: Connection) -> None:
+        self.busy.discard(c)
+        if c.reusable and not c.closed:
+            self.idle.setdefault(c.key, []).append(c)
+        else:
+            c.close()
+
+    def close(self) -> None:
+        for free in self.idle.values():
+            for c in free:
+                c.close()
+        self.idle.clear()
+        for c in list(self.busy):
+            c.close()
+        self.busy.clear()
