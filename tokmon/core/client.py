@@ -198,8 +198,8 @@ async def stream_request(
                     st["c0"], st["c1"] = c0, c1
                 try:
                     await conn.exchange(data, sink, idle_s)
-                except (h1.RemoteProtocolError, h1.ReadError):
-                    if c0 or conn.got_bytes or fresh:
+                except (h1.RemoteProtocolError, h1.ReadError) as e:
+                    if c0 or conn.got_bytes or fresh or isinstance(e, h1.BadResponse):
                         raise
                     # A kept-alive connection the server had closed: once more, on a new one.
                     _release(pool, conn, st)
@@ -225,7 +225,7 @@ async def stream_request(
         outcome, error = "connect", "connect timeout"
     except h1.ConnectError as e:
         outcome, error = "connect", clean_text(str(e))[:200]
-    except (ProtocolError, SSEError) as e:
+    except (ProtocolError, SSEError, h1.BadResponse) as e:
         outcome, error = "protocol", clean_text(str(e))[:200]
     except (h1.RemoteProtocolError, h1.ReadError) as e:
         if sink.ended:

@@ -62,7 +62,11 @@ class ReadError(HTTPError):
 
 
 class RemoteProtocolError(HTTPError):
-    """The response broke HTTP/1.1, or the server closed the connection mid-response."""
+    """The server closed the connection before the response's end."""
+
+
+class BadResponse(RemoteProtocolError):
+    """The response breaks HTTP/1.1 (its head or its framing)."""
 
 
 class Sink(Protocol):
@@ -390,9 +394,10 @@ class Connection:
         buf = self._buf + data if self._buf else data
         pos = 0
         if self._state == _HEAD:
-            pos = self._head(t, buf)
-            if pos < 0:
+            rest = self._head(t, buf)
+            if rest is None:
                 return
+            buf = rest
         out: list[bytes] = []
         n = len(buf)
         state = self._state
@@ -408,15 +413,15 @@ class Connection:
                 j = buf.find(b"\r\n", pos)
                 if j < 0:
                     if n - pos > 1024:
-                        raise RemoteProtocolError("chunk size line too long")
+                        raise BadResponse("chunk size line too long")
                     break
                 line = buf[pos:j].split(b";", 1)[0].strip()
                 try:
                     size = int(line, 16)
                 except ValueError:
-                    raise RemoteProtocolError(f"bad chunk size {line[:20]!r}") from None
+                    raise BadResponse(f"bad chunk size {line[:20]!r}") from None
                 if size < 0:
-                    raise RemoteProtocolError("negative chunk size")
+                    raise BadResponse("negative chunk size")
                 pos = j + 2
                 if size:
                     self._left = size
@@ -427,7 +432,7 @@ class Connection:
                 if n - pos < 2:
                     break
                 if buf[pos : pos + 2] != b"\r\n":
-                    raise RemoteProtocolError("chunk not followed by CRLF")
+                    raise BadResponse("chunk not followed by CRLF")
                 pos += 2
                 state = _SIZE
             elif state == _TRAILER:
@@ -461,23 +466,23 @@ class Connection:
         if state == _END:
             self._complete()
 
-    def _head(self, t: int, buf: bytes) -> int:
-        """Parse the response head; the offset of the body in ``buf``, or -1 for more."""
+    def _head(self, t: int, buf: bytes) -> bytes | None:
+        """Parse the response head; the bytes after it, or None until it is complete."""
         while True:
             i = buf.find(b"\r\n\r\n")
             if i < 0:
                 if len(buf) > MAX_HEAD:
-                    raise RemoteProtocolError("response head too long")
+                    raise BadResponse("response head too long")
                 self._buf = buf
-                return -1
+                return None
             lines = buf[:i].split(b"\r\n")
             parts = lines[0].split(b" ", 2)
             if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-                raise RemoteProtocolError(f"not an HTTP/1.x response: {lines[0][:40]!r}")
+                raise BadResponse(f"not an HTTP/1.x response: {lines[0][:40]!r}")
             try:
                 status = int(parts[1])
             except ValueError:
-                raise RemoteProtocolError(f"bad status {parts[1][:10]!r}") from None
+                raise BadResponse(f"bad status {parts[1][:10]!r}") from None
             if 100 <= status < 200 and status != 101:
                 buf = buf[i + 4 :]  # an interim response (100 Continue, 103): skip it
                 continue
@@ -494,7 +499,7 @@ class Connection:
                 try:
                     length = int(value.strip())
                 except ValueError:
-                    raise RemoteProtocolError("bad Content-Length") from None
+                    raise BadResponse("bad Content-Length") from None
             elif name == b"connection":
                 v = value.strip().lower()
                 if v == b"close":
@@ -513,7 +518,7 @@ class Connection:
         self.t_head = t
         assert self._sink is not None
         self._sink.on_head(status, t)
-        return i + 4
+        return buf[i + 4 :]
 
     def _body(self, t: int, data: bytes) -> None:
         if self._finished or self._sink is None:
