@@ -177,6 +177,7 @@ async def stream_request(
     keep_text: bool = False,
     base: dict[str, Any] | None = None,
     on_text: Callable[[str], None] | None = None,
+    request_id: str = "",
 ) -> RequestRecord:
     """Send one streaming request and measure it. Never raises, except CancelledError."""
     st = {"send": 0, "headers": 0, "c0": 0, "c1": 0}
@@ -186,7 +187,7 @@ async def stream_request(
     error = ""
     t_start = perf_counter_ns()
     loop = asyncio.get_running_loop()
-    data = h1.request_bytes(target, body)
+    data = h1.request_bytes(target, body, request_id)
     conn: h1.Connection | None = None
     try:
         async with asyncio.timeout(min(first_token_s, total_s)) as tm:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,6 +52,9 @@ class RunConfig:
     continuous_usage: bool = False
     drain_s: float = 30.0
     flush_s: float = 0.1
+    # Sent as x-request-id "RUN-RID" with every request, so a request in the recording
+    # can be found in the server's own logs (vLLM and SGLang log it).
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
 
     def redacted(self) -> dict[str, Any]:
         """The settings as a plain dict, with every secret removed (for recordings)."""

@@ -194,6 +194,7 @@ class Engine:
                 idle_s=self.cfg.timeouts.idle_s,
                 stall_ms=self.cfg.stall_ms,
                 base=base,
+                request_id=f"{self.cfg.run_id}-{rid}",
             )
         except asyncio.CancelledError:
             self.records.append(

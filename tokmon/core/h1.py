@@ -88,6 +88,7 @@ class Target:
     port: int
     tls: bool
     head: bytes  # request line and fixed headers, without Content-Length
+    request_id: bool = True  # add x-request-id (unless the user sets their own)
 
 
 def check_header(k: str, v: str) -> None:
@@ -123,10 +124,24 @@ def prepare(url: str, headers: dict[str, str]) -> Target:
     if "accept" not in given:
         lines.append("accept: text/event-stream")
     head = ("\r\n".join(lines) + "\r\n").encode("latin-1", "strict")
-    return Target(key=(u.scheme, host, port), host=host, port=port, tls=tls, head=head)
+    return Target(
+        key=(u.scheme, host, port),
+        host=host,
+        port=port,
+        tls=tls,
+        head=head,
+        request_id="x-request-id" not in given,
+    )
 
 
-def request_bytes(target: Target, body: bytes) -> bytes:
+def request_bytes(target: Target, body: bytes, request_id: str = "") -> bytes:
+    if request_id and target.request_id:
+        return b"%sx-request-id: %s\r\ncontent-length: %d\r\n\r\n%s" % (
+            target.head,
+            request_id.encode("ascii"),
+            len(body),
+            body,
+        )
     return b"%scontent-length: %d\r\n\r\n%s" % (target.head, len(body), body)
 
 

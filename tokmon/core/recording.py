@@ -136,7 +136,17 @@ class Recorder:
             self._gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing
         self._header = header
         self.active = True
-        self._write({"k": "header", "schema_version": SCHEMA_VERSION, **header, "t0_ns": 0})
+        self._write(
+            {
+                "k": "header",
+                "schema_version": SCHEMA_VERSION,
+                **header,
+                "t0_ns": 0,
+                # The times in this file are relative to this perf_counter reading (on
+                # Linux the system-wide monotonic clock): other processes' stamps compare.
+                "t0_perf_ns": t0,
+            }
+        )
         self.flush()
         self._thread = threading.Thread(target=self._flusher, name="tokmon-recorder", daemon=True)
         self._thread.start()

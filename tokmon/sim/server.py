@@ -16,6 +16,7 @@ import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -187,6 +188,15 @@ class Metrics:
         self.queue = Histogram(
             "vllm:request_queue_time_seconds", "Queue time", lbl, buckets=b, registry=r
         )
+        # Schedule mode: how late the simulator itself sent each chunk (its own timer and
+        # loop), so a timing-fidelity benchmark can tell the server's share of an error.
+        self.late = Histogram(
+            "tokmon_sim:schedule_lateness_seconds",
+            "Lateness of scheduled chunks, by the simulator's own clock",
+            lbl + ["chunk"],
+            buckets=(0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128),
+            registry=r,
+        )
         self.spec_seen = False
         # Counters are kept as plain ints and pushed before each scrape: cheap per token.
         self.n_gen = 0
@@ -225,6 +235,7 @@ class Seq:
 
     __slots__ = (
         "rid",
+        "request_id",
         "proto",
         "chat",
         "model",
@@ -278,6 +289,7 @@ class Seq:
     cid: str
 
     def __init__(self) -> None:
+        self.request_id = ""
         self.produced = 0
         self.t_first = 0.0
         self.t_last = 0.0
@@ -309,6 +321,9 @@ class SimServer:
         self.created = int(time.time())
         self.restarts = 0
         self.scheduled: set[asyncio.Task[None]] = set()
+        # Schedule mode: when each chunk of each request (by its x-request-id) was written,
+        # on perf_counter's clock -- the truth a client's timestamps are compared with.
+        self.write_log: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
@@ -360,7 +375,7 @@ class SimServer:
 
     # ------------------------------------------------------------------ requests
     def submit(
-        self, proto: HttpProtocol, body: dict[str, Any], chat: bool
+        self, proto: HttpProtocol, body: dict[str, Any], chat: bool, request_id: str = ""
     ) -> Seq | tuple[int, str]:
         cfg = self.cfg
         model = body.get("model") or cfg.model_name
@@ -392,6 +407,7 @@ class SimServer:
         mt = min(mt, 1_000_000)
         s = Seq()
         s.rid = self.next_id
+        s.request_id = request_id
         self.next_id += 1
         s.cid = f"{'chatcmpl' if chat else 'cmpl'}-sim{s.rid:08x}"
         s.proto = proto
@@ -678,7 +694,13 @@ class SimServer:
             if delay > 0:
                 await asyncio.sleep(delay)
             n = min(tpc, s.max_tokens - s.produced)
+            late = max(0.0, loop.time() - target)
             self._emit(s, n, time.monotonic())
+            if s.request_id and len(self.write_log) < 1_000_000:
+                self.write_log.setdefault(s.request_id, []).append(perf_counter_ns())
+            self.metrics.late.labels(
+                **self.metrics.lv, chunk="first" if i == 0 else "next"
+            ).observe(late)
             i += 1
             pause = s.stall_until - time.monotonic()
             if pause > 0:
@@ -780,7 +802,12 @@ class HttpProtocol(asyncio.Protocol):
             if not isinstance(obj, dict):
                 self.respond_error(400, "request body must be a JSON object")
                 return
-            res = sim.submit(self, obj, chat=path.endswith("chat/completions"))
+            res = sim.submit(
+                self,
+                obj,
+                chat=path.endswith("chat/completions"),
+                request_id=headers.get("x-request-id", ""),
+            )
             if isinstance(res, tuple):
                 status, msg = res
                 extra = {"retry-after": "1"} if status == 429 else None
@@ -829,6 +856,9 @@ class HttpProtocol(asyncio.Protocol):
                     "requests": sim.requests,
                 },
             )
+        elif path == "/admin/write-log" and method == "POST":
+            log, sim.write_log = sim.write_log, {}
+            self.respond_json(200, log)
         elif path == "/admin/restart" and method == "POST":
             sim.restart()
             self.respond_json(200, {"restarts": sim.restarts})
