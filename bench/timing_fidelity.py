@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from _common import machine, table  # noqa: E402
 
+from tokmon.core.engine import request_id  # noqa: E402
 from tokmon.core.recording import read_recording  # noqa: E402
 from tokmon.sim.process import SimProcess  # noqa: E402
 from tokmon.sim.server import SimConfig  # noqa: E402
@@ -145,7 +146,7 @@ def errors(
     g = np.concatenate([np.frombuffer(r.gaps, dtype="<f4") for r in ok if r.gaps]) - gap
     own_t, own_g = [], []
     for r in ok:
-        w = log.get(f"{run_id}-{r.rid}")
+        w = log.get(request_id(run_id, r.rid))
         if not w or r.t_send is None:
             continue
         own_t.append((t0 + r.t_send + r.ttft_ms * 1e6 - w[0]) / 1e6)

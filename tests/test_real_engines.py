@@ -168,8 +168,12 @@ def test_plain_tokens_and_ttft_agree_with_the_server(plain, tmp_path):
     )
     ttft = statistics.mean(r.ttft_ms for r in rec.records)
     lag = statistics.mean(r.send_lag_ms or 0 for r in rec.records)
-    # the client sees the first token a little after the server logged it, never before
-    assert -2.0 <= ttft - server_ttft <= 10.0 + lag, (ttft, server_ttft)
+    # The client sees the first token after the engine logged it, never before. How long
+    # after is the server's own delivery: its API process detokenizes and writes while the
+    # engine (pinned to one core) polls; on 2 cores shared with the client that measured
+    # 8-21 ms here, the same with tokmon's previous httpx client. vllm_bench_serve below
+    # holds both clients to the server within a few ms under a lighter load.
+    assert -2.0 <= ttft - server_ttft <= 25.0 + lag, (ttft, server_ttft)
 
 
 def _prompts(tmp_path, text: str):
@@ -236,10 +240,9 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
     """The peer that ships with vLLM, on the same load and the same prompts, three runs of
     each in turn (a shared machine drifts). Each tool's mean TPOT equals the server's own
     figure for the same run within 5%, and its mean TTFT the server's within a few ms.
-    The tools differ from each other by more (TPOT up to 16%, TTFT up to 13% either way
-    here) because the server really is slower while tokmon drives it, as its own figures
-    show: on 2 cores the client shares the CPU with vLLM's three processes, and tokmon's
-    client costs more CPU per token than the peer's aiohttp loop."""
+    Between the tools the median TPOT agrees within 5%; the median TTFT differs by what
+    the server itself did differently in each tool's runs (its own figures move with it:
+    on 2 cores the client shares the CPU with vLLM's three processes)."""
     import random
 
     rng = random.Random(1)
@@ -296,9 +299,11 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
     t_ttft, t_tpot, _ = (statistics.median(x) for x in zip(*theirs, strict=True))
     o_ttft, o_tpot, _ = (statistics.median(x) for x in zip(*ours, strict=True))
     print(f"medians TTFT/TPOT: peer {t_ttft:.2f}/{t_tpot:.3f}, tokmon {o_ttft:.2f}/{o_tpot:.3f}")
-    # between the tools: what the server's own figures show it really did differently
+    # Between the tools: TPOT within 5%. TTFT follows what the server did in each tool's
+    # runs (its own histogram moved by up to 25% between them), so it is held to each
+    # run's server figure above, and here only to that range.
     assert t_ttft * 0.75 <= o_ttft <= t_ttft * 1.3
-    assert t_tpot * 0.9 <= o_tpot <= t_tpot * 1.25
+    assert o_tpot == pytest.approx(t_tpot, rel=0.05)
 
 
 TIMES = ("time_to_first_token", "request_time_per_output_token")

@@ -57,6 +57,12 @@ def build_body(cfg: RunConfig, arm: Arm, prompt: Prompt, max_tokens: int) -> dic
     return body
 
 
+def request_id(run_id: str, rid: int) -> str:
+    """The x-request-id of request ``rid``: a UUID (llama-cpp-python's server answers 400
+    to any other), the run's id first and the request's number, in hex, last."""
+    return f"{run_id}-0000-4000-8000-{rid:012x}"
+
+
 def endpoint_url(arm: Arm) -> str:
     base = arm.url.rstrip("/")
     return base + ("/completions" if arm.endpoint == "completions" else "/chat/completions")
@@ -194,7 +200,7 @@ class Engine:
                 idle_s=self.cfg.timeouts.idle_s,
                 stall_ms=self.cfg.stall_ms,
                 base=base,
-                request_id=f"{self.cfg.run_id}-{rid}",
+                request_id=request_id(self.cfg.run_id, rid),
             )
         except asyncio.CancelledError:
             self.records.append(

@@ -577,6 +577,9 @@ class SimServer:
                 out.append(self._usage_chunk(s))
             out.append(b"data: [DONE]\n\n")
             self._observe_end(s, now)
+        if s.request_id and self.cfg.schedule is not None and len(self.write_log) < 1_000_000:
+            # stamped right before the write: after it, a woken client may preempt us
+            self.write_log.setdefault(s.request_id, []).append(perf_counter_ns())
         s.proto.write_chunk(b"".join(out), end=last)
 
     def _observe_end(self, s: Seq, now: float) -> None:
@@ -696,8 +699,6 @@ class SimServer:
             n = min(tpc, s.max_tokens - s.produced)
             late = max(0.0, loop.time() - target)
             self._emit(s, n, time.monotonic())
-            if s.request_id and len(self.write_log) < 1_000_000:
-                self.write_log.setdefault(s.request_id, []).append(perf_counter_ns())
             self.metrics.late.labels(
                 **self.metrics.lv, chunk="first" if i == 0 else "next"
             ).observe(late)
