@@ -44,7 +44,7 @@ def cusum(
 
     Values are standardised by the series' noise (from successive differences); a shift
     of more than about ``k`` noise units accumulates until it passes ``h``. The change is
-    placed where the cumulative sum last stood at its extreme, the detector restarts
+    placed at the split that best separates two levels, the detector restarts
     after the alarm, and a level must hold ``min_len`` windows to count.
     """
     out: list[ChangePoint] = []
@@ -60,14 +60,22 @@ def cusum(
         hit = None
         for i in range(min_len, z.size):
             if up[i] - up[: i + 1].min() > h:
-                hit, series = i, up
+                hit = i
                 break
             if dn[i] - dn[: i + 1].min() > h:
-                hit, series = i, dn
+                hit = i
                 break
         if hit is None:
             break
-        j = int(np.argmin(series[: hit + 1])) + 1
+        # Where: the split of the windows so far (and up to min_len after the alarm) that
+        # best separates two levels -- the likelihood-ratio estimate of a single shift.
+        # (Page-Hinkley's own extreme lags: its reference is a running mean.)
+        seg = z[: min(z.size, hit + min_len)]
+        n = seg.size
+        cs = np.cumsum(seg)
+        js = np.arange(1, n)
+        stat = np.abs(cs[:-1] - js / n * cs[-1]) / np.sqrt(js * (n - js) / n)
+        j = int(np.argmax(stat)) + 1
         idx = start + max(j, 1)
         if idx + min_len > x.size:
             break
