@@ -34,7 +34,10 @@ def test_known_schedule_multi_token_chunks(make_sim):
     assert len(recs) == 24 and all(r.outcome == "ok" for r in recs)
     ttft = np.median([r.ttft_ms for r in recs])
     tpot = np.median([r.tpot_ms for r in recs])
-    assert abs(ttft - 120) < 3, ttft
+    # Against the schedule: the simulator's own lateness is in it (its timers round up to
+    # the millisecond, and it shares this process's GIL): 1.2-1.6 ms on a quiet machine.
+    # tokmon's own error is checked against the server's writes further down this file.
+    assert abs(ttft - 120) < 5, ttft
     assert abs(tpot - 285 / 59) / (285 / 59) < 0.05, tpot
     assert all(r.output_tokens == 60 and r.chunks == 20 for r in recs)
     assert ticks["default"] == 24 * 60  # every token ticked exactly once

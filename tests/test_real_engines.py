@@ -240,9 +240,10 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
     """The peer that ships with vLLM, on the same load and the same prompts, three runs of
     each in turn (a shared machine drifts). Each tool's mean TPOT equals the server's own
     figure for the same run within 5%, and its mean TTFT the server's within a few ms.
-    Between the tools the median TPOT agrees within 5%; the median TTFT differs by what
-    the server itself did differently in each tool's runs (its own figures move with it:
-    on 2 cores the client shares the CPU with vLLM's three processes)."""
+    Between the tools the median TPOT agrees within 5%. The median TTFT, as the peer counts
+    it (from before the request is sent: tokmon's TTFT + send lag), differs by what the
+    server itself did differently in each tool's runs. One stream at a time, so that
+    neither client's CPU changes much how fast the server runs on these 2 cores."""
     import random
 
     rng = random.Random(1)
@@ -254,11 +255,11 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
             for _ in range(64)
         )
     )
-    n, c, out_len = 96, 4, 64
+    n, c, out_len = 48, 1, 64
     theirs, ours = [], []
     for i in range(3):
         m0 = metrics(plain)
-        s, _ = run(
+        s, rec = run(
             tmp_path,
             plain,
             "--endpoint",
@@ -279,7 +280,13 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
         m1 = metrics(plain)
         a = s["arms"]["default"]
         assert a["requests"]["ok"] == n
-        ours.append((a["ttft_ms"]["p50"], a["tpot_ms"]["p50"], a["tpot_ms"]["mean"]))
+        # The peer starts its TTFT clock before it builds and sends the request; tokmon's
+        # starts when the request has been sent (METRICS.md), and its send lag is the
+        # time before that: TTFT + send lag is the peer's figure.
+        from_sched = statistics.median(
+            r.ttft_ms + (r.send_lag_ms or 0.0) for r in rec.records if r.ok
+        )
+        ours.append((from_sched, a["tpot_ms"]["p50"], a["tpot_ms"]["mean"]))
         srv_ours = [server_mean_ms(m0, m1, k) for k in TIMES]
         b = bench_serve(plain, prompts, n, c, out_len, tmp_path / f"bench{i}")
         m2 = metrics(plain)
@@ -298,10 +305,13 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
         assert -1.0 <= b["mean_ttft_ms"] - srv_theirs[0] <= 6.0
     t_ttft, t_tpot, _ = (statistics.median(x) for x in zip(*theirs, strict=True))
     o_ttft, o_tpot, _ = (statistics.median(x) for x in zip(*ours, strict=True))
-    print(f"medians TTFT/TPOT: peer {t_ttft:.2f}/{t_tpot:.3f}, tokmon {o_ttft:.2f}/{o_tpot:.3f}")
-    # Between the tools: TPOT within 5%. TTFT follows what the server did in each tool's
-    # runs (its own histogram moved by up to 25% between them), so it is held to each
-    # run's server figure above, and here only to that range.
+    print(
+        f"medians TTFT(+send lag)/TPOT: peer {t_ttft:.2f}/{t_tpot:.3f}, tokmon {o_ttft:.2f}/{o_tpot:.3f}"
+    )
+    # Between the tools: TPOT within 5%. TTFT (~10 ms here) follows what the server did
+    # in each tool's runs -- its own mean moved by up to 25% between consecutive runs of
+    # the same tool -- so it is held to each run's server figure above, and here only to
+    # that range (measured: tokmon 9.8 vs 11.7 ms, the server 7.2-8.9 vs 8.6-9.0).
     assert t_ttft * 0.75 <= o_ttft <= t_ttft * 1.3
     assert o_tpot == pytest.approx(t_tpot, rel=0.05)
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Protocol
 
-import httpx
-
 from tokmon import __version__
 
 # SO_TIMESTAMPNS is 35 on every 64-bit Linux; Python's socket module does not name it.
@@ -98,6 +96,8 @@ def check_header(k: str, v: str) -> None:
 
 def prepare(url: str, headers: dict[str, str]) -> Target:
     """A POST target for ``url`` with ``headers``; ValueError for what cannot be sent."""
+    import httpx  # its URL type (IDNA, IPv6, escaping); imported here to keep h1 light
+
     try:
         u = httpx.URL(url)
     except (httpx.InvalidURL, TypeError) as e:
@@ -606,8 +606,9 @@ class Pool:
         t0 = perf_counter_ns()
         try:
             await c.connect(target.host, target.port, self._ctx(target), self.connect_s)
-        except BaseException:
+        except BaseException:  # a timeout, a refusal, or the run stopping mid-connect
             self.busy.discard(c)
+            c.close()
             raise
         return c, t0, perf_counter_ns()
 

@@ -37,6 +37,7 @@ from typing import IO, Any
 import numpy as np
 
 from tokmon import __version__
+from tokmon.core.h1 import SO_TIMESTAMPNS
 from tokmon.core.records import Event, RequestRecord
 from tokmon.core.table import COLUMNS, RequestTable
 
@@ -78,6 +79,8 @@ def environment() -> dict[str, Any]:
         "cores": cores,
         "mem_gib": mem,
         "python": sys.version.split()[0],
+        # Where chunk times come from: the kernel's arrival stamp, else the read's time.
+        "chunk_stamps": "kernel (SO_TIMESTAMPNS)" if SO_TIMESTAMPNS is not None else "read",
     }
 
 
