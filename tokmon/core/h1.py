@@ -417,13 +417,14 @@ class Connection:
         n = len(buf)
         state = self._state
         while pos < n:
-            if state == _DATA:
+            if state in (_DATA, _LENGTH):
                 take = min(self._left, n - pos)
                 out.append(buf[pos : pos + take])
                 pos += take
                 self._left -= take
                 if self._left == 0:
-                    state = _CRLF
+                    # a chunk is followed by CRLF; a Content-Length body just ends
+                    state = _CRLF if state == _DATA else _END
             elif state == _SIZE:
                 j = buf.find(b"\r\n", pos)
                 if j < 0:
@@ -459,14 +460,6 @@ class Connection:
                     state = _END
                     break
                 pos = j + 2  # a trailer field: not used
-            elif state == _LENGTH:
-                take = min(self._left, n - pos)
-                out.append(buf[pos : pos + take])
-                pos += take
-                self._left -= take
-                if self._left == 0:
-                    state = _END
-                    break
             elif state == _UNTIL_CLOSE:
                 out.append(buf[pos:] if pos else buf)
                 pos = n
