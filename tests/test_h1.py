@@ -271,7 +271,7 @@ async def test_kernel_stamp_is_not_moved_by_a_blocked_loop():
         def __init__(self) -> None:
             self.stamps: list[int] = []
 
-        def on_head(self, status: int, t: int) -> None:
+        def on_head(self, status: int, t_send: int, t: int) -> None:
             pass
 
         def on_body(self, t: int, data: bytes) -> bool:

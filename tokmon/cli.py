@@ -557,7 +557,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     """Validate every option and resolve the targets; returns (RunConfig, info)."""
     from tokmon.core.arms import Arm, ArmError, check_unique, parse_arm
     from tokmon.core.config import RunConfig, Timeouts
-    from tokmon.core.h1 import check_header, prepare
+    from tokmon.core.h1 import prepare
     from tokmon.core.preflight import PreflightError, fetch_models, resolve_model, server_version
     from tokmon.core.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
 
@@ -655,12 +655,10 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(str(e)) from None
     if not arms:
         arms = [Arm(name="default")]
-    try:
+    try:  # what the engine will send: a URL it can reach, headers it can write
         for a in arms:
-            for k, v in {**headers, **a.headers}.items():
-                check_header(k, v)
             if a.url or url:
-                prepare(a.url or url or "", {})
+                prepare(a.url or url or "", {**headers, **a.headers})
     except ValueError as e:
         raise UsageError(str(e)) from None
     if not url and any(not a.url for a in arms):

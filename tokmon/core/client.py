@@ -82,7 +82,6 @@ class StreamSink:
     """Measures one response as its bytes arrive, called from the connection's reader."""
 
     __slots__ = (
-        "conn_send",
         "ticks",
         "arm",
         "stall_ms",
@@ -99,7 +98,6 @@ class StreamSink:
     )
 
     def __init__(self, ticks: Tick, arm: str, stall_ms: float, keep_text: bool) -> None:
-        self.conn_send: Callable[[], int] = lambda: 0
         self.ticks = ticks
         self.arm = arm
         self.stall_ms = stall_ms
@@ -114,12 +112,10 @@ class StreamSink:
         self.outcome = "ok"
         self.error = ""
 
-    def on_head(self, status: int, t: int) -> None:
+    def on_head(self, status: int, t_send: int, t: int) -> None:
         self.status = status
         if status == 200:
-            self.meter = StreamMeter(
-                self.conn_send() or t, stall_ms=self.stall_ms, keep_text=self.keep_text
-            )
+            self.meter = StreamMeter(t_send, stall_ms=self.stall_ms, keep_text=self.keep_text)
 
     def on_body(self, t: int, data: bytes) -> bool:
         meter = self.meter
@@ -194,7 +190,6 @@ async def stream_request(
             sink.tm, sink.deadline = tm, loop.time() + total_s
             for fresh in (False, True):
                 conn, c0, c1 = await pool.acquire(target, fresh=fresh)
-                sink.conn_send = conn.send_time
                 if c0:
                     st["c0"], st["c1"] = c0, c1
                 try:

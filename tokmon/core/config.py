@@ -52,8 +52,8 @@ class RunConfig:
     continuous_usage: bool = False
     drain_s: float = 30.0
     flush_s: float = 0.1
-    # Sent as x-request-id "RUN-RID" with every request, so a request in the recording
-    # can be found in the server's own logs (vLLM and SGLang log it).
+    # The first part of every request's x-request-id (engine.request_id), so a request in
+    # the recording can be found in the server's own logs (vLLM and SGLang log it).
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
 
     def redacted(self) -> dict[str, Any]:

@@ -70,7 +70,9 @@ class BadResponse(RemoteProtocolError):
 class Sink(Protocol):
     """Receives one response as it arrives, synchronously, in the reader callback."""
 
-    def on_head(self, status: int, t: int) -> None: ...
+    def on_head(self, status: int, t_send: int, t: int) -> None:
+        """The response head, read at ``t``, of the request sent at ``t_send``."""
+        ...
 
     def on_body(self, t: int, data: bytes) -> bool:
         """Account body bytes read at ``t``; True once the sink needs no more of them."""
@@ -89,7 +91,7 @@ class Target:
     request_id: bool = True  # add x-request-id (unless the user sets their own)
 
 
-def check_header(k: str, v: str) -> None:
+def _check_header(k: str, v: str) -> None:
     if not k or any(c in k for c in " \t\r\n:\0") or any(c in v for c in "\r\n\0"):
         raise ValueError(f"invalid request header {k!r}: names and values must be one line")
 
@@ -118,7 +120,7 @@ def prepare(url: str, headers: dict[str, str]) -> Target:
     ]
     given = {k.lower() for k in headers}
     for k, v in headers.items():
-        check_header(k, v)
+        _check_header(k, v)
         if k.lower() not in ("host", "content-length", "transfer-encoding", "connection"):
             lines.append(f"{k}: {v}")
     if "accept" not in given:
@@ -162,7 +164,6 @@ class Connection:
         "_out",
         "closed",
         "reusable",
-        "uses",
         "t_send",
         "t_head",
         "got_bytes",
@@ -189,7 +190,6 @@ class Connection:
         self._out: ssl.MemoryBIO | None = None
         self.closed = False
         self.reusable = False
-        self.uses = 0
         self.t_send = 0
         self.t_head = 0
         self.got_bytes = False
@@ -204,9 +204,6 @@ class Connection:
         self._idle_ns = 0
         self._idle_h: asyncio.TimerHandle | None = None
         self._drain_h: asyncio.TimerHandle | None = None
-
-    def send_time(self) -> int:
-        return self.t_send
 
     # ------------------------------------------------------------------ connect
     async def connect(
@@ -282,7 +279,6 @@ class Connection:
         self._fut, self._sink = fut, sink
         self._state, self._buf, self._finished = _HEAD, b"", False
         self.reusable, self.got_bytes, self.t_head = False, False, 0
-        self.uses += 1
         try:
             await self._send(data)
             self.t_send = perf_counter_ns()
@@ -311,16 +307,10 @@ class Connection:
             self.tls.write(data)
             data = self._out.read()
         try:
-            n = sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
+            # sends at once when the socket takes it all (the usual case: no suspension)
+            await self.loop.sock_sendall(sock, data)
         except OSError as e:
             raise ReadError(str(e) or type(e).__name__) from None
-        if n < len(data):
-            try:
-                await self.loop.sock_sendall(sock, data[n:])
-            except OSError as e:
-                raise ReadError(str(e) or type(e).__name__) from None
 
     # ------------------------------------------------------------------ reading
     def _on_readable(self) -> None:
@@ -525,7 +515,7 @@ class Connection:
             self._keepalive = False
         self.t_head = t
         assert self._sink is not None
-        self._sink.on_head(status, t)
+        self._sink.on_head(status, self.t_send or t, t)
         return buf[i + 4 :]
 
     def _body(self, t: int, data: bytes) -> None:

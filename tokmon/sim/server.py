@@ -197,6 +197,8 @@ class Metrics:
             buckets=(0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128),
             registry=r,
         )
+        self.late_first = self.late.labels(**self.lv, chunk="first")
+        self.late_next = self.late.labels(**self.lv, chunk="next")
         self.spec_seen = False
         # Counters are kept as plain ints and pushed before each scrape: cheap per token.
         self.n_gen = 0
@@ -699,9 +701,7 @@ class SimServer:
             n = min(tpc, s.max_tokens - s.produced)
             late = max(0.0, loop.time() - target)
             self._emit(s, n, time.monotonic())
-            self.metrics.late.labels(
-                **self.metrics.lv, chunk="first" if i == 0 else "next"
-            ).observe(late)
+            (self.metrics.late_next if i else self.metrics.late_first).observe(late)
             i += 1
             pause = s.stall_until - time.monotonic()
             if pause > 0:
