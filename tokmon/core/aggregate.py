@@ -5,6 +5,7 @@ an ``Aggregator``; so the dashboard shows the same figures either way.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import replace
 from typing import Any
@@ -29,6 +30,20 @@ MARK_KINDS = {
 }
 
 
+def mix_weights(settings: dict[str, Any] | None) -> dict[str, float] | None:
+    """The task mix of a run's settings (a recording's header or a RunConfig), when the
+    workload was built from one (not from a prompt file, whose kinds come as they are)."""
+    if not settings or settings.get("prompts"):
+        return None
+    out: dict[str, float] = {}
+    for item in settings.get("mix") or ():
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            k, w = item
+            if isinstance(k, str) and isinstance(w, (int, float)) and math.isfinite(w) and w > 0:
+                out[k] = float(w)
+    return out if len(out) > 1 else None
+
+
 class Aggregator:
     def __init__(
         self,
@@ -41,8 +56,11 @@ class Aggregator:
         level: float = 0.0,
         t_start: int = 0,
         warmup: bool = False,
+        kind_weights: dict[str, float] | None = None,
     ) -> None:
         self.arm_names = list(arm_names)
+        # the task mix the workload was built with: the A/B ratio's stratum weights
+        self.kind_weights = kind_weights
         self.window_s = window_s
         self.slo = slo or Slo()
         self.assign = assign
@@ -440,7 +458,10 @@ class Aggregator:
         if (now >= self._next_compare or final) and len(self.arm_names) >= 2 and not quick:
             self._next_compare = now + 3_000_000_000
             self.comparison = compare(
-                self.totals[self.arm_names[0]], self.totals[self.arm_names[1]], self.alternations
+                self.totals[self.arm_names[0]],
+                self.totals[self.arm_names[1]],
+                self.alternations,
+                self.kind_weights,
             )
         return Snapshot(
             t=now,
@@ -502,6 +523,7 @@ class Aggregator:
             alternations=self.alternations,
             server_spec=server_spec,
             slo_good=self.slo.any,
+            kind_weights=self.kind_weights,
         )
         lad = self.ladder_summary(t_end)
         if lad is not None:

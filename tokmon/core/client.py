@@ -17,11 +17,23 @@ from typing import Any
 from tokmon.core import h1
 from tokmon.core.chunks import ProtocolError, interpret
 from tokmon.core.measure import NS_PER_MS, StreamMeter
-from tokmon.core.records import RequestRecord
+from tokmon.core.records import CLOCK_PREFIX, RequestRecord
 from tokmon.core.sse import SSEError, SSEParser
 from tokmon.core.textsafe import clean_text
 
 ERROR_BODY_LIMIT = 4096
+# The durations an impossible timeline cannot give (METRICS.md, invariants).
+CLOCK_DROPS = (
+    "send_lag_ms",
+    "ttfb_ms",
+    "ttft_ms",
+    "ttfc_ms",
+    "e2e_ms",
+    "tpot_ms",
+    "decode_tps",
+    "gaps",
+    "max_gap_ms",
+)
 
 
 def ssl_context(insecure: bool = False) -> ssl.SSLContext:
@@ -269,18 +281,28 @@ def _finish(
     error: str,
 ) -> dict[str, Any]:
     f: dict[str, Any] = {"http_status": status, "error": error}
+    clock = ""
     # Every duration is kept to the microsecond: the recording then holds exactly the
     # values the live statistics used, and a report equals the live summary.
     t_send = st["send"] or None
     f["t_send"] = t_send
     if t_send is not None:
-        f["send_lag_ms"] = (t_send - t_sched) / NS_PER_MS
+        if t_send < t_sched:
+            clock = f"sent {(t_sched - t_send) / NS_PER_MS:.3f} ms before it was scheduled"
+        else:
+            f["send_lag_ms"] = (t_send - t_sched) / NS_PER_MS
         if st["headers"]:
-            f["ttfb_ms"] = (st["headers"] - t_send) / NS_PER_MS
+            if st["headers"] < t_send:
+                clock = (
+                    f"response head {(t_send - st['headers']) / NS_PER_MS:.3f} ms before the send"
+                )
+            else:
+                f["ttfb_ms"] = (st["headers"] - t_send) / NS_PER_MS
     if st["c1"] and st["c0"]:
         f["connect_ms"] = (st["c1"] - st["c0"]) / NS_PER_MS
     if meter is not None:
         m = meter.finish(t_end)
+        clock = m.pop("clock", "") or clock
         if outcome != "ok":
             # Figures of a failed request are not latencies; keep only what it produced.
             m = {
@@ -298,6 +320,12 @@ def _finish(
                 )
             }
         f.update(m)
+    if clock:
+        # An impossible timeline: the request keeps its outcome and its tokens, its
+        # durations are left out of every figure, and the detail says why (``clock:``).
+        for k in CLOCK_DROPS:
+            f.pop(k, None)
+        f["error"] = CLOCK_PREFIX + clock + (f"; {error}" if error else "")
     for k, v in f.items():
         if isinstance(v, float):
             f[k] = round(v, 3)

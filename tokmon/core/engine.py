@@ -279,15 +279,20 @@ class Engine:
                 continue
             arr.set_rate(max(self.level, 1e-9))
             next_t += int(arr.next_gap() * 1e9)
-            delay = next_t - perf_counter_ns()
-            if delay > 0:
+            replan = False
+            # A timer may fire a little early (the loop rounds to its clock's resolution):
+            # wait again until the schedule is reached, so no request goes out before it.
+            while (delay := next_t - perf_counter_ns()) > 0 and not self.stopping:
                 self.level_evt.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.level_evt.wait(), delay / 1e9)
                 if self.level_evt.is_set():
-                    # The rate changed: re-plan from now rather than from an old gap.
-                    next_t = perf_counter_ns()
-                    continue
+                    replan = True
+                    break
+            if replan:
+                # The rate changed: re-plan from now rather than from an old gap.
+                next_t = perf_counter_ns()
+                continue
             if not self._take_budget():
                 break
             await sem.acquire()  # the cap: waiting here shows as send lag, never a drop

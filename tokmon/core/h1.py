@@ -1,8 +1,12 @@
 """A lean HTTP/1.1 client for the streams under measurement.
 
-Each response is parsed in the event loop's reader callback, and each read is stamped by
-the kernel (``SO_TIMESTAMPNS``): the moment the bytes reached this machine, not the moment
-the event loop got round to them, so a busy loop or a slow frame never moves a timestamp.
+Each response is parsed in the event loop's reader callback, and both ends of the exchange
+are stamped by the kernel (``SO_TIMESTAMPING``): the send when the request's last byte
+went down the stack, each read when its bytes reached this machine -- not when this
+process got round to them, so a busy loop, a slow frame or a preempted process never
+moves a timestamp. Where the kernel gives no send stamp, the send is stamped just before
+the final send call: an earlier bound, never a later one (a TTFT can then only be too
+long, never impossible). ``Connection.stamps`` says which source each side used.
 
 Why not httpx for these streams: through httpx → httpcore → h11 a streamed token cost
 2.4× a bare aiohttp reader in CPU (h11 turns each piece of the chunked encoding into an
@@ -19,18 +23,28 @@ import socket
 import ssl
 import struct
 import sys
-import time
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Protocol
 
 from tokmon import __version__
+from tokmon.core.clock import CLOCK
 
-# SO_TIMESTAMPNS is 35 on every 64-bit Linux; Python's socket module does not name it.
-SO_TIMESTAMPNS: int | None = getattr(
-    socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None
-)
+_LINUX = sys.platform.startswith("linux")
+# Linux's numbers (the same on every architecture that runs tokmon); Python's socket
+# module names none of them.
+SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if _LINUX else None)
+SO_TIMESTAMPING: int | None = getattr(socket, "SO_TIMESTAMPING", 37 if _LINUX else None)
+MSG_ERRQUEUE = 0x2000
+_TS_TX_SOFTWARE, _TS_RX_SOFTWARE, _TS_SOFTWARE = 1 << 1, 1 << 3, 1 << 4
+_TS_OPT_ID, _TS_OPT_TSONLY = 1 << 7, 1 << 11
+TS_FLAGS = _TS_TX_SOFTWARE | _TS_RX_SOFTWARE | _TS_SOFTWARE | _TS_OPT_ID | _TS_OPT_TSONLY
+_RECVERR = ((socket.IPPROTO_IP, 11), (getattr(socket, "IPPROTO_IPV6", 41), 25))  # IP(V6)_RECVERR
+_SO_EE_ORIGIN_TIMESTAMPING = 4
 _TIMESPEC = struct.Struct("@qq")
+_EXT_ERR = struct.Struct("@IBBBBII")  # struct sock_extended_err
+ANC_SIZE = 256
+_RX_KINDS = frozenset(k for k in (SO_TIMESTAMPNS, SO_TIMESTAMPING) if k is not None)
 # A kernel stamp older than this (or later than now) is not trusted: the wall clock
 # stepped between the stamp and the read. The read time is used instead.
 _STAMP_WINDOW_NS = 30_000_000_000
@@ -178,6 +192,10 @@ class Connection:
         "_idle_ns",
         "_idle_h",
         "_drain_h",
+        "tx_kernel",
+        "rx_kernel",
+        "_tx_bytes",
+        "_tx_wait",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int]) -> None:
@@ -204,6 +222,10 @@ class Connection:
         self._idle_ns = 0
         self._idle_h: asyncio.TimerHandle | None = None
         self._drain_h: asyncio.TimerHandle | None = None
+        self.tx_kernel = False  # sends stamped by the kernel (else: just before the send)
+        self.rx_kernel = False  # reads stamped by the kernel (else: when read)
+        self._tx_bytes = 0  # bytes handed to the kernel since send stamps were enabled
+        self._tx_wait = False  # the last request's send stamp has not been read yet
 
     # ------------------------------------------------------------------ connect
     async def connect(
@@ -240,13 +262,28 @@ class Connection:
         sock = self.sock
         assert sock is not None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if SO_TIMESTAMPNS is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         if ssl_ctx is not None:
             await self._handshake(sock, ssl_ctx, host)
+        # After the handshake: the send stamps' byte counter starts here (OPT_ID on TCP
+        # needs an established connection, and counts bytes from this moment).
+        self._enable_stamps(sock)
         self.fd = sock.fileno()
         loop.add_reader(self.fd, self._on_readable)
+
+    def _enable_stamps(self, sock: socket.socket) -> None:
+        if SO_TIMESTAMPING is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
+                self.tx_kernel = self.rx_kernel = True
+                return
+            except OSError:
+                pass
+        if SO_TIMESTAMPNS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self.rx_kernel = True
+            except OSError:
+                pass
 
     async def _handshake(self, sock: socket.socket, ctx: ssl.SSLContext, host: str) -> None:
         """TLS over memory buffers, so reads stay raw recvmsg calls with kernel stamps."""
@@ -280,10 +317,15 @@ class Connection:
         self._state, self._buf, self._finished = _HEAD, b"", False
         self.reusable, self.got_bytes, self.t_head = False, False, 0
         try:
-            await self._send(data)
+            # Stamped before the send: an earlier bound, replaced by the kernel's stamp of
+            # the last byte's transmission where the kernel gives one.
             self.t_send = perf_counter_ns()
+            await self._send(data)
+            if self.tx_kernel:
+                self._tx_wait = True
+                self._read_errqueue()  # on loopback the stamp is there already
             self._idle_ns = int(idle_s * 1e9)
-            self._last = self.t_send
+            self._last = perf_counter_ns()
             self._idle_h = loop.call_later(idle_s, self._idle_check)
             await fut
         except BaseException:
@@ -311,15 +353,54 @@ class Connection:
             await self.loop.sock_sendall(sock, data)
         except OSError as e:
             raise ReadError(str(e) or type(e).__name__) from None
+        self._tx_bytes += len(data)
+
+    def _read_errqueue(self) -> None:
+        """Take the kernel's send stamps off the socket's error queue.
+
+        The one whose id is the offset of the request's last byte is its send time; stamps
+        of earlier pieces of a long request are dropped.
+        """
+        sock = self.sock
+        if sock is None:
+            return
+        key = (self._tx_bytes - 1) & 0xFFFFFFFF
+        while True:
+            try:
+                _, anc, _, _ = sock.recvmsg(0, ANC_SIZE, MSG_ERRQUEUE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            now = perf_counter_ns()
+            wall = ident = None
+            for level, kind, raw in anc:
+                if kind == SO_TIMESTAMPING and level == socket.SOL_SOCKET and len(raw) >= 16:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    wall = sec * 1_000_000_000 + nsec
+                elif (level, kind) in _RECVERR and len(raw) >= _EXT_ERR.size:
+                    _, origin, _, _, _, _, data = _EXT_ERR.unpack_from(raw)
+                    if origin == _SO_EE_ORIGIN_TIMESTAMPING:
+                        ident = data
+            if wall and ident == key and self._tx_wait:
+                k = CLOCK.to_mono(wall, now)
+                # never before the pre-send stamp (the send cannot precede its call)
+                if now - _STAMP_WINDOW_NS < k <= now and k >= self.t_send:
+                    self.t_send = k
+                self._tx_wait = False
 
     # ------------------------------------------------------------------ reading
     def _on_readable(self) -> None:
         sock = self.sock
         if sock is None:
             return
+        if self._tx_wait:
+            self._read_errqueue()  # the send stamp comes before any byte of the answer
         try:
-            data, anc, _, _ = sock.recvmsg(READ_SIZE, 64)
+            data, anc, _, _ = sock.recvmsg(READ_SIZE, ANC_SIZE)
         except (BlockingIOError, InterruptedError):
+            if self.tx_kernel:
+                self._read_errqueue()  # woken by a stamp on the error queue, not by data
             return
         except OSError as e:
             self._fail(ReadError(str(e) or type(e).__name__))
@@ -327,10 +408,10 @@ class Connection:
         now = perf_counter_ns()
         t = now
         for level, kind, raw in anc:
-            if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(raw) >= 16:
+            if level == socket.SOL_SOCKET and kind in _RX_KINDS and len(raw) >= 16:
                 sec, nsec = _TIMESPEC.unpack_from(raw)
                 # The kernel stamps with the wall clock; move it to perf_counter's clock.
-                k = sec * 1_000_000_000 + nsec - (time.time_ns() - perf_counter_ns())
+                k = CLOCK.to_mono(sec * 1_000_000_000 + nsec, now)
                 if now - _STAMP_WINDOW_NS < k <= now:
                     t = k
         eof = not data
@@ -380,7 +461,8 @@ class Connection:
             parts.append(part)
         if self._out.pending and self.sock is not None:
             with contextlib.suppress(OSError):
-                self.sock.send(self._out.read())
+                out = self._out.read()
+                self._tx_bytes += self.sock.send(out)
         return b"".join(parts), eof
 
     def _on_eof(self) -> None:
@@ -565,6 +647,32 @@ class Connection:
                     self.loop.remove_reader(self.fd)
             self.sock.close()
             self.sock = None
+
+
+def stamp_sources() -> dict[str, str]:
+    """Where this machine's send and chunk stamps come from (tried on a loopback pair)."""
+    send, recv = "before the send call", "when read"
+    try:
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(1)
+            with socket.create_connection(srv.getsockname()) as c:
+                c2, _ = srv.accept()
+                c2.close()
+                probe = Connection.__new__(Connection)
+                probe.tx_kernel = probe.rx_kernel = False
+                Connection._enable_stamps(probe, c)
+                if probe.tx_kernel:
+                    send = "kernel (SO_TIMESTAMPING, software TX)"
+                if probe.rx_kernel:
+                    recv = (
+                        "kernel (SO_TIMESTAMPING, software RX)"
+                        if probe.tx_kernel
+                        else "kernel (SO_TIMESTAMPNS)"
+                    )
+    except OSError:
+        pass
+    return {"send": send, "chunks": recv}
 
 
 class Pool:

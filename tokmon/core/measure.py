@@ -124,6 +124,12 @@ class StreamMeter:
             "stalls": self.stalls,
         }
         if self.t_first_text is not None:
+            clock = self._impossible()
+            if clock:
+                # Kept, flagged and left out of every figure -- never clamped to zero.
+                out["clock"] = clock
+                out["e2e_ms"] = None
+                return self._spec(out)
             ttft = (self.t_first_text - self.t_send) / ms
             e2e = (self.t_last_text - self.t_send) / ms  # type: ignore[operator]
             out["ttft_ms"] = ttft
@@ -140,8 +146,27 @@ class StreamMeter:
                     gaps.byteswap()
                 out["gaps"] = gaps.tobytes()
                 out["max_gap_ms"] = max(gaps)
+        elif t_end < self.t_send:
+            out["clock"] = f"end {(self.t_send - t_end) / ms:.3f} ms before the send"
+            out["e2e_ms"] = None
         else:
             out["e2e_ms"] = (t_end - self.t_send) / ms
+        return self._spec(out)
+
+    def _impossible(self) -> str:
+        """What makes this request's timeline impossible, or "" (METRICS.md's invariants:
+        nothing arrives before its request was sent, and time never runs backwards)."""
+        first, send = self.t_first_text, self.t_send
+        assert first is not None
+        if first < send:
+            return f"first token {(send - first) / NS_PER_MS:.3f} ms before the send"
+        ct = self.chunk_times
+        for i in range(1, len(ct)):
+            if ct[i] < ct[i - 1]:
+                return f"chunk {i} {(ct[i - 1] - ct[i]) / NS_PER_MS:.3f} ms before the one before"
+        return ""
+
+    def _spec(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.spec is not None:
             out["spec_draft_tokens"] = self.spec.draft_tokens
             out["spec_accepted_tokens"] = self.spec.accepted_tokens

@@ -37,7 +37,7 @@ from typing import IO, Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.core.h1 import SO_TIMESTAMPNS
+from tokmon.core.h1 import stamp_sources
 from tokmon.core.records import Event, RequestRecord
 from tokmon.core.table import COLUMNS, RequestTable
 
@@ -79,8 +79,8 @@ def environment() -> dict[str, Any]:
         "cores": cores,
         "mem_gib": mem,
         "python": sys.version.split()[0],
-        # Where chunk times come from: the kernel's arrival stamp, else the read's time.
-        "chunk_stamps": "kernel (SO_TIMESTAMPNS)" if SO_TIMESTAMPNS is not None else "read",
+        # Where the send and chunk times come from: the kernel's stamps, else user space.
+        "stamps": stamp_sources(),
     }
 
 
@@ -508,7 +508,7 @@ def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) 
 
 def recording_summary(rec: Recording) -> dict[str, Any]:
     """The summary rebuilt from the requests, exactly as the live run computed it."""
-    from tokmon.core.aggregate import Aggregator
+    from tokmon.core.aggregate import Aggregator, mix_weights
     from tokmon.core.probes.server import ServerMetricsProbe
     from tokmon.core.stats import Slo
 
@@ -516,7 +516,13 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
     s = h.get("settings") or {}
     arms = rec.arms
     slo = Slo(**(h.get("slo") or {}))
-    agg = Aggregator(arms, slo=slo, assign=s.get("assign", "switch"), t_start=0)
+    agg = Aggregator(
+        arms,
+        slo=slo,
+        assign=s.get("assign", "switch"),
+        t_start=0,
+        kind_weights=mix_weights(s),
+    )
     for ev in rec.events:
         arm = ev.data.get("arm")
         if ev.kind == "arm" and isinstance(arm, str) and arm in arms:

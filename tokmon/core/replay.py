@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tokmon.core.aggregate import Aggregator
+from tokmon.core.aggregate import Aggregator, mix_weights
 from tokmon.core.recording import Recording, read_more, read_recording, recording_summary
 from tokmon.core.snapshot import Snapshot
 from tokmon.core.stats import Slo
@@ -78,6 +78,7 @@ class ReplaySource:
             mode=s.get("mode", "concurrency"),
             level=float(s.get("concurrency", 0) if s.get("mode") != "rate" else s.get("rate", 0)),
             t_start=0,
+            kind_weights=mix_weights(s),
         )
         self.probes: dict[str, dict[str, Any]] = {}
         # From the start, on a timeline sorted whole again (following a file may have put

@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection, wait
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.core.aggregate import Aggregator
+from tokmon.core.aggregate import Aggregator, mix_weights
 from tokmon.core.config import RunConfig
 from tokmon.core.engine import engine_main
 from tokmon.core.records import Event
@@ -64,6 +64,7 @@ class LiveSession:
             mode=cfg.mode,
             level=float(cfg.concurrency if cfg.mode == "concurrency" else cfg.rate),
             warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
+            kind_weights=mix_weights(cfg.redacted()),
         )
         self.agg.on_event = lambda kind, msg, data, t: self._event(kind, msg, data, t=t)
         self.ladder = ladder

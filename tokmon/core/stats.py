@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokmon.core.records import FAILURES, OUTCOMES, RequestRecord
+from tokmon.core.records import CLOCK_PREFIX, FAILURES, OUTCOMES, RequestRecord
 
 if TYPE_CHECKING:
     from tokmon.core.table import RequestTable
@@ -332,6 +332,7 @@ class ArmTotals:
     estimated: int = 0
     good: int = 0
     stalls: int = 0
+    clock: int = 0  # ok requests whose timeline was impossible: left out of the figures
     ttft: GrowArray = field(default_factory=GrowArray)
     tpot: GrowArray = field(default_factory=GrowArray)
     e2e: GrowArray = field(default_factory=GrowArray)
@@ -340,6 +341,12 @@ class ArmTotals:
     seg_decode: GrowArray = field(default_factory=GrowArray)
     seg_tpot: GrowArray = field(default_factory=GrowArray)
     seg_ttft: GrowArray = field(default_factory=GrowArray)
+    # stratum (task kind × ladder step) of each decode/tpot/ttft value: the A/B ratio is
+    # taken per stratum and combined with the workload's weights (``ratio_ci_stratified``)
+    st_decode: GrowArray = field(default_factory=GrowArray)
+    st_tpot: GrowArray = field(default_factory=GrowArray)
+    st_ttft: GrowArray = field(default_factory=GrowArray)
+    strata: dict[tuple[str, int], int] = field(default_factory=dict)
     t_end: GrowArray = field(default_factory=GrowArray)
     spec_draft: int = 0
     spec_accepted: int = 0
@@ -357,6 +364,8 @@ class ArmTotals:
             self.settle += 1
         if r.outcome == "ok":
             self.all_output_tokens += r.output_tokens
+            if r.error.startswith(CLOCK_PREFIX):
+                self.clock += 1
         if not r.counted:
             return
         if self.t_first is None or r.t_sched < self.t_first:
@@ -384,18 +393,22 @@ class ArmTotals:
                 k.spec_accepted += r.spec_accepted_tokens
         if r.tokens_estimated:
             self.estimated += 1
+        st = self.stratum(r.kind, r.step)
         if r.ttft_ms is not None:
             self.ttft.append(r.ttft_ms)
             self.seg_ttft.append(r.segment)
+            self.st_ttft.append(st)
             self.t_end.append((r.t_end - (self.t_first or 0)) / 1e9)  # relative: fits float32
         if r.tpot_ms is not None:
             self.tpot.append(r.tpot_ms)
             self.seg_tpot.append(r.segment)
+            self.st_tpot.append(st)
         if r.e2e_ms is not None:
             self.e2e.append(r.e2e_ms)
         if r.decode_tps is not None:
             self.decode.append(r.decode_tps)
             self.seg_decode.append(r.segment)
+            self.st_decode.append(st)
         if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
             self.spec_draft += r.spec_draft_tokens
             self.spec_accepted += r.spec_accepted_tokens
@@ -418,6 +431,11 @@ class ArmTotals:
         self.settle += int((settle & ~warm).sum())
         ok = out == ok_code
         self.all_output_tokens += int(c["output_tokens"][idx][ok].sum())
+        clock_codes = [
+            i for i, e in enumerate(tb.vocab["error"]) if str(e).startswith(CLOCK_PREFIX)
+        ]
+        if clock_codes:
+            self.clock += int((ok & np.isin(c["error"][idx], clock_codes)).sum())
         ci = idx[~warm & ~settle]
         if ci.size == 0:
             return
@@ -439,23 +457,50 @@ class ArmTotals:
         self.estimated += int(c["tokens_estimated"][oi].sum())
         ttft, tpot, e2e, dec = (c[k][oi] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps"))
         seg = c["segment"][oi]
+        st = self._strata_rows(tb, oi)
         m = ~np.isnan(ttft)
         self.ttft.extend(ttft[m])
         self.seg_ttft.extend(seg[m])
+        self.st_ttft.extend(st[m])
         self.t_end.extend((c["t_end"][oi][m] - first[okm][m]) / 1e9)
         m = ~np.isnan(tpot)
         self.tpot.extend(tpot[m])
         self.seg_tpot.extend(seg[m])
+        self.st_tpot.extend(st[m])
         self.e2e.extend(e2e[~np.isnan(e2e)])
         m = ~np.isnan(dec)
         self.decode.extend(dec[m])
         self.seg_decode.extend(seg[m])
+        self.st_decode.extend(st[m])
         sd, sa, sn, m = _spec_rows(tb, oi)
         if m.any():
             self.spec_draft += int(sd[m].sum())
             self.spec_accepted += int(sa[m].sum())
             self.spec_drafts += int(np.nan_to_num(sn[m]).sum())
             self.spec_source = tb.vocab["spec_source"][int(c["spec_source"][oi[m][-1]])]
+
+    def stratum(self, kind: str, step: int) -> int:
+        """The id of the stratum (task kind, ladder step), numbered in order of arrival."""
+        key = (kind, step)
+        sid = self.strata.get(key)
+        if sid is None:
+            sid = self.strata[key] = len(self.strata)
+        return sid
+
+    def _strata_rows(self, tb: RequestTable, rows: np.ndarray) -> np.ndarray:
+        kinds, steps = tb.cols["kind"][rows], tb.cols["step"][rows]
+        out = np.empty(rows.size, dtype=np.float64)
+        if rows.size == 0:
+            return out
+        # numbered in order of first appearance, as adding the rows one by one would
+        pairs = kinds.astype(np.int64) * (1 << 32) + steps.astype(np.int64) + 1  # step ≥ -1
+        uniq, first = np.unique(pairs, return_index=True)
+        for i in np.argsort(first):
+            u = uniq[i]
+            kind = tb.vocab["kind"][int(u >> 32)]
+            step = int(u & 0xFFFFFFFF) - 1
+            out[pairs == u] = self.stratum(kind, step)
+        return out
 
     def _add_kinds(self, tb: RequestTable, oi: np.ndarray) -> None:
         c = tb.cols
@@ -525,18 +570,9 @@ def ratio_ci_requests(
     a: np.ndarray, b: np.ndarray, reps: int = 2000, seed: int = 12345
 ) -> tuple[float, float, float] | None:
     """Ratio of medians b/a with a 95% bootstrap interval, resampling requests."""
-    if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
-        return None
-    ma, mb = float(np.median(a)), float(np.median(b))
-    if ma <= 0:
-        return None
-    rng = np.random.default_rng(seed)
-    ra = _boot_medians(a, reps, rng)
-    rb = _boot_medians(b, reps, rng)
-    ok = ra > 0
-    r = rb[ok] / ra[ok]
-    lo, hi = np.percentile(r, [2.5, 97.5])
-    return mb / ma, float(lo), float(hi)
+    za, zb = np.zeros(a.size), np.zeros(b.size)
+    r = ratio_ci_stratified(a, za, za, b, zb, zb, segments=False, reps=reps, seed=seed)
+    return None if r is None else (r.ratio, r.lo, r.hi)
 
 
 def ratio_ci_segments(
@@ -546,33 +582,110 @@ def ratio_ci_segments(
     b_seg: np.ndarray,
     reps: int = 1000,
     seed: int = 12345,
-    per_segment_cap: int = 200,
 ) -> tuple[float, float, float] | None:
     """Ratio of medians b/a with a 95% interval by bootstrap over segments (blocks).
 
     Resampling whole segments keeps the between-segment variation (drift, warm caches)
     in the interval, so a drift that happens to line up with the arms does not pass for
-    an effect. Each segment is thinned to ``per_segment_cap`` values to bound the cost.
+    an effect. None unless both arms have at least two segments.
     """
-    if a.size < MIN_SAMPLES or b.size < MIN_SAMPLES:
-        return None
-    sa = _split_by_segment(a, a_seg, per_segment_cap, seed)
-    sb = _split_by_segment(b, b_seg, per_segment_cap, seed + 1)
-    if len(sa) < 2 or len(sb) < 2:
-        return None
-    ma, mb = float(np.median(a)), float(np.median(b))
-    if ma <= 0:
+    za, zb = np.zeros(a.size), np.zeros(b.size)
+    r = ratio_ci_stratified(a, a_seg, za, b, b_seg, zb, segments=True, reps=reps, seed=seed)
+    return None if r is None or r.method != "segments" else (r.ratio, r.lo, r.hi)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio of medians other/base with its 95% interval, and how it was taken."""
+
+    ratio: float
+    lo: float
+    hi: float
+    method: str  # "requests" or "segments"
+    strata: int = 1  # strata combined (task kind × ladder step)
+
+
+def ratio_ci_stratified(
+    a: np.ndarray,
+    a_seg: np.ndarray,
+    a_st: np.ndarray,
+    b: np.ndarray,
+    b_seg: np.ndarray,
+    b_st: np.ndarray,
+    segments: bool,
+    reps: int = 1000,
+    seed: int = 12345,
+    per_segment_cap: int = 200,
+    weights: dict[int, float] | None = None,
+) -> Ratio | None:
+    """The ratio of medians b/a per stratum, combined with the workload's weights.
+
+    A median of a mix of task kinds follows whichever kind happens to hold the median, so
+    the ratio of two such medians jumps between the kinds' own ratios as the mix wobbles.
+    Taken per stratum (``a_st``/``b_st``: kind × ladder step) and combined as a weighted
+    geometric mean -- exp(Σ w_s log r_s), so that b/a and a/b are reciprocals -- the
+    figure is stable and means "the speed-up of this workload". ``weights`` (stratum id →
+    weight: the mix the workload was built with) are used where given, else each
+    stratum's share of both arms' requests. The interval resamples within each stratum: whole segments where
+    both arms have at least two in it (``segments``), else requests. Strata with fewer
+    than MIN_SAMPLES values in either arm are left out (and counted out of the weights).
+    """
+    ids = [
+        sid
+        for sid in np.unique(np.concatenate([a_st, b_st]))
+        if (a_st == sid).sum() >= MIN_SAMPLES and (b_st == sid).sum() >= MIN_SAMPLES
+    ]
+    if not ids:
         return None
     rng = np.random.default_rng(seed)
+    logs = np.zeros(reps)
+    point = 0.0
+    counts = {sid: float((a_st == sid).sum() + (b_st == sid).sum()) for sid in ids}
+    if weights is not None and all(weights.get(sid, 0) > 0 for sid in ids):
+        counts = {sid: weights[sid] for sid in ids}
+    total = sum(counts.values())
+    all_segments = True
+    for sid in ids:
+        ma, mb = a_st == sid, b_st == sid
+        xa, xb = a[ma], b[mb]
+        w = counts[sid] / total
+        med_a, med_b = float(np.median(xa)), float(np.median(xb))
+        if med_a <= 0 or med_b <= 0:
+            return None
+        point += w * math.log(med_b / med_a)
+        ra = rb = None
+        if segments:
+            sa = _split_by_segment(xa, a_seg[ma], per_segment_cap, seed)
+            sb = _split_by_segment(xb, b_seg[mb], per_segment_cap, seed + 1)
+            if len(sa) >= 2 and len(sb) >= 2:
+                ra, rb = _boot_segment_medians(sa, reps, rng), _boot_segment_medians(sb, reps, rng)
+        if ra is None or rb is None:
+            all_segments = False
+            ra, rb = _boot_medians(xa, reps, rng), _boot_medians(xb, reps, rng)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs += w * np.log(rb / ra)
+    logs = logs[np.isfinite(logs)]
+    if logs.size < reps // 2:
+        return None
+    lo, hi = np.percentile(logs, [2.5, 97.5])
+    return Ratio(
+        ratio=math.exp(point),
+        lo=math.exp(float(lo)),
+        hi=math.exp(float(hi)),
+        method="segments" if segments and all_segments else "requests",
+        strata=len(ids),
+    )
+
+
+def _boot_segment_medians(
+    parts: list[np.ndarray], reps: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``reps`` medians of whole segments drawn with replacement."""
     out = np.empty(reps)
+    k = len(parts)
     for i in range(reps):
-        pa = np.concatenate([sa[j] for j in rng.integers(0, len(sa), len(sa))])
-        pb = np.concatenate([sb[j] for j in rng.integers(0, len(sb), len(sb))])
-        da = np.median(pa)
-        out[i] = np.median(pb) / da if da > 0 else math.nan
-    out = out[np.isfinite(out)]
-    lo, hi = np.percentile(out, [2.5, 97.5])
-    return mb / ma, float(lo), float(hi)
+        out[i] = np.median(np.concatenate([parts[j] for j in rng.integers(0, k, k)]))
+    return out
 
 
 def _split_by_segment(x: np.ndarray, seg: np.ndarray, cap: int, seed: int) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.core.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_segments
+from tokmon.core.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_stratified
 
 COMPARED = (
     ("decode_tokens_per_s", "decode", "seg_decode"),
@@ -46,6 +46,9 @@ def arm_summary(
         "acceptance_source": None,
         "tokens_estimated": t.estimated > 0,
         "stalls": t.stalls,
+        # ok requests left out of the duration figures because their timeline was
+        # impossible (detail "clock: …" in the recording)
+        "clock_excluded": t.clock,
     }
     if t.kinds:
         out["by_kind"] = {
@@ -78,27 +81,44 @@ def _counted_ok(t: ArmTotals) -> int:
     return len(t.e2e)
 
 
-def compare(base: ArmTotals, other: ArmTotals, alternations: int) -> dict[str, Any]:
-    """Ratios of medians other/base with 95% intervals.
+def compare(
+    base: ArmTotals,
+    other: ArmTotals,
+    alternations: int,
+    kind_weights: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Ratios of medians other/base with 95% intervals, stratified by kind × ladder step.
 
-    Over requests, or over segments once the arms have alternated at least twice, so
-    that a drift during the run does not pass for an effect.
+    Over segments once the arms have alternated at least twice (so that a drift during
+    the run does not pass for an effect), else over requests. The strata are combined
+    with ``kind_weights`` (the mix the workload was built with) where given.
     """
     method = "segments" if alternations >= 2 else "requests"
     out: dict[str, Any] = {"baseline": base.name, "other": other.name, "method": method}
+    # one numbering of strata for both arms
+    keys = list(dict.fromkeys([*base.strata, *other.strata]))
+    weights = _stratum_weights(keys, base, other, kind_weights)
     for key, attr, seg_attr in COMPARED:
-        a = getattr(base, attr).values
-        b = getattr(other, attr).values
-        res = None
-        if method == "segments":
-            res = ratio_ci_segments(
-                a, getattr(base, seg_attr).values, b, getattr(other, seg_attr).values
-            )
-        if res is None:
-            res = ratio_ci_requests(a, b)
-            if res is not None and method == "segments":
-                out["method"] = "requests"
-        out[key] = None if res is None else {"ratio": res[0], "ci95": [res[1], res[2]]}
+        st_attr = "st_" + attr
+        a_st = _renumber(getattr(base, st_attr).values, base.strata, keys)
+        b_st = _renumber(getattr(other, st_attr).values, other.strata, keys)
+        res = ratio_ci_stratified(
+            getattr(base, attr).values,
+            getattr(base, seg_attr).values,
+            a_st,
+            getattr(other, attr).values,
+            getattr(other, seg_attr).values,
+            b_st,
+            segments=method == "segments",
+            weights=weights,
+        )
+        if res is not None and res.method != method:
+            out["method"] = res.method  # too few segments: the interval is by requests
+        out[key] = (
+            None
+            if res is None
+            else {"ratio": res.ratio, "ci95": [res.lo, res.hi], "strata": res.strata}
+        )
     kinds = sorted(set(base.kinds) & set(other.kinds))
     if kinds:
         # The speed-up per kind of task: speculative decoding's gain is conditional.
@@ -111,6 +131,40 @@ def compare(base: ArmTotals, other: ArmTotals, alternations: int) -> dict[str, A
     return out
 
 
+def _stratum_weights(
+    keys: list[tuple[str, int]],
+    base: ArmTotals,
+    other: ArmTotals,
+    kind_weights: dict[str, float] | None,
+) -> dict[int, float] | None:
+    """Stratum weight = the kind's share in the mix × the step's share of that kind's
+    requests (steps of a ladder weigh as the requests they held)."""
+    if not kind_weights:
+        return None
+    per_key: dict[tuple[str, int], int] = {}
+    for t in (base, other):
+        for key, sid in t.strata.items():
+            per_key[key] = per_key.get(key, 0) + int((t.st_decode.values == sid).sum())
+    per_kind: dict[str, int] = {}
+    for (kind, _), n in per_key.items():
+        per_kind[kind] = per_kind.get(kind, 0) + n
+    out: dict[int, float] = {}
+    for i, (kind, step) in enumerate(keys):
+        if per_kind.get(kind):
+            out[i] = kind_weights.get(kind, 0.0) * per_key.get((kind, step), 0) / per_kind[kind]
+    return out
+
+
+def _renumber(st: np.ndarray, own: dict[tuple[str, int], int], keys: list[Any]) -> np.ndarray:
+    """Stratum ids of one arm's numbering in the shared numbering ``keys``."""
+    if st.size == 0:
+        return st.astype(np.float64)
+    lut = np.zeros(max(own.values(), default=0) + 1)
+    for key, sid in own.items():
+        lut[sid] = keys.index(key)
+    return lut[st.astype(np.int64)]
+
+
 def build_summary(
     *,
     started_at: str,
@@ -121,6 +175,7 @@ def build_summary(
     alternations: int,
     server_spec: dict[str, dict[str, Any]] | None = None,
     slo_good: bool = False,
+    kind_weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     arms = {}
     for name, t in totals.items():
@@ -140,7 +195,9 @@ def build_summary(
     }
     names = list(totals)
     if len(names) >= 2:
-        comps = [compare(totals[names[0]], totals[n], alternations) for n in names[1:]]
+        comps = [
+            compare(totals[names[0]], totals[n], alternations, kind_weights) for n in names[1:]
+        ]
         summary["comparison"] = comps[0] if len(comps) == 1 else comps
     return summary
 
@@ -164,6 +221,9 @@ def active_time(
         if e2 > s2:
             out[arm] = out.get(arm, 0.0) + (e2 - s2) / 1e9
     return out
+
+
+_RATIO_KEYS = tuple(k for k, _, _ in COMPARED)
 
 
 def fmt_ms(v: float | None) -> str:
@@ -256,8 +316,12 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
     comp = summary.get("comparison")
     for c in [comp] if isinstance(comp, dict) else comp or []:
-        out.append(f"{c['other']} vs {c['baseline']} (ratio of medians, 95% CI by {c['method']}):")
-        for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms"):
+        strata = max((v or {}).get("strata", 1) for v in (c.get(k) for k in _RATIO_KEYS))
+        how = f", per stratum over {strata} (kind × step), weighted" if strata > 1 else ""
+        out.append(
+            f"{c['other']} vs {c['baseline']} (ratio of medians{how}, 95% CI by {c['method']}):"
+        )
+        for key in _RATIO_KEYS:
             v = c.get(key)
             if v is None:
                 out.append(f"  {key:<20} not enough data")
