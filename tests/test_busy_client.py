@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-
 from test_client_sim import run_engine
+
 from tokmon.core import h1
 from tokmon.core.clock import WallToMono
 from tokmon.core.measure import StreamMeter
