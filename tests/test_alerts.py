@@ -17,6 +17,7 @@ def soak(values, seconds, engine=None, **extra):
     return eng, fired
 
 
+@pytest.mark.slow
 def test_flat_soak_raises_no_alert():
     rng = np.random.default_rng(1)
     noise = rng.normal(0, 30, 3 * 3600)
@@ -103,6 +104,7 @@ def test_energy_and_cost_from_fake_nvml(make_sim):
     assert a["cost_per_million_tokens"] == pytest.approx(3.0 * 2 / 3600 / tps * 1e6)  # 2 GPUs seen
 
 
+@pytest.mark.slow
 def test_sim_drift_detected_in_compressed_time(make_sim):
     """The simulator's 2%/h drift at 720× time: TPOT grows 0.4% per wall second."""
     from tokmon.core.arms import Arm
@@ -153,6 +155,7 @@ def _sim_session(sim, cfg, *, window_s=2.0, **kw):
     return s
 
 
+@pytest.mark.slow
 def test_saturation_flagged_only_past_the_simulators_capacity(make_sim):
     """Open-loop load below, then above, what a 4-sequence batch can serve."""
     from tokmon.core.arms import Arm
@@ -215,6 +218,7 @@ def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
     )
 
 
+@pytest.mark.slow
 def test_cost_per_kind_live_and_in_summary(make_sim):
     """With speculative decoding, code (α 0.82) costs less per token than creative (α 0.3)."""
     from tokmon.core.arms import Arm
@@ -248,6 +252,7 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     assert "/Mtok" in summary_table(s.summary())
 
 
+@pytest.mark.slow
 def test_step_change_on_the_simulator_flagged_after_it_not_before(make_sim):
     """The simulator slows by 40% mid-run (live, through /admin/faults): the change point
     is flagged a few windows after the step, and nothing is flagged before it."""

@@ -135,6 +135,7 @@ def session_members(sid):
     ]
 
 
+@pytest.mark.slow
 def test_demo_headless_exits_cleanly_no_children():
     e = dict(os.environ)
     p = subprocess.Popen(

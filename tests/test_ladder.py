@@ -26,6 +26,7 @@ def run_json(tmp_path, *args):
     return json.loads(out.read_text()), r.stdout
 
 
+@pytest.mark.slow
 def test_concurrency_ladder_finds_the_batch_limit(tmp_path):
     # Batch limit 8: beyond it requests queue, TTFT takes off and tokens/s stays flat.
     with SimProcess(
@@ -62,6 +63,7 @@ def test_concurrency_ladder_finds_the_batch_limit(tmp_path):
     assert "knee (default): concurrency 8" in tokmon("report", str(tmp_path / "r.jsonl")).stdout
 
 
+@pytest.mark.slow
 def test_prompt_ladder_ttft_follows_prefill(tmp_path):
     # prefill 5 ms + 0.05 ms per prompt token (time scale 2: half of that in wall time)
     prof = parse_profile("zero", "prefill_base_ms=5,prefill_ms_per_token=0.05,step_base_ms=2")
@@ -113,6 +115,7 @@ def test_per_kind_acceptance_matches_the_simulator(tmp_path):
     assert "by kind" in out
 
 
+@pytest.mark.slow
 def test_ladder_under_two_arms_reports_speedup_per_step(tmp_path):
     prof = parse_profile("zero", "step_base_ms=10")
     with (

@@ -8,8 +8,11 @@ subcommands, defaults and help as well as the frameworks do here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
+import re
 import signal
 import sys
 import time
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tokmon import __version__
+from tokmon.core.textsafe import add_secret, dumps, say, write_out, write_text
 
 EXIT_USAGE = 2
 
@@ -30,8 +34,30 @@ class Parser(argparse.ArgumentParser):
     run_parser: argparse.ArgumentParser
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        say(f"{self.prog}: error: {message} (see {self.prog} --help)", err=True)
         raise SystemExit(EXIT_USAGE)
+
+
+def number(lo: float, hi: float, integer: bool = False, lo_open: bool = False) -> Any:
+    """An argparse type: a finite number in [lo, hi] (or (lo, hi] with ``lo_open``).
+
+    NaN, infinities and out-of-range values are refused with one line: a --top-p of nan
+    would send invalid JSON, a --slo-target of nan would switch the SLO gate off."""
+
+    def conv(text: str) -> float | int:
+        try:
+            v: float | int = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a whole number' if integer else 'a number'}, got {text!r}"
+            ) from None
+        if not math.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
+            low = f"more than {lo:g}" if lo_open else f"at least {lo:g}"
+            raise argparse.ArgumentTypeError(f"must be {low} and at most {hi:g}, got {text}")
+        return v
+
+    conv.__name__ = "integer" if integer else "number"
+    return conv
 
 
 def _fmt() -> Any:
@@ -48,14 +74,14 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--concurrency",
         "-c",
-        type=int,
+        type=number(1, 100_000, integer=True),
         default=None,
         help="closed loop: this many streams always in flight (default 4)",
     )
     g.add_argument(
         "--rate",
         "-r",
-        type=float,
+        type=number(0, 1e6, lo_open=True),
         default=None,
         help="open loop: requests per second (instead of --concurrency)",
     )
@@ -67,24 +93,35 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--burstiness",
-        type=float,
+        type=number(0, 1000, lo_open=True),
         default=1.0,
         help="gamma shape under --arrival gamma (<1 burstier, >1 smoother)",
     )
     g.add_argument(
         "--max-concurrency",
-        type=int,
+        type=number(1, 100_000, integer=True),
         default=1024,
         help="cap on streams in flight under --rate (waits show as send lag)",
     )
     g.add_argument("--duration", "-d", default=None, help="run length: 30s, 10m, 2h")
-    g.add_argument("--requests", "-n", type=int, default=None, help="stop after this many requests")
+    g.add_argument(
+        "--requests",
+        "-n",
+        type=number(1, 10**12, integer=True),
+        default=None,
+        help="stop after this many requests",
+    )
     g.add_argument(
         "--warmup",
         default="0",
         help="warm-up: N requests or a duration (20s); recorded, excluded from summaries",
     )
-    g.add_argument("--workers", type=int, default=1, help="engine processes sharing the load")
+    g.add_argument(
+        "--workers",
+        type=number(1, 64, integer=True),
+        default=1,
+        help="engine processes sharing the load",
+    )
     g.add_argument(
         "--ladder",
         default=None,
@@ -119,10 +156,13 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
         "--mix", default=None, help="task kinds by weight: code=0.3,chat=0.5,creative=0.2"
     )
     g.add_argument("--ignore-eos", action="store_true", help="ask for exactly max-tokens tokens")
-    g.add_argument("--temperature", type=float, default=None)
-    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--temperature", type=number(0, 100), default=None)
+    g.add_argument("--top-p", type=number(0, 1), default=None)
     g.add_argument(
-        "--seed", type=int, default=None, help="seed for the workload (and request seed)"
+        "--seed",
+        type=number(0, 2**32 - 1, integer=True),
+        default=None,
+        help="seed for the workload (and request seed)",
     )
     g.add_argument("--extra-body", default=None, help="JSON object merged into every request body")
     g.add_argument(
@@ -130,7 +170,15 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K:V",
-        help="extra request header (repeatable)",
+        help="extra request header (repeatable); its value is redacted in every output "
+        "unless named with --show-header",
+    )
+    g.add_argument(
+        "--show-header",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a --header whose value may appear in recordings and reports (repeatable)",
     )
     g.add_argument(
         "--continuous-usage",
@@ -164,7 +212,7 @@ def add_arm_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--check-outputs",
-        type=int,
+        type=number(0, 10_000, integer=True),
         default=0,
         metavar="N",
         help="at start (and on key o): N greedy prompts to every arm, outputs compared",
@@ -190,9 +238,11 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 1 when the goodput fraction is below --slo-target",
     )
-    g.add_argument("--slo-target", type=float, default=0.95)
+    g.add_argument("--slo-target", type=number(0, 1, lo_open=True), default=0.95)
     g.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
-    g.add_argument("--fps", type=float, default=4.0, help="dashboard redraws per second (max)")
+    g.add_argument(
+        "--fps", type=number(0.1, 60), default=4.0, help="dashboard redraws per second (max)"
+    )
     g.add_argument("--window", default="10s", help="width of the sliding window")
     g.add_argument(
         "--drift-alert",
@@ -204,14 +254,14 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--gpu-hour-price",
-        type=float,
+        type=number(0, 1e6),
         default=None,
         metavar="PRICE",
         help="price of one GPU-hour: cost per million output tokens, live and in the summary",
     )
     g.add_argument(
         "--gpu-count",
-        type=int,
+        type=number(1, 100_000, integer=True),
         default=None,
         help="GPUs the server uses (default: the GPUs sampled, else 1)",
     )
@@ -223,6 +273,12 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--record-chunks", action="store_true", help="also record every chunk gap of every request"
+    )
+    g.add_argument("--overwrite", action="store_true", help="--record may replace an existing file")
+    g.add_argument(
+        "--append",
+        action="store_true",
+        help="--record may add this session to an existing file (reports read the last one)",
     )
 
 
@@ -239,7 +295,7 @@ def add_probe_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-gpu", action="store_true", help="do not sample the GPU")
     g.add_argument(
         "--server-pid",
-        type=int,
+        type=number(1, 2**31, integer=True),
         default=None,
         help="the server's process id, for its own GPU memory (local servers)",
     )
@@ -299,19 +355,19 @@ def build_parser() -> Parser:
     demo.add_argument(
         "--duration", "-d", default=None, help="stop after this long (default: never)"
     )
-    demo.add_argument("--concurrency", "-c", type=int, default=8)
+    demo.add_argument("--concurrency", "-c", type=number(1, 10_000, integer=True), default=8)
     demo.add_argument("--profile", default="27b-h100", help="simulator profile")
-    demo.add_argument("--time-scale", type=float, default=1.0)
+    demo.add_argument("--time-scale", type=number(0, 1000, lo_open=True), default=1.0)
     demo.add_argument(
         "--alternate", default="30s", help="switch arms every DURATION ('off' for never)"
     )
     demo.add_argument("--no-faults", action="store_true", help="no injected faults")
-    demo.add_argument("--seed", type=int, default=None)
+    demo.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=None)
     demo.add_argument("--summary-json", default=None, metavar="FILE")
     demo.add_argument("--record", default=None, metavar="FILE")
     demo.add_argument("--status-interval", default="5s")
     demo.add_argument("--theme", default=None)
-    demo.add_argument("--fps", type=float, default=4.0)
+    demo.add_argument("--fps", type=number(0.1, 60), default=4.0)
 
     rp = sub.add_parser(
         "replay",
@@ -321,7 +377,7 @@ def build_parser() -> Parser:
         "←/→ seek, [ ] jump between events, < > speed, e end.",
     )
     rp.add_argument("file")
-    rp.add_argument("--speed", type=float, default=1.0, help="1 to 100")
+    rp.add_argument("--speed", type=number(1, 100), default=1.0, help="1 to 100")
     rp.add_argument(
         "--follow",
         "-f",
@@ -329,7 +385,7 @@ def build_parser() -> Parser:
         help="keep reading a file that a running tokmon is still writing",
     )
     rp.add_argument("--theme", default=None)
-    rp.add_argument("--fps", type=float, default=4.0)
+    rp.add_argument("--fps", type=number(0.1, 60), default=4.0)
 
     rep = sub.add_parser(
         "report",
@@ -345,7 +401,7 @@ def build_parser() -> Parser:
     rep.add_argument("-o", "--output", default=None, help="write to this file (default: stdout)")
     rep.add_argument(
         "--target-rate",
-        type=float,
+        type=number(0, 1e9, lo_open=True),
         default=None,
         metavar="R",
         help="with SLOs in the run: how many GPUs R requests/s would need",
@@ -372,14 +428,19 @@ def build_parser() -> Parser:
         "speculative decoding, vLLM metrics, fault injection).",
     )
     sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8000)
+    sim.add_argument("--port", type=number(0, 65535, integer=True), default=8000)
     sim.add_argument("--profile", default="27b-h100", help="model/GPU class (see --list-profiles)")
     sim.add_argument("--set", default="", metavar="FIELD=V,...", help="override profile fields")
     sim.add_argument("--list-profiles", action="store_true")
     sim.add_argument("--spec", default="off", choices=["on", "off"], help="speculative decoding")
-    sim.add_argument("--seed", type=int, default=None)
+    sim.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=None)
     sim.add_argument("--model-name", default="sim-27b")
-    sim.add_argument("--time-scale", type=float, default=1.0, help="run this many times faster")
+    sim.add_argument(
+        "--time-scale",
+        type=number(0, 1000, lo_open=True),
+        default=1.0,
+        help="run this many times faster",
+    )
     sim.add_argument(
         "--faults",
         default="",
@@ -395,7 +456,7 @@ def build_parser() -> Parser:
     )
     sim.add_argument(
         "--alter-outputs",
-        type=float,
+        type=number(0, 1),
         default=0.0,
         help="share of greedy outputs this server changes (output-check tests)",
     )
@@ -511,7 +572,7 @@ def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
             data = tomllib.load(f)
     except OSError as e:
         raise UsageError(f"--config: cannot read {path}: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"--config: {path} is not valid TOML: {e}") from None
     arms_tbl = data.pop("arms", {})
     defaults: dict[str, Any] = {}
@@ -519,8 +580,6 @@ def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
         key = k.replace("-", "_")
         if key not in CONFIG_KEYS:
             raise UsageError(f"--config: unknown key {k!r} in {path}")
-        if key == "extra_body" and isinstance(v, dict):
-            v = json.dumps(v)
         defaults[key] = v
     arms = []
     if not isinstance(arms_tbl, dict):
@@ -533,6 +592,37 @@ def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
         except ArmError as e:
             raise UsageError(f"--config: {e}") from None
     return defaults, arms
+
+
+def config_argv(parser: argparse.ArgumentParser, defaults: dict[str, Any], path: str) -> list[str]:
+    """A config file's keys as command-line words, so that every value goes through the
+    very checks its option does (a TOML string "false" is not a boolean; a list is not a
+    number). They come before the command line's own words, which win."""
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    out: list[str] = []
+    for key, v in defaults.items():
+        act = actions.get(key)
+        if act is None:
+            raise UsageError(f"--config: {key!r} in {path} is not an option of tokmon run")
+        opt = next((o for o in act.option_strings if o.startswith("--")), act.option_strings[0])
+        where = f"--config: {key} in {path}"
+        if isinstance(act, argparse._StoreTrueAction):
+            if not isinstance(v, bool):
+                raise UsageError(f"{where} must be true or false, got {v!r}")
+            out += [opt] if v else []
+        elif isinstance(act, argparse._AppendAction):
+            items = v if isinstance(v, list) else [v]
+            if not all(isinstance(x, str) for x in items):
+                raise UsageError(f"{where} must be a string or a list of strings")
+            for x in items:
+                out += [opt, x]
+        elif key == "extra_body" and isinstance(v, dict):
+            out += [opt, json.dumps(v)]
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise UsageError(f"{where} must be a single value, got {v!r}")
+        else:
+            out += [opt, str(v)]
+    return out
 
 
 def api_key(path: str | None = None) -> str | None:
@@ -556,7 +646,7 @@ def api_key(path: str | None = None) -> str | None:
 def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict[str, Any]]:
     """Validate every option and resolve the targets; returns (RunConfig, info)."""
     from tokmon.core.arms import Arm, ArmError, check_unique, parse_arm
-    from tokmon.core.config import RunConfig, Timeouts
+    from tokmon.core.config import RunConfig, Timeouts, redact_header
     from tokmon.core.h1 import prepare
     from tokmon.core.preflight import PreflightError, fetch_models, resolve_model, server_version
     from tokmon.core.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
@@ -655,6 +745,33 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(str(e)) from None
     if not arms:
         arms = [Arm(name="default")]
+    shown = tuple(str(x) for x in (getattr(args, "show_header", None) or []))
+    for k, v in headers.items():
+        if redact_header(k, v, shown) != v:
+            add_secret(v)  # scrubbed from every output from now on
+    key = api_key(getattr(args, "api_key_file", None))
+    add_secret(key)
+    # Credentials in a URL are Basic authentication for every request, and never written.
+    if url:
+        url, basic = split_credentials(url)
+        if basic:
+            if key:
+                raise UsageError("credentials in --url and an API key exclude each other: give one")
+            headers.setdefault("authorization", basic)
+    for i, a in enumerate(arms):
+        if a.url:
+            clean, basic = split_credentials(a.url)
+            if basic:
+                if key:
+                    raise UsageError(
+                        f"arm {a.name}: credentials in its url and an API key exclude each other"
+                    )
+                arms[i] = dataclasses.replace(
+                    a, url=clean, headers={"authorization": basic, **a.headers}
+                )
+        for k, v in arms[i].headers.items():
+            if redact_header(k, v, shown) != v:
+                add_secret(v)
     try:  # what the engine will send: a URL it can reach, headers it can write
         for a in arms:
             if a.url or url:
@@ -665,7 +782,6 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(
             "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
         )
-    key = api_key(getattr(args, "api_key_file", None))
     auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
     resolved: list[Arm] = []
     models_cache: dict[str, dict[str, Any]] = {}
@@ -726,12 +842,16 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         stall_ms=(dur("--stall-threshold", args.stall_threshold, False) or 1.0) * 1000,
         timeouts=timeouts,
         insecure=args.insecure,
-        workers=args.workers,
+        # a worker with no stream of its own would hold part of the request budget forever
+        workers=min(args.workers, conc, args.requests or conc)
+        if mode == "concurrency"
+        else min(args.workers, args.requests or args.workers),
         continuous_usage=args.continuous_usage,
+        shown_headers=shown,
     )
     versions: dict[str, str] = {}
     for a_url in models_cache:
-        ver = server_version(a_url, auth, args.insecure)
+        ver = server_version(a_url, {**auth, **headers}, args.insecure)
         if ver:
             versions[a_url] = ver
     info = {
@@ -768,28 +888,63 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         ladder=info.get("ladder"),
     )
     headless = args.headless or not sys.stdout.isatty()
+    if recorder is not None:
+        # a write failure shows at once: an event on the dashboard, a line on stderr
+        def on_record_error(msg: str) -> None:
+            session.note("recording", msg)
+            if headless:
+                say(f"tokmon: {msg}", err=True, flush=True)
+
+        recorder.on_error = on_record_error
+    interrupted = False
     try:
         session.start()
         if headless:
-            run_headless(session, status_every)
+            interrupted = run_headless(session, status_every)
         else:
             from tokmon.ui.app import run_app
 
-            run_app(session, theme=args.theme, fps=args.fps)
+            interrupted = run_app(session, theme=args.theme, fps=args.fps)
         session.command("stop", True)
         session.wait(10.0)
     finally:
         session.close()
     summary = session.summary()
-    print(_summary_text(summary))
+    say(_summary_text(summary))
+    code = 0
     if args.summary_json:
         try:
-            Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+            write_text(args.summary_json, dumps(summary, indent=2) + "\n")
         except OSError as e:
-            print(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", file=sys.stderr)
-            return 1
+            say(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", err=True)
+            code = 1
+    for why in session.failures():
+        say(f"tokmon: {why}", err=True)
+        code = 1
+    if recorder is not None and (recorder.lost_lines or recorder.error):
+        lost = f"{recorder.lost_lines} line(s) lost" if recorder.lost_lines else "not all written"
+        say(
+            f"tokmon: the recording {args.record} is incomplete ({lost}: "
+            f"{recorder.error or 'the disk was full'}); the summary above counts everything",
+            err=True,
+        )
+        code = 1
+    # (requests cancelled by a stop are the user's, not the server's)
+    answered = sum(
+        a["requests"]["ok"]
+        + a["requests"]["failed"]
+        - a["requests"]["by_outcome"].get("cancelled", 0)
+        for a in summary["arms"].values()
+    )
+    if answered and not any(a["requests"]["ok"] for a in summary["arms"].values()):
+        say(f"tokmon: none of the {answered} requests succeeded", err=True)
+        code = code or 1
+    if code:
+        return code
+    if interrupted:
+        return 130
     if getattr(args, "alerts_exit", False) and summary.get("alerts"):
-        print(f"tokmon: {len(summary['alerts'])} alert(s) fired", file=sys.stderr)
+        say(f"tokmon: {len(summary['alerts'])} alert(s) fired", err=True)
         return 3
     if getattr(args, "fail_on_slo", False) and slo.any:
         met = sum(a.get("slo_met") or 0 for a in summary["arms"].values())
@@ -804,10 +959,10 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         )
         frac = met / counted if counted else 0.0
         if frac < args.slo_target:
-            print(
+            say(
                 f"tokmon: {frac:.1%} of requests met the SLOs, below the target "
                 f"{args.slo_target:.0%}",
-                file=sys.stderr,
+                err=True,
             )
             return 1
     return 0
@@ -834,23 +989,36 @@ def make_recorder(
     """The recorder for --record, and the header that writes the environment down."""
     if not getattr(args, "record", None):
         return None, {}
+    from tokmon.core.config import redact_header
     from tokmon.core.recording import Recorder, environment
 
     secrets = [cfg.api_key or ""] + [
         v
         for h in (cfg.headers, *[a.headers for a in cfg.arms])
         for k, v in h.items()
-        if _secret_header(k)
+        if redact_header(k, v, cfg.shown_headers) != v
     ]
+    path = Path(args.record)
+    append, overwrite = getattr(args, "append", False), getattr(args, "overwrite", False)
+    if append and overwrite:
+        raise UsageError("--append and --overwrite exclude each other")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"--record: {args.record} is not a regular file")
+    if path.exists() and path.stat().st_size and not (append or overwrite):
+        raise UsageError(
+            f"--record: {args.record} exists — give --overwrite to replace it, or --append "
+            "to add this session to it"
+        )
     try:
-        Path(args.record).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.record, "ab"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
             pass
     except OSError as e:
         raise UsageError(f"--record: cannot write {args.record}: {e.strerror or e}") from None
     recorder = Recorder(
         args.record, secrets=tuple(secrets), chunks=getattr(args, "record_chunks", False)
     )
+    recorder.mode = "wb" if overwrite else "ab"
     gpu_info: dict[str, Any] = {}
     for pr in probes:
         if hasattr(pr, "info") and hasattr(pr, "_init"):
@@ -858,7 +1026,7 @@ def make_recorder(
             gpu_info = pr.info
     header = {
         "tokmon_version": __version__,
-        "command": _redact_argv(sys.argv),
+        "command": _redact_argv(sys.argv, cfg.shown_headers),
         "settings": cfg.redacted(),
         "slo": {k: v for k, v in vars(slo).items() if v is not None},
         "cost": {
@@ -879,18 +1047,49 @@ def make_recorder(
     return recorder, header
 
 
-def _secret_header(k: str) -> bool:
-    from tokmon.core.config import _redact_header
-
-    return _redact_header(k, "x") != "x"
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 
 
-def _redact_argv(argv: list[str]) -> list[str]:
-    out = []
+def _redact_argv(argv: list[str], shown: tuple[str, ...] = ()) -> list[str]:
+    """The command line as it may be written down: URL credentials and the values of
+    headers (``--header K:V``) replaced, unless a header is named by --show-header."""
+    from tokmon.core.config import redact_header
+
+    out: list[str] = []
+    header_next = False
     for a in argv:
-        k, colon, _ = a.partition(":")
-        out.append(f"{k}: <redacted>" if colon and _secret_header(k.strip()) else a)
+        a = _USERINFO.sub("<redacted>@", a)
+        if header_next or a.startswith("--header="):
+            prefix = "--header=" if a.startswith("--header=") else ""
+            k, colon, v = a[len(prefix) :].partition(":")
+            if colon:
+                a = f"{prefix}{k}:{redact_header(k.strip(), v, shown)}"
+        header_next = a in ("--header", "-H")
+        out.append(a)
     return out
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its user:password part, and the Basic authorization it stands for.
+
+    One rule for every request tokmon sends (pre-flight, streams, /metrics, output
+    checks): credentials in a URL are HTTP Basic authentication, and the URL is never
+    written anywhere with them."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    add_secret(unquote(password))
+    add_secret(userinfo)
+    return urlunsplit(parts._replace(netloc=hostport)), f"Basic {token}"
 
 
 def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]:
@@ -919,7 +1118,10 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
             url = getattr(args, "metrics_url", None) or metrics_url_for(a.url)
             by_url.setdefault(url, []).append(a.name)
         key = cfg.api_key
-        hdr = {"authorization": f"Bearer {key}"} if key else {}
+        # the same authorization as the streams: Bearer key, or the URL's Basic credentials
+        hdr = {k: v for k, v in cfg.headers.items() if k.lower() == "authorization"}
+        if key:
+            hdr = {"authorization": f"Bearer {key}"}
         for url, arms in by_url.items():
             probes.append(
                 ServerMetricsProbe(
@@ -935,16 +1137,17 @@ def _summary_text(summary: dict[str, Any]) -> str:
     return summary_table(summary)
 
 
-def run_headless(session: Any, every: float) -> None:
-    """Status lines to stderr until the run ends; Ctrl-C drains, a second Ctrl-C stops."""
+def run_headless(session: Any, every: float) -> bool:
+    """Status lines to stderr until the run ends; Ctrl-C drains, a second Ctrl-C stops.
+    True when the run was interrupted (the exit code is then 130)."""
     interrupted = {"n": 0}
 
     def on_sigint(signum: int, frame: Any) -> None:
         interrupted["n"] += 1
         if interrupted["n"] == 1:
-            print(
+            say(
                 "\ntokmon: stopping — draining in-flight requests (Ctrl-C again to stop now)",
-                file=sys.stderr,
+                err=True,
             )
             session.command("stop")
         else:
@@ -955,17 +1158,21 @@ def run_headless(session: Any, every: float) -> None:
 
     old_int = signal.signal(signal.SIGINT, on_sigint)
     old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    last_t = None
     try:
         next_print = time.monotonic() + every
         while not session.wait(0.2):
             if time.monotonic() >= next_print:
-                next_print += every
+                next_print = max(next_print + every, time.monotonic())
                 s = session.snapshot()
-                if s is not None:
-                    print(status_line(s), file=sys.stderr, flush=True)
+                # a starved process may wake twice before a new snapshot: no repeat
+                if s is not None and s.t != last_t:
+                    last_t = s.t
+                    say(status_line(s), err=True, flush=True)
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
+    return interrupted["n"] > 0
 
 
 def status_line(s: Any) -> str:
@@ -1003,7 +1210,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     if args.list_profiles:
         for p in PROFILES.values():
-            print(
+            say(
                 f"{p.name:<10} {p.description}: single stream {p.single_stream_tps():.0f} tok/s"
                 if p.step_base_ms
                 else f"{p.name:<10} {p.description}"
@@ -1024,10 +1231,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
 
     def ready(port: int) -> None:
-        print(
+        say(
             f"tokmon sim: serving {cfg.model_name} ({cfg.profile.name}, spec "
             f"{'on' if cfg.spec else 'off'}) on http://{args.host}:{port}/v1",
-            file=sys.stderr,
+            err=True,
             flush=True,
         )
 
@@ -1167,13 +1374,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _write_out(path: str | None, text: str) -> None:
     if path is None:
-        sys.stdout.write(text)
+        write_out(text)
         return
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text(path, text)
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
-    print(f"tokmon: wrote {path}", file=sys.stderr)
+    say(
+        f"tokmon: wrote {path}",
+        err=True,
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -1189,13 +1399,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         _write_out(args.output, render(rec, args.format, args.target_rate))
     if rec.truncated:
-        print(
+        say(
             f"tokmon report: note: {args.file} was cut (the writer did not finish); "
             "figures cover the complete lines",
-            file=sys.stderr,
+            err=True,
         )
     if rec.corrupt:
-        print(f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped", file=sys.stderr)
+        say(
+            f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped",
+            err=True,
+        )
     return 0
 
 
@@ -1246,16 +1459,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # A config file gives defaults below the command line.
     file_arms: list[Any] = []
-    if argv and argv[0] == "run" and "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            parser.error("--config needs a file")
-        try:
-            defaults, file_arms = load_config(argv[i + 1])
-        except UsageError as e:
-            print(f"tokmon run: error: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        parser.run_parser.set_defaults(**defaults)
+    if argv and argv[0] == "run":
+        cfg_path = None
+        for i, a in enumerate(argv):
+            if a == "--config":
+                if i + 1 >= len(argv):
+                    parser.error("--config needs a file")
+                cfg_path = argv[i + 1]
+            elif a.startswith("--config="):
+                cfg_path = a.partition("=")[2]
+        if cfg_path is not None:
+            try:
+                defaults, file_arms = load_config(cfg_path)
+                argv = ["run", *config_argv(parser.run_parser, defaults, cfg_path), *argv[1:]]
+            except UsageError as e:
+                say(f"tokmon run: error: {e}", err=True)
+                return EXIT_USAGE
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
@@ -1278,16 +1497,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export":
             return cmd_export(args)
     except (UsageError, PreflightError) as e:
-        print(f"tokmon {args.command}: error: {e}", file=sys.stderr)
+        say(
+            f"tokmon {args.command}: error: {e}",
+            err=True,
+        )
         return EXIT_USAGE
     except RecordingError as e:
-        print(f"tokmon {args.command}: error: {e}", file=sys.stderr)
+        say(
+            f"tokmon {args.command}: error: {e}",
+            err=True,
+        )
         return EXIT_USAGE
     except RuntimeError as e:
-        print(f"tokmon {args.command}: error: {e}", file=sys.stderr)
+        say(
+            f"tokmon {args.command}: error: {e}",
+            err=True,
+        )
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("tokmon: interrupted", file=sys.stderr)
+        say(
+            "tokmon: interrupted",
+            err=True,
+        )
         return 130
     except Exception as e:  # a bug: one line for the user, the details in a file
         import tempfile
@@ -1296,9 +1527,9 @@ def main(argv: list[str] | None = None) -> int:
         fd, path = tempfile.mkstemp(prefix="tokmon-crash-", suffix=".log")
         with os.fdopen(fd, "w") as f:
             traceback.print_exc(file=f)
-        print(
+        say(
             f"tokmon {args.command}: internal error ({type(e).__name__}: {e}); details in {path}",
-            file=sys.stderr,
+            err=True,
         )
         return 70
     return 0

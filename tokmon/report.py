@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import html
 import io
-import json
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,7 @@ import numpy as np
 from tokmon.core.drift import drift
 from tokmon.core.recording import REQUEST_KEYS, Recording, recording_summary
 from tokmon.core.summary import fmt_ms, summary_table
-from tokmon.core.textsafe import clean_text
+from tokmon.core.textsafe import clean_text, csv_cell, dumps
 
 FORMATS = ("text", "md", "json", "csv", "html")
 
@@ -220,6 +219,9 @@ def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, A
         "environment": environment_block(rec),
         "truncated": rec.truncated,
         "corrupt_lines": rec.corrupt,
+        "lost_lines": rec.lost_lines,
+        "paused": [g for g in rec.gaps if g.get("why") == "paused"],
+        "sessions": rec.sessions,
         "events": [{"t_s": e.t / 1e9, "kind": e.kind, "message": e.message} for e in rec.events],
     }
 
@@ -244,7 +246,7 @@ def environment_block(rec: Recording) -> dict[str, Any]:
 
 def render(rec: Recording, fmt: str, target_rate: float | None = None) -> str:
     if fmt == "json":
-        return json.dumps(recording_summary(rec), indent=2) + "\n"
+        return dumps(recording_summary(rec), indent=2) + "\n"
     if fmt == "csv":
         return export_csv(rec)
     data = report_data(rec, target_rate)
@@ -266,6 +268,17 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         )
     if data["corrupt_lines"]:
         out.append(f"NOTE: {data['corrupt_lines']} corrupt line(s) were skipped.")
+    if data.get("lost_lines"):
+        out.append(
+            f"NOTE: {data['lost_lines']} line(s) of this run could not be written (the disk "
+            "was full); the live summary counted them, this report cannot."
+        )
+    for g in data.get("paused") or []:
+        out.append(f"NOTE: recording paused from {g['from'] / 1e9:.1f} s to {g['to'] / 1e9:.1f} s.")
+    if data.get("sessions", 1) > 1:
+        out.append(
+            f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."
+        )
     out += [h + "Summary", *fence, summary_table(data["summary"]), *fence, ""]
     out += [
         h + "Segments",
@@ -363,7 +376,7 @@ def export_csv(rec: Recording) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)  # writes None as an empty field
     w.writerow(list(cols))
-    w.writerows(zip(*cols.values(), strict=True))
+    w.writerows([csv_cell(v) for v in row] for row in zip(*cols.values(), strict=True))
     return buf.getvalue()
 
 
@@ -387,7 +400,7 @@ def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
     comp = compare(tots[0], tots[1], 0)
     sa, sb = recording_summary(a), recording_summary(b)
     if fmt == "json":
-        return json.dumps({"a": sa, "b": sb, "comparison": comp}, indent=2) + "\n"
+        return dumps({"a": sa, "b": sb, "comparison": comp}, indent=2) + "\n"
     lines = [
         "A: " + a.path,
         summary_table(sa),

@@ -4,12 +4,12 @@ labelled markers, and writes standalone HTML without a browser or a server."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from tokmon.core.recording import Recording
+from tokmon.core.textsafe import dumps
 from tokmon.report import escape, groups, render_text
 
 
@@ -158,5 +158,5 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         "pre{background:#f6f6f6;padding:1em;overflow:auto}</style></head><body>"
         f"<h1>{title}</h1>{chart}<h2>Figures</h2><pre>{escape(text)}</pre>"
         f"<script type='application/json' id='tokmon-summary'>"
-        f"{escape(json.dumps(data['summary']))}</script></body></html>\n"
+        f"{escape(dumps(data['summary']))}</script></body></html>\n"
     )

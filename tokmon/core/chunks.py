@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,10 +46,51 @@ class ChunkInfo:
     # A step whose token decodes to no text (llama.cpp still sends its chunk, with
     # "content": ""): no text for timing, but one token for the estimated count.
     empty_step: bool = False
+    # A number the server sent that cannot be a count (1e30, -100, true, NaN): named here,
+    # left out (tokens are then counted from the chunks), and the request is flagged.
+    bad: str = ""
 
 
 class ProtocolError(Exception):
     pass
+
+
+# No single request produces more; larger "counts" are a server's (or an attacker's) bug.
+MAX_COUNT = 10_000_000
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+def _count(v: Any, name: str) -> int | None:
+    """A token count from a server: an integer in [0, MAX_COUNT], or None if absent."""
+    if v is None:
+        return None
+    if type(v) is int and 0 <= v <= MAX_COUNT:
+        return v
+    if type(v) is float and math.isfinite(v) and v.is_integer() and 0 <= v <= MAX_COUNT:
+        return int(v)
+    raise _BadNumber(f"{name} = {_show(v)} is not a token count")
+
+
+def _real(v: Any, name: str, hi: float = 1e6) -> float | None:
+    """A finite, non-negative figure (an acceptance length), or None if absent."""
+    if v is None:
+        return None
+    if type(v) in (int, float) and math.isfinite(v) and 0 <= v <= hi:
+        return float(v)
+    raise _BadNumber(f"{name} = {_show(v)} is not a valid figure")
+
+
+def _show(v: Any) -> str:
+    return repr(v)[:40]
+
+
+def _text(v: Any, name: str) -> str:
+    if type(v) is str:
+        return v
+    raise ProtocolError(f"{name}: expected text, got {type(v).__name__} {_show(v)}")
 
 
 def _err_message(obj: Any) -> str:
@@ -107,9 +149,12 @@ def interpret(payload: bytes) -> ChunkInfo:
                 continue
             delta = ch.get("delta")
             fr = ch.get("finish_reason")
+            if fr is not None and type(fr) is not str:
+                fr = _text(fr, "choices[].finish_reason")
             if type(delta) is dict:
                 c = delta.get("content")
                 if c:
+                    c = _text(c, "choices[].delta.content")
                     info.content_chars += len(c)
                     info.text += c
                 elif c == "" and not fr and "role" not in delta:
@@ -119,6 +164,7 @@ def interpret(payload: bytes) -> ChunkInfo:
             else:
                 t = ch.get("text")  # completions endpoint
                 if t:
+                    t = _text(t, "choices[].text")
                     info.content_chars += len(t)
                     info.text += t
                 elif t == "" and not fr:
@@ -128,47 +174,86 @@ def interpret(payload: bytes) -> ChunkInfo:
         info.text_chars += info.content_chars
     usage = get("usage")
     if isinstance(usage, dict):
-        ct = usage.get("completion_tokens")
-        if isinstance(ct, int):
-            info.completion_tokens = ct
-        pt = usage.get("prompt_tokens")
-        if isinstance(pt, int):
-            info.prompt_tokens = pt
+        try:
+            info.completion_tokens = _count(
+                usage.get("completion_tokens"), "usage.completion_tokens"
+            )
+        except _BadNumber as e:
+            info.bad = str(e)
+        try:
+            info.prompt_tokens = _count(usage.get("prompt_tokens"), "usage.prompt_tokens")
+        except _BadNumber as e:
+            info.bad = info.bad or str(e)
+    try:
+        _spec_and_timings(obj, info)
+    except _BadNumber as e:
+        # a speculative-decoding or timing figure that cannot be read: the request is a
+        # protocol error that names the field (its timing so far is kept)
+        raise ProtocolError(str(e)) from None
+    return info
+
+
+def _spec_and_timings(obj: dict[str, Any], info: ChunkInfo) -> None:
+    get = obj.get
     # vLLM: --per-request-spec-decode-metrics summary -> metrics.speculative_decoding
     metrics = get("metrics")
     if isinstance(metrics, dict):
         sd = metrics.get("speculative_decoding")
         if isinstance(sd, dict):
-            info.spec = SpecFields(
-                draft_tokens=_int(sd.get("num_draft_tokens")),
-                accepted_tokens=_int(sd.get("num_accepted_draft_tokens")),
-                drafts=_int(sd.get("num_spec_steps")),
-                acceptance_length=_float(sd.get("mean_acceptance_length")),
-                source="response:vllm",
+            info.spec = _spec(
+                sd.get("num_draft_tokens"),
+                sd.get("num_accepted_draft_tokens"),
+                sd.get("num_spec_steps"),
+                sd.get("mean_acceptance_length"),
+                "response:vllm",
+                "metrics.speculative_decoding",
             )
     # llama.cpp: timings on the final chunk; draft_n only when drafting happened.
     timings = get("timings")
     if isinstance(timings, dict):
-        info.timings_predicted_n = _int(timings.get("predicted_n"))
+        try:
+            info.timings_predicted_n = _count(timings.get("predicted_n"), "timings.predicted_n")
+        except _BadNumber as e:
+            info.bad = info.bad or str(e)  # a count: flagged, the chunks are counted
         if "draft_n" in timings:
-            info.spec = SpecFields(
-                draft_tokens=_int(timings.get("draft_n")),
-                accepted_tokens=_int(timings.get("draft_n_accepted")),
-                source="response:llama.cpp",
+            info.spec = _spec(
+                timings.get("draft_n"),
+                timings.get("draft_n_accepted"),
+                None,
+                None,
+                "response:llama.cpp",
+                "timings",
             )
     # SGLang: sglext.spec_tokens_details (2026)
     sglext = get("sglext")
     if isinstance(sglext, dict):
         det = sglext.get("spec_tokens_details")
         if isinstance(det, dict):
-            info.spec = SpecFields(
-                draft_tokens=_int(det.get("num_draft_tokens") or det.get("draft_tokens")),
-                accepted_tokens=_int(det.get("num_accepted_tokens") or det.get("accepted_tokens")),
-                drafts=_int(det.get("num_verify_steps") or det.get("spec_verify_ct")),
-                acceptance_length=_float(det.get("accept_length") or det.get("avg_accept_length")),
-                source="response:sglang",
+            info.spec = _spec(
+                det.get("num_draft_tokens") or det.get("draft_tokens"),
+                det.get("num_accepted_tokens") or det.get("accepted_tokens"),
+                det.get("num_verify_steps") or det.get("spec_verify_ct"),
+                det.get("accept_length") or det.get("avg_accept_length"),
+                "response:sglang",
+                "sglext.spec_tokens_details",
             )
-    return info
+
+
+def _spec(
+    draft: Any, accepted: Any, steps: Any, length: Any, source: str, where: str
+) -> SpecFields:
+    d = _count(draft, f"{where} draft tokens")
+    a = _count(accepted, f"{where} accepted tokens")
+    if d is not None and a is not None and a > d:
+        # more accepted than drafted is impossible: never an acceptance over 100%
+        raise _BadNumber(f"{where}: {a} accepted of {d} drafted tokens")
+    return SpecFields(
+        draft_tokens=d,
+        accepted_tokens=a,
+        drafts=_count(steps, f"{where} steps"),
+        acceptance_length=_real(length, f"{where} acceptance length", hi=1e4),
+        source=source,
+    )
 
 
 def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
@@ -176,7 +261,7 @@ def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
     for key in ("reasoning", "reasoning_content"):
         r = delta.get(key)
         if r:
-            info.text_chars += len(r)
+            info.text_chars += len(_text(r, f"choices[].delta.{key}"))
     tc = delta.get("tool_calls")
     if tc:
         # A tool-call delta is generated text even when its argument piece is empty.
@@ -184,13 +269,8 @@ def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
         for call in tc if isinstance(tc, list) else []:
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict):
-                n += len(fn.get("arguments") or "") + len(fn.get("name") or "")
+                for k in ("arguments", "name"):
+                    v = fn.get(k)
+                    if v:
+                        n += len(_text(v, f"choices[].delta.tool_calls[].function.{k}"))
         info.text_chars += max(n, 1)
-
-
-def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _float(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -303,6 +303,10 @@ def _finish(
     if meter is not None:
         m = meter.finish(t_end)
         clock = m.pop("clock", "") or clock
+        suspect = m.pop("suspect", "")
+        if suspect and not error:
+            # the request is kept; the server's unusable numbers are named, chunks counted
+            f["error"] = f"suspect: {suspect}"
         if outcome != "ok":
             # Figures of a failed request are not latencies; keep only what it produced.
             m = {

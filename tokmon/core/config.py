@@ -55,25 +55,32 @@ class RunConfig:
     # The first part of every request's x-request-id (engine.request_id), so a request in
     # the recording can be found in the server's own logs (vLLM and SGLang log it).
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    # header names whose values may be shown (--show-header); every other custom header's
+    # value is redacted in every output
+    shown_headers: tuple[str, ...] = ()
 
     def redacted(self) -> dict[str, Any]:
         """The settings as a plain dict, with every secret removed (for recordings)."""
         d = asdict(self)
         d["api_key"] = "<set>" if self.api_key else None
         d["prompts"] = f"<{len(self.prompts)} prompts>" if self.prompts else None
-        d["headers"] = {k: _redact_header(k, v) for k, v in self.headers.items()}
+        shown = self.shown_headers
+        d["headers"] = {k: redact_header(k, v, shown) for k, v in self.headers.items()}
         for a in d["arms"]:
-            a["headers"] = {k: _redact_header(k, v) for k, v in a["headers"].items()}
+            a["headers"] = {k: redact_header(k, v, shown) for k, v in a["headers"].items()}
         d["prompt_tokens"] = str(self.prompt_tokens)
         d["max_tokens"] = str(self.max_tokens)
         return d
 
 
-SECRET_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization", "cookie")
+# Headers whose values say nothing secret; every other header given by the user is
+# redacted unless named with --show-header (a gateway's tenant id or routing key can be
+# as sensitive as a key, and its name need not say so).
+PLAIN_HEADERS = ("content-type", "accept", "accept-encoding", "user-agent", "x-request-id")
 
 
-def _redact_header(k: str, v: str) -> str:
+def redact_header(k: str, v: str, shown: tuple[str, ...] = ()) -> str:
     low = k.lower()
-    if low in SECRET_HEADERS or "key" in low or "token" in low or "secret" in low:
-        return "<redacted>"
-    return v
+    if low in PLAIN_HEADERS or low in (s.lower() for s in shown):
+        return v
+    return "<redacted>"

@@ -469,11 +469,15 @@ def engine_main(
     """Entry point of an engine process."""
     _set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and sends "stop"
-    eng = Engine(cfg, worker, nworkers, out)
     try:
+        eng = Engine(cfg, worker, nworkers, out)
         asyncio.run(eng.run(cmd))
     except KeyboardInterrupt:
         pass
+    except Exception as e:  # a bug: the parent says why in one line and exits non-zero
+        with contextlib.suppress(Exception):
+            out.send(("error", worker, f"{type(e).__name__}: {e}"[:300]))
+        raise SystemExit(1) from None
     finally:
         with contextlib.suppress(Exception):
             out.close()

@@ -38,6 +38,7 @@ class StreamMeter:
         "text_parts",
         "keep_text",
         "ticked",
+        "bad",
     )
 
     def __init__(self, t_send: int, stall_ms: float = 1000.0, keep_text: bool = False) -> None:
@@ -61,11 +62,14 @@ class StreamMeter:
         self.text_parts: list[str] = []
         self.keep_text = keep_text
         self.ticked = 0
+        self.bad: list[str] = []  # numbers from the server that could not be counts
 
     def on_event(self, t: int, info: ChunkInfo) -> int:
         """Account one event stamped at ``t``; returns the tokens it carried (for live ticks)."""
         self.t_last_event = t
         tokens = 0
+        if info.bad and info.bad not in self.bad:
+            self.bad.append(info.bad)
         if info.text_chars:
             if self.t_first_text is None:
                 self.t_first_text = t
@@ -123,6 +127,8 @@ class StreamMeter:
             "finish_reason": self.finish_reason,
             "stalls": self.stalls,
         }
+        if self.bad:
+            out["suspect"] = "; ".join(self.bad)[:300]
         if self.t_first_text is not None:
             clock = self._impossible()
             if clock:

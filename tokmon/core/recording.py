@@ -23,8 +23,10 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import math
 import os
 import platform
+import stat
 import sys
 import threading
 import time
@@ -40,6 +42,7 @@ from tokmon import __version__
 from tokmon.core.h1 import stamp_sources
 from tokmon.core.records import Event, RequestRecord
 from tokmon.core.table import COLUMNS, RequestTable
+from tokmon.core.textsafe import dumps
 
 SCHEMA_VERSION = 1
 
@@ -110,7 +113,22 @@ except ImportError:  # pragma: no cover
     _DecodeError = ValueError
 
 
+# Bytes that could not be written (a full disk) are kept for the next try up to this
+# much; beyond it they are dropped, counted, and marked in the file when writing resumes.
+MAX_PENDING = 256 << 20
+
+
 class Recorder:
+    """Writes a recording as the run goes: lines buffered, flushed twice a second.
+
+    A write that fails (a full disk, a lost mount) never ends the run and never loses
+    data silently: the unwritten bytes are kept and tried again; the first failure is
+    reported at once through ``on_error`` (an event on the dashboard, a line on stderr);
+    if too much piles up it is dropped and counted (``lost_lines``), and a ``gap`` line
+    says so in the file as soon as writing works again. ``lost_lines`` and ``error``
+    make the run's exit code non-zero.
+    """
+
     def __init__(self, path: str, *, secrets: tuple[str, ...] = (), chunks: bool = False) -> None:
         self.path = path
         self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
@@ -123,16 +141,26 @@ class Recorder:
         self._raw: IO[bytes] | None = None
         self._gz: Any = None
         self._buf: list[str] = []
+        self._pending = b""  # encoded bytes not yet written (after a failed write)
+        self._pending_lines = 0
         self._last_flush = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._header: dict[str, Any] | None = None
+        self.error: str | None = None  # the last write error, while it lasts
+        self.failures = 0  # write failures, over the run
+        self.lost_lines = 0  # lines dropped for good (more than MAX_PENDING piled up)
+        self._gap_note: dict[str, Any] | None = None
+        self.on_error: Any = None  # called with a message at a failure and a recovery
+        self._paused_at = 0
+        self.mode = "ab"  # how ``open`` opens the file: "wb" replaces it (--overwrite)
 
     def open(self, header: dict[str, Any], t0: int) -> None:
-        """Create the file and write the header (``r`` in the dashboard calls this too)."""
+        """Create the file and write the header. ``self.mode`` "wb" replaces a file, "ab"
+        adds a session to it (the reader reports the last session of a file)."""
         self.t0 = t0
         try:
-            self._raw = open(self.path, "ab")  # noqa: SIM115 — closed in close()
+            self._raw = open(self.path, self.mode, buffering=0)  # noqa: SIM115 — closed in close()
         except OSError as e:
             raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
         if self.path.endswith(".gz"):
@@ -151,6 +179,10 @@ class Recorder:
             }
         )
         self.flush()
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        self._stop.clear()
         self._thread = threading.Thread(target=self._flusher, name="tokmon-recorder", daemon=True)
         self._thread.start()
 
@@ -159,7 +191,7 @@ class Recorder:
             self.flush()
 
     def _write(self, obj: dict[str, Any]) -> None:
-        line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str)
+        line = dumps(obj, compact=True)  # strict JSON: a NaN from a server becomes null
         for s in self.secrets:
             if s in line:
                 line = line.replace(s, "<redacted>")
@@ -170,20 +202,53 @@ class Recorder:
             self.flush()
 
     def flush(self) -> None:
+        note = None
         with self.lock:
             if self._raw is None:
                 return
-            data = ("\n".join(self._buf) + "\n").encode() if self._buf else b""
-            self._buf.clear()
+            lines = self._buf
+            self._buf = []
             self._last_flush = time.monotonic()
+            if self._gap_note is not None and not self._pending:
+                # writing works again after lines were dropped: say so in the file first
+                lines.insert(0, dumps({"k": "gap", **self._gap_note}, compact=True))
+                self._gap_note = None
+            data = ("\n".join(lines) + "\n").encode() if lines else b""
+            if self._gz is not None and data:
+                data = self._gz.compress(data) + self._gz.flush(zlib.Z_SYNC_FLUSH)
+            data = self._pending + data
+            n_lines = self._pending_lines + len(lines)
             try:
-                if self._gz is not None:
-                    data = self._gz.compress(data) + self._gz.flush(zlib.Z_SYNC_FLUSH)
-                if data:
-                    self._raw.write(data)
-                    self._raw.flush()
-            except (OSError, ValueError):
-                pass  # a full disk must not end the run; the reader sees where it stopped
+                while data:
+                    n = self._raw.write(data)
+                    data = data[n or 0 :]
+            except (OSError, ValueError) as e:
+                self._pending, self._pending_lines = data, n_lines
+                if len(data) > MAX_PENDING:
+                    self._drop()
+                self.failures += 1
+                if self.error is None:
+                    self.error = str(getattr(e, "strerror", None) or e)
+                    note = f"recording: cannot write {self.path}: {self.error} — holding the data"
+            else:
+                self._pending, self._pending_lines = b"", 0
+                if self.error is not None:
+                    self.error = None
+                    note = f"recording: writing to {self.path} again"
+        if note is not None and self.on_error is not None:
+            self.on_error(note)
+
+    def _drop(self) -> None:
+        """Give up on what piled up (lock held): counted, and marked when writing resumes.
+        A gzip stream cannot lose bytes midway, so a gzip recording stops here."""
+        lost = self._pending_lines
+        self.lost_lines += lost
+        note = self._gap_note or {"lines": 0, "requests_unknown": True}
+        note["lines"] = int(note["lines"]) + lost
+        self._gap_note = note
+        self._pending, self._pending_lines = b"", 0
+        if self._gz is not None:
+            self.active = False
 
     # ------------------------------------------------------------------ content
     def records(self, records: list[RequestRecord]) -> None:
@@ -215,30 +280,42 @@ class Recorder:
             )
 
     def summary(self, summary: dict[str, Any]) -> None:
-        if self.active:
+        if self._raw is not None:  # written even while paused: the file's session ends
             self._write({"k": "summary", **summary})
 
     def end(self, t: int) -> None:
-        if self.active:
+        if self._raw is not None:
             self._write({"k": "end", "t": t - self.t0})
 
     def toggle(self) -> str:
+        """``r``: stop writing, or go on writing the same session in the same file (a
+        ``gap`` line marks the part not recorded)."""
         if self.active:
-            self.close()
-            return f"recording stopped: {self.path}"
-        if self._header is None:
+            with self.lock:
+                self._paused_at = time.perf_counter_ns()
+            self._write({"k": "e", "t": self._paused_at - self.t0, "kind": "recording",
+                         "msg": "recording paused", "data": {}, "wall": time.time()})  # fmt: skip
+            self.flush()
+            self.active = False
+            return f"recording paused: {self.path}"
+        if self._raw is None:
             return "no recording configured"
-        self._stop.clear()
-        self.open(self._header, self.t0)
-        return f"recording to {self.path}"
+        self.active = True
+        now = time.perf_counter_ns()
+        self._write({"k": "gap", "from": self._paused_at - self.t0, "to": now - self.t0,
+                     "why": "paused"})  # fmt: skip
+        return f"recording to {self.path} again"
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
+        self.active = True  # the last lines (summary, end) are written even when paused
         self.flush()
         with self.lock:
             self.active = False
+            if self._pending:
+                self._drop()  # still cannot be written: counted as lost
             if self._raw is not None:
                 try:
                     if self._gz is not None:
@@ -266,6 +343,9 @@ class Recording:
     truncated: bool = False
     corrupt: int = 0
     lines: int = 0  # complete lines read
+    gaps: list[dict[str, Any]] = field(default_factory=list)  # parts not recorded
+    lost_lines: int = 0  # lines the writer could not write (a full disk)
+    sessions: int = 1  # sessions in the file (--append); the last is the one read
     offset: int | None = 0  # where a follow-mode read goes on (None: from the start)
 
     @property
@@ -298,6 +378,11 @@ class Recording:
 
 
 CHUNK = 1 << 20
+# Bounds on what a file may make tokmon do: recordings are shared and may be crafted.
+MAX_LINE = 16 << 20  # a request line is ~300 bytes; a header with many prompts, some KiB
+MAX_RATIO = 200  # a gzip recording of JSON Lines inflates 5-15×: far more is a bomb
+MAX_T_NS = 366 * 86_400 * 10**9  # times in a recording: within a year of its start
+MAX_ARMS = 256
 
 
 class _Lines:
@@ -307,6 +392,10 @@ class _Lines:
 
     def __init__(self, path: str, offset: int = 0) -> None:
         try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise RecordingError(f"{path} is not a regular file, not a recording")
+            self.size = st.st_size
             self.f = open(path, "rb")  # noqa: SIM115 — closed by __iter__
             self.f.seek(offset)
         except FileNotFoundError:
@@ -328,13 +417,24 @@ class _Lines:
             return
         self.gzip = True
         d = zlib.decompressobj(31)
+        out = 0
         raw = first
         while raw:
-            try:
-                yield d.decompress(raw)
-            except zlib.error:
-                self.cut = True
-                return
+            data = raw
+            while data:  # at most CHUNK out of each call: a bomb never inflates at once
+                try:
+                    part = d.decompress(data, CHUNK)
+                except zlib.error:
+                    self.cut = True
+                    return
+                out += len(part)
+                if out > (1 << 30) and out > MAX_RATIO * self.size:
+                    raise RecordingError(
+                        f"{self.f.name} inflates more than {MAX_RATIO}× its size: "
+                        "not a tokmon recording"
+                    )
+                yield part
+                data = d.unconsumed_tail
             raw = self.f.read(CHUNK)
         if not d.eof:
             self.cut = True
@@ -346,7 +446,17 @@ class _Lines:
                 buf = rest + chunk
                 lines = buf.split(b"\n")
                 rest = lines.pop()
+                if len(rest) > MAX_LINE:
+                    raise RecordingError(
+                        f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
+                        "not a tokmon recording"
+                    )
                 for ln in lines:
+                    if len(ln) > MAX_LINE:
+                        raise RecordingError(
+                            f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
+                            "not a tokmon recording"
+                        )
                     self.offset += len(ln) + 1
                     yield ln, False
         finally:
@@ -433,25 +543,33 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
                     f"{path} was written by a newer tokmon (schema {v}; this "
                     f"tokmon {__version__} reads up to {SCHEMA_VERSION}): upgrade tokmon"
                 )
+            _check_header(obj, path)
             rec = Recording(path=path, header=obj)
+            continue
+        if k == "header" and cont is None:
+            # a later session appended to the same file (--append): the last one is read
+            _check_header(obj, path)
+            earlier = rec.sessions
+            rec = Recording(path=path, header=obj, sessions=earlier + 1)
+            vocab, parts, batch = {}, [], []
             continue
         if k == "r":
             rec.corrupt += _columns(batch, vocab, parts)  # keep the order of the file
             batch = []
             try:
-                parts.append(RequestTable.from_lines([obj], vocab))
+                rec.corrupt += _append(RequestTable.from_lines([obj], vocab), parts)
             except (KeyError, TypeError, ValueError, OverflowError):
                 rec.corrupt += 1
             continue
         try:
             if k == "tok":
-                rec.ticks.extend((int(t), str(a), int(c)) for t, a, c in obj["v"])
+                rec.ticks.extend((_t(t), str(a), int(c)) for t, a, c in obj["v"])
             elif k == "p":
-                rec.samples.append((int(obj["t"]), str(obj["src"]), dict(obj["v"])))
+                rec.samples.append((_t(obj["t"]), str(obj["src"]), dict(obj["v"])))
             elif k == "e":
                 rec.events.append(
                     Event(
-                        t=int(obj["t"]),
+                        t=_t(obj["t"]),
                         kind=str(obj["kind"]),
                         message=str(obj["msg"]),
                         data=dict(obj.get("data") or {}),
@@ -461,9 +579,10 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
             elif k == "summary":
                 rec.summary = {kk: vv for kk, vv in obj.items() if kk != "k"}
             elif k == "end":
-                rec.t_end = int(obj["t"])
-            elif k == "header":
-                rec.corrupt += 1
+                rec.t_end = _t(obj["t"])
+            elif k == "gap":
+                rec.gaps.append({kk: vv for kk, vv in obj.items() if kk != "k"})
+                rec.lost_lines += int(obj.get("lines") or 0)
         except (KeyError, TypeError, ValueError):
             rec.corrupt += 1
     if rec is None:
@@ -484,13 +603,12 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
 
 def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) -> int:
     """Append a batch of request lines as columns; returns how many were corrupt (a batch
-    with one bad line is sorted line by line)."""
+    with one bad line is sorted line by line; a row with an impossible figure is one)."""
     if not batch:
         return 0
     try:
         dicts = list(map(_loads, batch))
-        parts.append(RequestTable.from_lines(dicts, vocab))
-        return 0
+        return _append(RequestTable.from_lines(dicts, vocab), parts)
     except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
         pass
     good = []
@@ -501,9 +619,84 @@ def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) 
             good.append(d)
         except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
             pass
+    bad = len(batch) - len(good)
     if good:
-        parts.append(RequestTable.from_lines(good, vocab))
-    return len(batch) - len(good)
+        bad += _append(RequestTable.from_lines(good, vocab), parts)
+    return bad
+
+
+def _append(tb: RequestTable, parts: list[Any]) -> int:
+    if len(tb.vocab.get("arm", ())) > MAX_ARMS:
+        raise RecordingError(f"more than {MAX_ARMS} arms: not a tokmon recording")
+    ok = tb.possible(MAX_T_NS)
+    if not ok.all():
+        tb = tb.take(ok)
+    if tb.n:
+        parts.append(tb)
+    return int((~ok).sum())
+
+
+# The header's fields and their JSON types: a file whose header breaks them is refused
+# in one line, rather than failing deep inside a report.
+_HEADER_TYPES: dict[str, tuple[type, ...]] = {
+    "tokmon_version": (str,),
+    "started_at": (str,),
+    "wall_start": (int, float),
+    "t0_ns": (int,),
+    "t0_perf_ns": (int,),
+    "command": (list,),
+    "settings": (dict,),
+    "slo": (dict,),
+    "cost": (dict,),
+    "target": (dict,),
+    "host": (dict,),
+    "gpu": (dict,),
+    "servers": (dict,),
+}
+
+
+def _check_header(h: dict[str, Any], path: str) -> None:
+    def bad(what: str) -> RecordingError:
+        return RecordingError(f"{path}: the header's {what} — not a tokmon recording")
+
+    for k, types in _HEADER_TYPES.items():
+        v = h.get(k)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            raise bad(f"{k!r} is {type(v).__name__}")
+    for k, v in (h.get("slo") or {}).items():
+        if k not in ("ttft_ms", "tpot_ms", "e2e_ms") or not _is_num(v):
+            raise bad(f"slo.{k} is not an SLO in ms")
+    for k, v in (h.get("cost") or {}).items():
+        if v is not None and not _is_num(v):
+            raise bad(f"cost.{k} is not a number")
+    if not all(isinstance(c, str) for c in h.get("command") or []):
+        raise bad("command is not a list of words")
+    s = h.get("settings") or {}
+    arms = s.get("arms", [])
+    if not isinstance(arms, list) or len(arms) > MAX_ARMS:
+        raise bad(f"settings.arms is not a list of at most {MAX_ARMS} arms")
+    if not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in arms):
+        raise bad("settings.arms has an arm without a name")
+    for k in ("assign", "mode"):
+        if k in s and not isinstance(s[k], str):
+            raise bad(f"settings.{k} is not text")
+    for k in ("concurrency", "rate"):
+        if k in s and s[k] is not None and not _is_num(s[k]):
+            raise bad(f"settings.{k} is not a number")
+    if not isinstance(s.get("mix", []), list):
+        raise bad("settings.mix is not a list")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _t(v: Any) -> int:
+    """A time of a recording line: an integer within the recording's span."""
+    t = int(v)
+    if abs(t) > MAX_T_NS:
+        raise ValueError("time out of range")
+    return t
 
 
 def recording_summary(rec: Recording) -> dict[str, Any]:

@@ -87,6 +87,7 @@ class LiveSession:
         self._next_tick = 0
         self.stopping = False
         self.finished_workers: set[int] = set()
+        self.engine_errors: list[str] = []  # why an engine process died, one line each
         self.output_check: dict[str, Any] | None = None
         self._all_alerts: list[Event] = []
         self.check_n = check_outputs_n
@@ -353,6 +354,26 @@ class LiveSession:
                 return self.start_output_check()
         return None
 
+    def _engine_died(self, worker: int, why: str) -> None:
+        msg = f"engine {worker} failed: {why}"
+        self.engine_errors.append(msg)
+        self._event("error", msg)
+        if not self.stopping:
+            self.command("stop", True)  # the rest of the load is not the run asked for
+
+    def note(self, kind: str, message: str) -> None:
+        """An event from outside the measuring (the recorder's write errors)."""
+        self._event(kind, message)
+
+    def failures(self) -> list[str]:
+        """What went wrong with the run itself (not with requests): non-zero exit."""
+        out = list(self.engine_errors)
+        for i, p in enumerate(self.procs):
+            code = p.exitcode
+            if code not in (0, None) and not any(m.startswith(f"engine {i} ") for m in out):
+                out.append(f"engine {i} failed: exit code {code}")
+        return out
+
     def _event(
         self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
     ) -> None:
@@ -377,7 +398,15 @@ class LiveSession:
                     msg: Any = c.recv()
                 except (EOFError, OSError):
                     conns.remove(c)
-                    self.finished_workers.add(by_conn[id(c)])
+                    w = by_conn[id(c)]
+                    self.finished_workers.add(w)
+                    if not self.stopping or self.procs[w].exitcode not in (0, None):
+                        self._engine_died(w, "ended without a word")
+                    continue
+                if msg[0] == "error":
+                    conns.remove(c)
+                    self.finished_workers.add(msg[1])
+                    self._engine_died(msg[1], str(msg[2]))
                     continue
                 self._ingest(msg)
                 if msg[5].done:

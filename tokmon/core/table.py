@@ -203,6 +203,27 @@ class RequestTable:
             gaps = [base64.b64decode(d["g"]) if "g" in d else b"" for d in dicts]
         return cls(cols, vocab, gaps)
 
+    def take(self, mask: np.ndarray) -> RequestTable:
+        """The rows where ``mask`` is true."""
+        cols = {k: v[mask] for k, v in self.cols.items()}
+        gaps = None if self.gaps is None else [g for g, m in zip(self.gaps, mask, strict=True) if m]
+        return RequestTable(cols, self.vocab, gaps)
+
+    def possible(self, max_t: int) -> np.ndarray:
+        """Rows whose figures could have been measured: times within ``max_t`` of the
+        start, end not before schedule, no negative or infinite duration or count. A
+        recording is a file anyone can write; a replay must never show the impossible."""
+        c = self.cols
+        ok = (np.abs(c["t_sched"]) <= max_t) & (np.abs(c["t_end"]) <= max_t)
+        ok &= c["t_end"] >= c["t_sched"]
+        for name, (_short, typ, _d) in COLUMNS.items():
+            if typ in ("f", "n"):
+                v = c[name]
+                ok &= np.isnan(v) | ((v >= 0) & (v < 1e12))
+            elif typ == "k" and name not in ("step",):
+                ok &= c[name] >= 0
+        return ok
+
     @classmethod
     def concat(
         cls, parts: list[RequestTable], vocab: dict[str, list[Any]], free: bool = True

@@ -1,14 +1,28 @@
-"""Text from a server is data: strip what a terminal would interpret.
+"""Everything tokmon writes for a person or a program passes through here.
 
-Removes ANSI/VT escape sequences (CSI, OSC — window titles, hyperlinks, clipboard —,
-DCS, …) and every other control character except newline and tab, so that neither the
-dashboard, the headless output nor a report lets a server drive the user's terminal.
-Rich/Textual markup is neutralised where text is displayed (``rich.text.Text``), not here.
+Text from a server or a file is data. ``clean_text`` removes ANSI/VT escape sequences
+(CSI, OSC -- window titles, hyperlinks, clipboard --, DCS, …) and every other control
+character except newline and tab, and replaces every registered secret (the API key,
+URL credentials, custom header values) with ``<redacted>``, so that neither the
+dashboard, the headless output nor a report lets a server drive the user's terminal or
+echo a key back into a file.
+
+The sinks below are the only places tokmon writes text: ``say`` (the terminal),
+``write_text`` (report and summary files), ``dumps`` (strict JSON) and ``csv_cell``.
+They clean what they write, whole, so a string that came from a server cannot reach an
+output by a path that forgot to clean it; ``tests/test_hostile.py`` keeps every other
+``print`` and ``sys.std*.write`` out of the package. Rich/Textual markup is neutralised
+where text is displayed (``rich.text.Text``), not here.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+import sys
+from pathlib import Path
+from typing import Any
 
 _ESC_SEQ = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC ... BEL or ST
@@ -19,12 +33,97 @@ _ESC_SEQ = re.compile(
     r"|\x9d[^\x07\x9c]*(?:\x07|\x9c)?"  # 8-bit OSC
 )
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+REDACTED = "<redacted>"
+# Shorter values are too likely to be ordinary text to scrub everywhere (they are still
+# redacted where they are known to be secret: headers, the command line, settings).
+MIN_SECRET = 6
+_SECRETS: list[str] = []
+
+
+def add_secret(value: str | None) -> None:
+    """Scrub ``value`` from every output of this process from now on."""
+    if value and len(value) >= MIN_SECRET and value not in _SECRETS:
+        _SECRETS.append(value)
+        _SECRETS.sort(key=len, reverse=True)  # a longer secret first: it may hold another
+
+
+def secrets() -> tuple[str, ...]:
+    return tuple(_SECRETS)
+
+
+def scrub(s: str) -> str:
+    for sec in _SECRETS:
+        if sec in s:
+            s = s.replace(sec, REDACTED)
+    return s
 
 
 def clean_text(s: str, keep_newlines: bool = True) -> str:
-    """Remove escape sequences and control characters from server-supplied text."""
+    """Remove escape sequences, control characters and secrets from untrusted text."""
     s = _ESC_SEQ.sub("", s)
     s = _CTRL.sub("", s)
+    if _SECRETS:
+        s = scrub(s)
     if not keep_newlines:
         s = s.replace("\n", " ").replace("\t", " ")
     return s
+
+
+def say(text: str = "", *, err: bool = False, flush: bool = False) -> None:
+    """Write one message (a line, or lines) to the terminal, cleaned."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(clean_text(text) + "\n")
+    if flush:
+        stream.flush()
+
+
+def write_out(text: str) -> None:
+    """Write a whole document (a report, an export) to standard output, cleaned."""
+    sys.stdout.write(clean_text(text))
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a text file (a report, a summary), cleaned. Raises OSError."""
+    Path(path).write_text(clean_text(text), encoding="utf-8")
+
+
+def finite(obj: Any, notes: list[str] | None = None, path: str = "") -> Any:
+    """``obj`` with every non-finite float replaced by None (named in ``notes``)."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        if notes is not None:
+            notes.append(path or "value")
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v, notes, f"{path}.{k}" if path else str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v, notes, f"{path}[{i}]") for i, v in enumerate(obj)]
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None, compact: bool = False) -> str:
+    """Strict JSON (RFC 8259): no NaN or Infinity -- they become null, and a top-level
+    object says which (``"nonfinite"``); every non-ASCII or control character escaped, so
+    that printing the file cannot drive a terminal; secrets scrubbed."""
+    notes: list[str] = []
+    obj = finite(obj, notes)
+    if notes and isinstance(obj, dict):
+        obj["nonfinite"] = notes
+    sep = (",", ":") if compact else None
+    text = json.dumps(obj, indent=indent, separators=sep, allow_nan=False, default=str)
+    return scrub(text) if _SECRETS else text
+
+
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(v: Any) -> Any:
+    """A CSV cell that a spreadsheet will not run: text that begins like a formula gets a
+    leading apostrophe (OWASP's advice); numbers stay numbers."""
+    if not isinstance(v, str):
+        return v
+    v = clean_text(v, keep_newlines=False)
+    if v.startswith(_FORMULA):
+        return "'" + v
+    return v

@@ -158,6 +158,10 @@ class DashboardApp(App[None]):
         Binding("e", "end", "end"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit_tokmon", "quit"),
+        # One rule for an interrupt, as in a headless run: the first Ctrl-C drains the
+        # in-flight requests, a second stops now (they end as cancelled), exit 130.
+        # Ctrl-Q (Textual's own quit) is the same interrupt, never a silent abort.
+        Binding("ctrl+c,ctrl+q", "interrupt", show=False, priority=True),
     ]
     # Each key maps to a source command; keys whose command the source lacks are hidden.
     ACTION_COMMANDS = {
@@ -181,6 +185,7 @@ class DashboardApp(App[None]):
         self.last_snapshot: Snapshot | None = None
         self.last_view = ""
         self.quitting = False
+        self.interrupted = 0  # Ctrl-C presses: the run's exit code is 130 after one
         self.notice = ""
         self._theme_request = theme
         self._theme_errors: list[str] = []
@@ -289,6 +294,23 @@ class DashboardApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_interrupt(self) -> None:
+        self.interrupted += 1
+        snap = self.source.snapshot()
+        live = "stop" in self.source.commands and not (snap is not None and snap.done)
+        if not live:
+            self.exit()
+            return
+        if self.interrupted == 1 and snap is not None and snap.in_flight:
+            self.quitting = True
+            self.source.command("stop")
+            self.notify(
+                "stopping: draining in-flight requests (Ctrl-C again: stop now)", timeout=10
+            )
+            return
+        self.source.command("stop", True)
+        self.exit()
 
     def action_quit_tokmon(self) -> None:
         snap = self.source.snapshot()
@@ -641,5 +663,8 @@ def _hms(s: float) -> str:
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
 
 
-def run_app(source: Source, theme: str | None = None, fps: float = 4.0) -> None:
-    DashboardApp(source, theme=theme, fps=fps).run()
+def run_app(source: Source, theme: str | None = None, fps: float = 4.0) -> bool:
+    """Run the dashboard; True when it was ended by an interrupt (Ctrl-C)."""
+    app = DashboardApp(source, theme=theme, fps=fps)
+    app.run()
+    return app.interrupted > 0

@@ -6,6 +6,7 @@ down is a server restart: an event and a gap, never a negative rate.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -121,17 +122,50 @@ COUNTERS = (
 )
 
 
+# A /metrics body is read up to this size, and only the series of known engines in it
+# are parsed, at most MAX_SERIES of them: a hostile or huge exporter (200,000 series,
+# 90 MB) would otherwise cost the parent process hundreds of MB and CPU that the
+# measured streams share on a small machine.
+MAX_BODY = 4 << 20
+MAX_SERIES = 20_000
+
+
+INCONSISTENT = "inconsistent: more tokens accepted than drafted"
+
+
+class MetricsTooLarge(ValueError):
+    pass
+
+
+def _known_lines(text: str) -> str:
+    """The lines of ``text`` that belong to a known engine's series (and their comments)."""
+    markers = tuple(e.marker for e in ENGINES)
+    keep = []
+    for line in text.splitlines():
+        name = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
+        if name.startswith(markers):
+            keep.append(line)
+            if len(keep) > 3 * MAX_SERIES:  # HELP + TYPE + samples
+                raise MetricsTooLarge(f"more than {MAX_SERIES} series")
+    return "\n".join(keep) + "\n"
+
+
 def flatten(text: str) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Sample name -> value summed over label sets; and per-position series."""
+    """Sample name -> value summed over label sets; and per-position series. Samples of
+    no known engine are not parsed; NaN and infinite values (legal in the exposition
+    format) are left out, never summed into a figure."""
     flat: dict[str, float] = {}
     per_pos: dict[str, dict[str, float]] = {}
-    for fam in text_string_to_metric_families(text):
+    for fam in text_string_to_metric_families(_known_lines(text)):
         for s in fam.samples:
-            flat[s.name] = flat.get(s.name, 0.0) + float(s.value)
+            v = float(s.value)
+            if not math.isfinite(v):
+                continue
+            flat[s.name] = flat.get(s.name, 0.0) + v
             pos = s.labels.get("position")
             if pos is not None:
                 d = per_pos.setdefault(s.name, {})
-                d[pos] = d.get(pos, 0.0) + float(s.value)
+                d[pos] = d.get(pos, 0.0) + v
     return flat, per_pos
 
 
@@ -217,17 +251,23 @@ class ServerMetricsProbe(Sampler):
         if self._client is None:
             self._client = httpx.Client(timeout=2.0, verify=not self.insecure, trust_env=False)
         try:
-            r = self._client.get(self.url, headers=self.headers)
+            with self._client.stream("GET", self.url, headers=self.headers) as r:
+                if r.status_code != 200:
+                    self._note_unavailable(f"HTTP {r.status_code}")
+                    return None
+                body = bytearray()
+                for part in r.iter_bytes():
+                    body += part
+                    if len(body) > MAX_BODY:
+                        self._note_unavailable(f"body over {MAX_BODY >> 20} MiB: not read")
+                        return None
         except httpx.HTTPError as e:
             self._note_unavailable(f"{type(e).__name__}")
-            return None
-        if r.status_code != 200:
-            self._note_unavailable(f"HTTP {r.status_code}")
             return None
         if self._unavailable:
             self._unavailable = False
             self.event("probe", f"server metrics available again at {self.url}")
-        return r.text
+        return body.decode("utf-8", "replace")
 
     def _note_unavailable(self, why: str) -> None:
         if not self._unavailable:
@@ -242,6 +282,9 @@ class ServerMetricsProbe(Sampler):
             return {"server_note": "no server metrics"}
         try:
             cur = neutral(text)
+        except MetricsTooLarge as e:
+            self._note_unavailable(str(e))
+            return {"server_note": f"/metrics too large ({e})"}
         except Exception:
             return {"server_note": "unparseable /metrics"}
         return self.ingest(_t.perf_counter_ns(), cur)
@@ -305,6 +348,9 @@ class ServerMetricsProbe(Sampler):
             dd = b.get("draft_tokens", 0) - a.get("draft_tokens", 0)
             da = b.get("accepted", 0) - a.get("accepted", 0)
             dn = b.get("drafts", 0) - a.get("drafts", 0)
+            if dd > 0 and da > dd:
+                # impossible counters: flagged, never an acceptance over 100%
+                return {"spec_source": "server counters", "spec_note": INCONSISTENT}
             if dd > 0:
                 out = {"spec_acceptance_rate": da / dd, "spec_source": "server counters"}
                 if dn > 0:
@@ -323,7 +369,10 @@ class ServerMetricsProbe(Sampler):
         if "acc_rate_gauge" in last or "acc_len_gauge" in last:
             out = {"spec_source": "server gauges"}
             if "acc_rate_gauge" in last:
-                out["spec_acceptance_rate"] = last["acc_rate_gauge"]
+                if 0 <= last["acc_rate_gauge"] <= 1:
+                    out["spec_acceptance_rate"] = last["acc_rate_gauge"]
+                else:
+                    out["spec_note"] = f"acceptance gauge out of range ({last['acc_rate_gauge']:g})"
             if "acc_len_gauge" in last:
                 out["spec_acceptance_length"] = last["acc_len_gauge"]
             return out
@@ -349,6 +398,8 @@ class ServerMetricsProbe(Sampler):
             dn, dd, da = dn + a, dd + b, da + c
         if dd <= 0:
             return None
+        if da > dd:
+            return {"acceptance_rate": None, "source": f"server counters ({INCONSISTENT})"}
         out: dict[str, Any] = {"acceptance_rate": da / dd, "source": "server counters"}
         out["acceptance_length"] = 1 + da / dn if dn > 0 else None
         out["draft_tokens"], out["accepted_tokens"], out["drafts"] = dd, da, dn
