@@ -594,6 +594,13 @@ def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     return defaults, arms
 
 
+# Options whose value is a name, a path or a URL: a number there is a mistake.
+_TEXT_KEYS = frozenset(
+    ("url", "model", "record", "summary_json", "prompts", "api_key_file", "theme",
+     "metrics_url", "dcgm_url", "endpoint", "arrival", "assign", "mix", "ladder")
+)  # fmt: skip
+
+
 def config_argv(parser: argparse.ArgumentParser, defaults: dict[str, Any], path: str) -> list[str]:
     """A config file's keys as command-line words, so that every value goes through the
     very checks its option does (a TOML string "false" is not a boolean; a list is not a
@@ -620,6 +627,8 @@ def config_argv(parser: argparse.ArgumentParser, defaults: dict[str, Any], path:
             out += [opt, json.dumps(v)]
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise UsageError(f"{where} must be a single value, got {v!r}")
+        elif key in _TEXT_KEYS and not isinstance(v, str):
+            raise UsageError(f"{where} must be text (a quoted string), got {v!r}")
         else:
             out += [opt, str(v)]
     return out

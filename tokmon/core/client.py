@@ -51,11 +51,15 @@ def ssl_context(insecure: bool = False) -> ssl.SSLContext:
 
 
 def classify_status(status: int) -> str:
+    """The outcome of a non-200 answer: only 5xx is a server error; a redirect, a 1xx
+    that ended the exchange or a status outside HTTP's range is a protocol error."""
     if status == 429:
         return "http_429"
     if 400 <= status < 500:
         return "http_4xx"
-    return "http_5xx"
+    if 500 <= status < 600:
+        return "http_5xx"
+    return "protocol"
 
 
 def error_message(body: bytes) -> str:
@@ -254,7 +258,11 @@ async def stream_request(
     meter = sink.meter
     if status is not None and status != 200 and outcome in ("ok", "timeout", "stream_error"):
         outcome = classify_status(status)
-        error = f"HTTP {status}: {error_message(sink.raw)}"
+        error = (
+            f"HTTP {status}: {error_message(sink.raw)}"
+            if outcome != "protocol"
+            else f"unexpected HTTP status {status} (not a stream)"
+        )
     if meter is not None:
         extra = meter.untick_tokens()
         if extra > 0 and outcome == "ok":

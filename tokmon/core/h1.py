@@ -563,6 +563,8 @@ class Connection:
                 status = int(parts[1])
             except ValueError:
                 raise BadResponse(f"bad status {parts[1][:10]!r}") from None
+            if not 100 <= status <= 999 or len(parts[1]) != 3:
+                raise BadResponse(f"bad status {parts[1][:10]!r}")
             if 100 <= status < 200 and status != 101:
                 buf = buf[i + 4 :]  # an interim response (100 Continue, 103): skip it
                 continue
@@ -580,6 +582,14 @@ class Connection:
                     length = int(value.strip())
                 except ValueError:
                     raise BadResponse("bad Content-Length") from None
+            elif name == b"content-encoding":
+                enc = value.strip().lower()
+                if enc not in (b"", b"identity") and status == 200:
+                    # tokmon asks for identity: a compressed stream cannot be timed by token
+                    raise BadResponse(
+                        f"unexpected Content-Encoding {enc[:20].decode('latin-1')!r} "
+                        "(tokmon asks for identity)"
+                    )
             elif name == b"connection":
                 v = value.strip().lower()
                 if v == b"close":

@@ -124,6 +124,6 @@ def csv_cell(v: Any) -> Any:
     if not isinstance(v, str):
         return v
     v = clean_text(v, keep_newlines=False)
-    if v.startswith(_FORMULA):
+    if v.lstrip().startswith(_FORMULA) or v.startswith(_FORMULA):
         return "'" + v
     return v

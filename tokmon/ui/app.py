@@ -542,11 +542,14 @@ class DashboardApp(App[None]):
 
     def _compare_text(self, s: Snapshot, detail: bool = False) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"{'arm':<9}{'ok':>5}{'err':>4}{'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold")
+        t.append(f"{'arm':<9}{'ok':>5} {'err':>4}{'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold")
         for v in s.arm_views:
             w = v.window
             mark = "▶" if v.name == s.arm else " "
-            t.append(f"{mark}{clean_text(v.name, False)[:8]:<8}{v.ok:>5}{v.failed:>4}")
+            # counts keep their width (1.2k, 34k, 5.6M) and a space between: they never merge
+            t.append(
+                f"{mark}{clean_text(v.name, False)[:8]:<8}{_count(v.ok):>5} {_count(v.failed):>4}"
+            )
             if w is not None:
                 t.append(f"{w.tokens_per_s:>6.0f}{_num(w.decode_p50):>6}{fmt_ms(w.ttft_p50):>6}")
             t.append("\n")
@@ -661,6 +664,19 @@ def _hms(s: float) -> str:
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def _count(n: int) -> str:
+    """A count in at most four characters."""
+    if n < 10_000:
+        return str(n)
+    for div, unit in ((1_000, "k"), (1_000_000, "M"), (1_000_000_000, "G")):
+        v = n / div
+        if v < 9.95:
+            return f"{v:.1f}{unit}"
+        if v < 999.5:
+            return f"{v:.0f}{unit}"
+    return "many"
 
 
 def run_app(source: Source, theme: str | None = None, fps: float = 4.0) -> bool:
