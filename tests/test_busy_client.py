@@ -45,7 +45,8 @@ def _ttfts(recs) -> np.ndarray:
     return np.array([r.ttft_ms for r in recs])
 
 
-def test_loop_blocked_after_each_send_does_not_shorten_ttft(make_sim, monkeypatch):
+@pytest.mark.parametrize("n", [30, pytest.param(200, marks=pytest.mark.slow)])
+def test_loop_blocked_after_each_send_does_not_shorten_ttft(make_sim, monkeypatch, n):
     """The process is held up 80 ms right after each request leaves (as a preempted
     client would be): a send stamped after that would make every TTFT ~40 ms.
 
@@ -60,7 +61,7 @@ def test_loop_blocked_after_each_send_does_not_shorten_ttft(make_sim, monkeypatc
         time.sleep(0.08)  # blocks the event loop, after the bytes left
 
     monkeypatch.setattr(h1.Connection, "_send", slow_send)
-    recs, _, _ = run_engine(sim.url, concurrency=1, requests=30, max_tokens=LengthDist("fixed", 3))
+    recs, _, _ = run_engine(sim.url, concurrency=1, requests=n, max_tokens=LengthDist("fixed", 3))
     ttft = _ttfts(recs)
     assert ttft.min() >= TTFT_MS - 2, sorted(ttft)[:5]
     assert abs(np.median(ttft) - TTFT_MS) < 3, np.median(ttft)
@@ -180,3 +181,47 @@ def test_wall_to_mono_offset_is_tight_and_follows_a_step(monkeypatch):
     monkeypatch.setattr(time, "time_ns", lambda: real() + 3_000_000_000)  # the clock steps
     c.refresh(time.perf_counter_ns())
     assert c.steps == 1 and abs(c.offset - off - 3_000_000_000) < 5_000_000
+
+
+async def test_a_whole_answer_in_one_read_has_no_tpot_and_is_counted():
+    """E2E = TTFT: there is no interval to divide. The record has no TPOT, and the
+    summary says how many such requests there were and why."""
+    import asyncio
+
+    from tokmon.core.client import Tick, stream_request
+    from tokmon.core.stats import ArmTotals
+    from tokmon.core.summary import arm_summary
+
+    body = (
+        b"".join(
+            b"data: " + json.dumps(e).encode() + b"\n\n"
+            for e in (
+                {"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]}
+                for t in ("a", "b", "c")
+            )
+        )
+        + b'data: {"choices":[],"usage":{"completion_tokens":3}}\n\ndata: [DONE]\n\n'
+    )
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+
+    async def server(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.readuntil(b"\r\n\r\n")
+        await r.readexactly(2)
+        w.write(head % len(body) + body)  # one write: the client gets it in one read
+        await w.drain()
+        w.close()
+
+    srv = await asyncio.start_server(server, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    pool = h1.Pool(5.0)
+    rec = await stream_request(
+        pool, h1.prepare(f"http://127.0.0.1:{port}/v1/chat/completions", {}), rid=0, arm="a",
+        body=b"{}", t_sched=time.perf_counter_ns(), ticks=Tick(), first_token_s=10, total_s=10,
+    )  # fmt: skip
+    pool.close()
+    srv.close()
+    assert rec.outcome == "ok" and rec.output_tokens == 3
+    assert rec.ttft_ms is not None and rec.tpot_ms is None and rec.ttft_ms == rec.e2e_ms
+    t = ArmTotals("a")
+    t.add(rec, None)
+    assert arm_summary(t, 1.0, None)["tpot_left_out"] == {"one_token": 0, "one_read": 1}

@@ -220,3 +220,19 @@ def test_bad_config_files(tmp_path, content, needle):
     f.write_text(content)
     r = tokmon("run", "--config", str(f))
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_summary_is_handed_over_when_the_run_ends_not_when_the_dashboard_closes(sim):
+    """A dashboard run that ended by --duration writes --summary-json at once: the SSH
+    session may close before anyone presses q."""
+    from tokmon.core.arms import Arm
+    from tokmon.core.config import RunConfig
+    from tokmon.core.session import LiveSession
+
+    got: list[dict] = []
+    s = LiveSession(RunConfig(arms=(Arm("a", url=sim.url, model="sim-27b"),), requests=4))
+    s.on_finished = got.append
+    s.start()
+    assert s.wait(60)
+    assert got and got[0]["arms"]["a"]["requests"]["ok"] == 4  # before close() is called
+    s.close()

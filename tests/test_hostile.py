@@ -10,7 +10,6 @@ import ast
 import base64
 import gzip
 import json
-import os
 import resource
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import tokmon
 from hostile import ESC_MODEL, Hostile, sse_events, text_event, usage_event
 
 from tokmon.core.probes.server import ServerMetricsProbe
@@ -33,17 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTROL = (b"\x1b", b"\x07", b"\xc2\x9b", b"\xc2\x9d", b"\xc2\x9c")
 
 
-def run(*args: str, env: dict[str, str] | None = None, timeout: float = 90, **kw: Any):
-    e = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "TOKMON_API_KEY")}
-    e.update(env or {})
-    return subprocess.run(
-        [PY, "-m", "tokmon", *args],
-        capture_output=True,
-        timeout=timeout,
-        env=e,
-        stdin=subprocess.DEVNULL,
-        **kw,
-    )
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
+    return tokmon(*args, env=env, timeout=timeout, text=False)
 
 
 def no_control(*blobs: bytes) -> None:

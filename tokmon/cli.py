@@ -8,6 +8,7 @@ subcommands, defaults and help as well as the frameworks do here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -905,6 +906,14 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
                 say(f"tokmon: {msg}", err=True, flush=True)
 
         recorder.on_error = on_record_error
+    if args.summary_json:
+        path = args.summary_json
+
+        def write_summary(summary: dict[str, Any]) -> None:
+            with contextlib.suppress(OSError):  # the final write below reports errors
+                write_text(path, dumps(summary, indent=2) + "\n")
+
+        session.on_finished = write_summary
     interrupted = False
     try:
         session.start()

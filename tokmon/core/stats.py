@@ -333,6 +333,10 @@ class ArmTotals:
     good: int = 0
     stalls: int = 0
     clock: int = 0  # ok requests whose timeline was impossible: left out of the figures
+    # counted ok requests without a TPOT, by why: one token, or the whole answer in one
+    # read (E2E = TTFT: no interval to divide)
+    tpot_one_token: int = 0
+    tpot_one_read: int = 0
     ttft: GrowArray = field(default_factory=GrowArray)
     tpot: GrowArray = field(default_factory=GrowArray)
     e2e: GrowArray = field(default_factory=GrowArray)
@@ -403,6 +407,11 @@ class ArmTotals:
             self.tpot.append(r.tpot_ms)
             self.seg_tpot.append(r.segment)
             self.st_tpot.append(st)
+        elif r.ttft_ms is not None:
+            if r.output_tokens < 2:
+                self.tpot_one_token += 1
+            else:
+                self.tpot_one_read += 1
         if r.e2e_ms is not None:
             self.e2e.append(r.e2e_ms)
         if r.decode_tps is not None:
@@ -467,6 +476,10 @@ class ArmTotals:
         self.tpot.extend(tpot[m])
         self.seg_tpot.extend(seg[m])
         self.st_tpot.extend(st[m])
+        no_tpot = ~m & ~np.isnan(ttft)
+        one = c["output_tokens"][oi] < 2
+        self.tpot_one_token += int((no_tpot & one).sum())
+        self.tpot_one_read += int((no_tpot & ~one).sum())
         self.e2e.extend(e2e[~np.isnan(e2e)])
         m = ~np.isnan(dec)
         self.decode.extend(dec[m])

@@ -49,6 +49,8 @@ def arm_summary(
         # ok requests left out of the duration figures because their timeline was
         # impossible (detail "clock: …" in the recording)
         "clock_excluded": t.clock,
+        # ok requests that have a TTFT but no TPOT, and why (docs/METRICS.md)
+        "tpot_left_out": {"one_token": t.tpot_one_token, "one_read": t.tpot_one_read},
     }
     if t.kinds:
         out["by_kind"] = {
@@ -289,6 +291,17 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
         if a.get("tokens_estimated"):
             out.append(f"{name}: token counts estimated (server sent no usage)")
+        left = a.get("tpot_left_out") or {}
+        if left.get("one_token") or left.get("one_read"):
+            out.append(
+                f"{name}: no TPOT for {left.get('one_token', 0)} one-token answer(s) and "
+                f"{left.get('one_read', 0)} answer(s) that arrived in one read"
+            )
+        if a.get("clock_excluded"):
+            out.append(
+                f"{name}: {a['clock_excluded']} request(s) with an impossible timeline left "
+                "out of every duration (detail 'clock: …' in the recording)"
+            )
     for name, a in summary["arms"].items():
         bk = a.get("by_kind")
         if bk and len(bk) > 1:
