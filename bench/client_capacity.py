@@ -1,12 +1,17 @@
 """Client capacity: CPU seconds per million streamed tokens, and the most tokens/s one
 engine process sustains, against the simulator with zero delay on loopback.
 
-    python bench/client_capacity.py [--seconds 20] [--concurrency 32] [--repeat 3]
+    pip install -e '.[bench]'      # aiohttp, for the reference reader
+    python bench/client_capacity.py [--seconds 15] [--concurrency 32] [--repeat 5]
 
 Each client runs in its own process tree; its CPU (user+sys of the whole tree) and the
 server's own token counter are read in steady state (after a few seconds of warm-up).
-Peers that are not installed here (vllm bench serve, aiperf, guidellm) are skipped and
-said to be; PEERS.md has their figures from a machine like this one.
+The clients take turns within each round, so a machine that slows down slows them all;
+the table gives each client's median and range over the rounds, and its ratio to the
+bare aiohttp reader *of the same round* (median and range): a ratio whose range
+includes 1.00 is "within noise", and the table says so. ``vllm bench serve`` runs where
+``scripts/real-engines.sh setup`` has installed vLLM (else it is named as skipped);
+AIPerf and GuideLLM do not install here (the project's docs give their figures).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -56,6 +62,15 @@ def clients(url: str, conc: int, secs: float, mt: int) -> dict[str, list[str]]:
             py,
             os.path.join(HERE, "ref_clients.py"),
             "aiohttp",
+            url,
+            str(conc),
+            f"{secs:g}",
+            str(mt),
+        ],
+        "raw socket reader (no HTTP library)": [
+            py,
+            os.path.join(HERE, "ref_clients.py"),
+            "raw",
             url,
             str(conc),
             f"{secs:g}",
@@ -107,7 +122,8 @@ def clients(url: str, conc: int, secs: float, mt: int) -> dict[str, list[str]]:
 
 def vllm_paths() -> tuple[str | None, str | None]:
     """vLLM's CLI and a tokenizer folder, where scripts/real-engines.sh has set them up."""
-    cache = os.environ.get("TOKMON_ENGINE_CACHE", os.path.expanduser("~/.cache/tokmon-engines"))
+    # the same variable and default as scripts/real-engines.sh
+    cache = os.environ.get("TOKMON_ENGINES_CACHE", os.path.expanduser("~/.cache/tokmon-engines"))
     vllm = os.environ.get("TOKMON_VLLM") or os.path.join(cache, "vllm-venv/bin/vllm")
     tok = os.environ.get("TOKMON_TINY_MODEL") or os.path.join(cache, "tiny-llama")
     return (
@@ -120,66 +136,108 @@ def vllm_paths() -> tuple[str | None, str | None]:
 SLOW_START = {"vllm bench serve (vLLM's own client)": 40.0}
 
 
+class ClientFailed(Exception):
+    pass
+
+
 def measure(cmd: list[str], url: str, secs: float, warm: float) -> tuple[float, float]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        time.sleep(warm)
-        tok0, cpu0, t0 = server_tokens(url), tree_cpu(p.pid), time.monotonic()
-        time.sleep(secs)
-        tok1, cpu1, t1 = server_tokens(url), tree_cpu(p.pid), time.monotonic()
-    finally:
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
-            p.wait(timeout=secs + 60)
-        except subprocess.TimeoutExpired:
-            p.terminate()
-            p.wait(timeout=30)
-    tok = tok1 - tok0
+            time.sleep(warm)
+            tok0, cpu0, t0 = server_tokens(url), tree_cpu(p.pid), time.monotonic()
+            time.sleep(secs)
+            tok1, cpu1, t1 = server_tokens(url), tree_cpu(p.pid), time.monotonic()
+        finally:
+            try:
+                p.wait(timeout=secs + 60)
+            except subprocess.TimeoutExpired:
+                p.terminate()
+                p.wait(timeout=30)
+        tok = tok1 - tok0
+        if tok <= 0 or p.returncode not in (0, -15):
+            err.seek(0)
+            tail = err.read().decode("utf-8", "replace").strip().splitlines()[-1:] or ["?"]
+            raise ClientFailed(f"exit {p.returncode}, {tok:.0f} tokens: {tail[0][:200]}")
     return (cpu1 - cpu0) / tok * 1e6, tok / (t1 - t0)
+
+
+REF = "bare aiohttp reader"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--warmup", type=float, default=5)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     sim = SimProcess(SimConfig(profile=PROFILES["zero"]))
     sim.start()
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float] | None]] = {}
+    failed: dict[str, str] = {}
     try:
-        for _ in range(a.repeat):
+        for rnd in range(a.repeat):
             for name in clients(sim.url, a.concurrency, 1, a.max_tokens):
                 warm = SLOW_START.get(name, a.warmup)
                 # Each client runs past the window; the window is read in steady state.
                 cmd = clients(sim.url, a.concurrency, warm + a.seconds + 2, a.max_tokens)[name]
-                results.setdefault(name, []).append(measure(cmd, sim.url, a.seconds, warm))
-                print(name, results[name][-1], flush=True)
+                try:
+                    res: tuple[float, float] | None = measure(cmd, sim.url, a.seconds, warm)
+                except ClientFailed as e:
+                    res, failed[name] = None, str(e)
+                results.setdefault(name, []).append(res)
+                print(f"round {rnd + 1}: {name}: {res or failed[name]}", flush=True)
     finally:
         sim.stop()
-    ref = median(c for c, _ in results["bare aiohttp reader"])
-    rows = [["client", "CPU s / 1M tokens (median)", "range", "tokens/s", "× aiohttp"]]
+    ref = results.get(REF, [])
+    rows = [
+        [
+            "client",
+            "runs",
+            "CPU s / 1M tokens: median",
+            "range",
+            "tokens/s",
+            "× aiohttp: median",
+            "range",
+        ]
+    ]
     if not vllm_paths()[0]:
-        rows.append(["vllm bench serve", "not set up (scripts/real-engines.sh)", "", "", ""])
+        rows.append(
+            ["vllm bench serve", "", "not set up: scripts/real-engines.sh setup", "", "", "", ""]
+        )
     for name, rs in results.items():
-        cpus = [c for c, _ in rs]
+        ok = [r for r in rs if r is not None]
+        if not ok:
+            rows.append([name, "0", f"failed: {failed.get(name, '?')}", "", "", "", ""])
+            continue
+        cpus = [c for c, _ in ok]
+        # ratio to the reference of the same round: the rounds' drift cancels
+        ratios = [r[0] / q[0] for r, q in zip(rs, ref, strict=False) if r and q]
         rows.append(
             [
                 name,
+                str(len(ok)),
                 f"{median(cpus):.1f}",
                 f"{min(cpus):.1f}–{max(cpus):.1f}",
-                f"{median(r for _, r in rs):,.0f}",
-                f"{median(cpus) / ref:.2f}",
+                f"{median(r for _, r in ok):,.0f}",
+                f"{median(ratios):.2f}" if ratios else "—",
+                (
+                    f"{min(ratios):.2f}–{max(ratios):.2f}"
+                    + (" (within noise)" if min(ratios) <= 1 <= max(ratios) else "")
+                )
+                if ratios
+                else "",
             ]
         )
     for peer, exe in (("aiperf", "aiperf"), ("guidellm", "guidellm")):
         if shutil.which(exe) is None:
-            rows.append([peer, "not installed here (see PEERS.md)", "", "", ""])
+            rows.append([peer, "", "not installed here (see the README)", "", "", "", ""])
     print(
         f"client capacity · {machine()} · {a.concurrency} streams × {a.max_tokens} one-token "
-        f"chunks · zero-delay simulator · {a.repeat} runs of {a.seconds:g} s"
+        f"chunks · zero-delay simulator · {a.repeat} interleaved rounds of {a.seconds:g} s"
     )
     print(table(rows))
 
