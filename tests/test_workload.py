@@ -95,3 +95,9 @@ def test_prompt_files(tmp_path):
         load_prompt_file(str(bad))
     with pytest.raises(WorkloadError):
         load_prompt_file(str(tmp_path / "missing.jsonl"))
+
+
+def test_a_bare_prompt_gets_no_invented_kind(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "hello there"}\n')
+    assert [p.kind for p in load_prompt_file(str(f))] == [""]

@@ -253,7 +253,9 @@ def load_prompt_file(path: str) -> list[Prompt]:
                 raise WorkloadError(f"--prompts: {path} line {ln} is not JSON") from None
             if not isinstance(obj, dict):
                 raise WorkloadError(f"--prompts: {path} line {ln} is not a JSON object")
-            kind = str(obj.get("kind") or "chat")
+            # a conversation is chat; a bare prompt without a kind gets none (it used to be
+            # called "chat", which read as the endpoint on a completions run)
+            kind = str(obj.get("kind") or ("chat" if "messages" in obj else ""))
             if "messages" in obj and isinstance(obj["messages"], list):
                 msgs = tuple(
                     (str(m.get("role", "user")), str(m.get("content", "")))
