@@ -9,6 +9,7 @@ deltas over the run): a client whose requests cost the server more shows up here
 Variants of tokmon's run, to find what costs the server (each one change):
   default       tokmon run as a user would (probes on: /metrics scraping, host sampling)
   no-metrics    --no-server-metrics
+  metrics-1s    /metrics scraped every second (--metrics-interval 1s)
 The plain loop is one process, one stream, httpx, the same body as vLLM's own bench.
 """
 
@@ -67,13 +68,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PIN: list[str] = []  # --pin: the server on core 1, the clients on core 0
+CLIENT_PIN: list[str] = []
+
+
 def start_vllm(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_HOST_IP="127.0.0.1",
                VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")  # fmt: skip
     with open(log, "wb") as f:
         p = subprocess.Popen(
-            [VLLM, "serve", MODEL, "--host", "127.0.0.1", "--port", str(port),
+            [*PIN, VLLM, "serve", MODEL, "--host", "127.0.0.1", "--port", str(port),
              "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "2048",
              "--enforce-eager"],
             stdout=f, stderr=subprocess.STDOUT, env=env, process_group=0,
@@ -117,12 +122,14 @@ def plain_loop(url: str, prompts: list[str], n: int, max_tokens: int) -> None:
 
 
 def tokmon_run(url: str, pfile: Path, n: int, max_tokens: int, variant: str) -> None:
-    args = [sys.executable, "-m", "tokmon", "run", "--url", url + "/v1", "--headless",
+    args = [*CLIENT_PIN, sys.executable, "-m", "tokmon", "run", "--url", url + "/v1", "--headless",
             "--no-gpu", "--endpoint", "completions", "-n", str(n), "-c", "1", "--prompts",
             str(pfile), "--max-tokens", str(max_tokens), "--ignore-eos",
             "--status-interval", "1h"]  # fmt: skip
     if variant == "no-metrics":
         args.append("--no-server-metrics")
+    elif variant.startswith("metrics-"):  # e.g. metrics-1s: --metrics-interval 1s
+        args += ["--metrics-interval", variant.removeprefix("metrics-")]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, timeout=900)
 
 
@@ -133,7 +140,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--words", type=int, default=140, help="prompt length in words")
     ap.add_argument("--variants", default="default,no-metrics")
+    ap.add_argument("--pin", action="store_true", help="server on core 1, clients on core 0")
     a = ap.parse_args()
+    if a.pin:
+        PIN[:] = ["taskset", "-c", "1"]
+        CLIENT_PIN[:] = ["taskset", "-c", "0"]
+        os.sched_setaffinity(0, {0})  # the plain loop runs in this process
     if not (os.access(VLLM, os.X_OK) and os.path.isdir(MODEL)):
         sys.exit("vLLM is not set up: scripts/real-engines.sh setup")
     rng = random.Random(1)

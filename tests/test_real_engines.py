@@ -319,6 +319,63 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
 TIMES = ("time_to_first_token", "request_time_per_output_token")
 
 
+def test_tokmons_load_costs_the_server_no_more_than_a_plain_loop(plain, tmp_path):
+    """The same prompts, one stream, in turns: vLLM's own mean TTFT under tokmon's default
+    request (and its default /metrics scraping) is within 10% of that under a plain
+    streaming loop sending vLLM's own bench's body; three rounds, medians compared."""
+    import random
+
+    rng = random.Random(3)
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "it",
+        "with",
+        "was",
+        "on",
+        "as",
+        "be",
+        "at",
+        "by",
+        "this",
+        "had",
+    ]
+    texts = [" ".join(rng.choice(words) for _ in range(140)) for _ in range(16)]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+
+    def loop(n: int) -> None:
+        with httpx.Client(timeout=120) as c:
+            for i in range(n):
+                body = {"model": "tiny", "prompt": texts[i % len(texts)], "max_tokens": 32,
+                        "stream": True, "stream_options": {"include_usage": True},
+                        "ignore_eos": True}  # fmt: skip
+                with c.stream("POST", plain + "/v1/completions", json=body) as r:
+                    for _ in r.iter_lines():
+                        pass
+
+    loop(8)  # warm
+    ours, theirs = [], []
+    for i in range(3):
+        m0 = metrics(plain)
+        loop(32)
+        m1 = metrics(plain)
+        theirs.append(server_mean_ms(m0, m1, "time_to_first_token"))
+        run(tmp_path, plain, "--endpoint", "completions", "-n", "32", "-c", "1", "--prompts",
+            str(prompts), "--max-tokens", "32", "--ignore-eos", name=f"load{i}")  # fmt: skip
+        m2 = metrics(plain)
+        ours.append(server_mean_ms(m1, m2, "time_to_first_token"))
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    print(f"server TTFT under tokmon {ours} vs a plain loop {theirs}: ×{ratio:.3f}")
+    assert 0.9 <= ratio <= 1.1, (ours, theirs)
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     if not (LLAMA_PY and os.path.exists(LLAMA_PY) and GGUF and os.path.exists(GGUF)):

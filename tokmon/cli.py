@@ -291,6 +291,12 @@ def add_probe_options(p: argparse.ArgumentParser) -> None:
         help="server Prometheus endpoint (default: /metrics next to each --url)",
     )
     g.add_argument("--no-server-metrics", action="store_true", help="do not scrape /metrics")
+    g.add_argument(
+        "--metrics-interval",
+        default="2s",
+        help="how often /metrics is scraped: each scrape costs the server CPU (the README "
+        "gives the measured cost)",
+    )
     g.add_argument("--gpu-interval", default="0.5s", help="NVML sampling period")
     g.add_argument("--gpus", default=None, help="GPU indices to sample, e.g. 0,2")
     g.add_argument("--no-gpu", action="store_true", help="do not sample the GPU")
@@ -548,6 +554,7 @@ CONFIG_KEYS = {
     "record",
     "record_chunks",
     "metrics_url",
+    "metrics_interval",
     "no_server_metrics",
     "gpu_interval",
     "gpus",
@@ -1135,6 +1142,10 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
         for a in cfg.arms:
             url = getattr(args, "metrics_url", None) or metrics_url_for(a.url)
             by_url.setdefault(url, []).append(a.name)
+        m_interval = (
+            dur("--metrics-interval", getattr(args, "metrics_interval", "2s"), allow_zero=False)
+            or 2.0
+        )
         key = cfg.api_key
         # the same authorization as the streams: Bearer key, or the URL's Basic credentials
         hdr = {k: v for k, v in cfg.headers.items() if k.lower() == "authorization"}
@@ -1143,7 +1154,12 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
         for url, arms in by_url.items():
             probes.append(
                 ServerMetricsProbe(
-                    url, tuple(arms), window_s=window, headers=hdr, insecure=cfg.insecure
+                    url,
+                    tuple(arms),
+                    interval=m_interval,
+                    window_s=window,
+                    headers=hdr,
+                    insecure=cfg.insecure,
                 )
             )
     return probes
