@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
+
+import httpx
 
 PY = sys.executable
 
@@ -24,3 +28,23 @@ def tokmon(*args: str, timeout: float = 120, env: dict[str, str] | None = None, 
         env=e,
         stdin=subprocess.DEVNULL,
     )
+
+
+def wait_running(sim, n: int, timeout: float = 60.0) -> None:
+    """Until the (scheduled) simulator has sent ``n`` first tokens, so that the run is under
+    way with requests in flight: a condition, not a guess of how long a loaded machine
+    takes to start tokmon."""
+    deadline = time.monotonic() + timeout
+    key = "tokmon_sim:schedule_lateness_seconds_count{"
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            text = httpx.get(sim.url.replace("/v1", "/metrics"), timeout=5).text
+            for line in text.splitlines():
+                if (
+                    line.startswith(key)
+                    and 'chunk="first"' in line
+                    and float(line.split()[-1]) >= n
+                ):
+                    return
+        time.sleep(0.05)
+    raise AssertionError(f"the simulator never sent {n} first tokens")

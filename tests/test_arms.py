@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from helpers import PY, tokmon
+from helpers import PY, tokmon, wait_running
 
 from tokmon.core.arms import Arm, ArmError, parse_arm
 from tokmon.core.outputcheck import check_outputs, first_divergence
@@ -186,9 +186,7 @@ def test_failing_arm_does_not_stop_the_other(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        import time
-
-        time.sleep(2)
+        wait_running(bad, 4)  # the run is under way on both arms
         bad.stop()  # the server of arm "bad" dies mid-run
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err

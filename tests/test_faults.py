@@ -2,7 +2,6 @@
 Ctrl-C drains, a second Ctrl-C stops, nothing a server sends reaches the terminal raw."""
 
 import asyncio
-import contextlib
 import json
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from helpers import wait_running
 
 from tokmon.core.arms import Arm
 from tokmon.core.config import RunConfig, Timeouts
@@ -93,9 +93,9 @@ def test_server_killed_and_restarted_mid_run(tmp_path):
         text=True,
     )
     try:
-        time.sleep(2.5)
+        wait_running(sim, 8)  # the run is under way
         sim.stop()
-        time.sleep(2.5)
+        time.sleep(2.5)  # the scenario: the server stays down this long
         sim2 = SimProcess(SimConfig(schedule=(5.0, 2.0, 1)), port=port)
         sim2.start()
         out, err = p.communicate(timeout=60)
@@ -124,26 +124,6 @@ def slow_sim():
     # Requests of 100 tokens at 30 ms each: 3 s in flight.
     with SimProcess(SimConfig(schedule=(30.0, 30.0, 1))) as s:
         yield s
-
-
-def wait_running(sim, n: int, timeout: float = 60.0) -> None:
-    """Until the (scheduled) simulator has sent ``n`` first tokens, so that the run is under
-    way with requests in flight: a condition, not a guess of how long a loaded machine
-    takes to start tokmon."""
-    deadline = time.monotonic() + timeout
-    key = "tokmon_sim:schedule_lateness_seconds_count{"
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            text = httpx.get(sim.url.replace("/v1", "/metrics"), timeout=5).text
-            for line in text.splitlines():
-                if (
-                    line.startswith(key)
-                    and 'chunk="first"' in line
-                    and float(line.split()[-1]) >= n
-                ):
-                    return
-        time.sleep(0.05)
-    raise AssertionError(f"the simulator never sent {n} first tokens")
 
 
 def start_run(sim, tmp_path, *extra):
@@ -232,7 +212,6 @@ def test_terminal_sequences_neutralised(raw, clean):
 
 
 def test_error_text_from_server_is_cleaned(make_sim):
-    import httpx
 
     from tokmon.core.client import error_message
 

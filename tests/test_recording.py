@@ -168,7 +168,11 @@ def test_killed_writer_leaves_a_readable_file(sims, tmp_path):
         start_new_session=True,
         stdin=subprocess.DEVNULL,
     )
-    time.sleep(5)
+    deadline = time.monotonic() + 60  # until more than 20 requests are on disk
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b'{"k":"r",') > 20:
+            break
+        time.sleep(0.1)
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     rec = read_recording(str(path))
