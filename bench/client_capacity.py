@@ -226,7 +226,7 @@ def main() -> None:
                 f"{median(ratios):.2f}" if ratios else "—",
                 (
                     f"{min(ratios):.2f}–{max(ratios):.2f}"
-                    + (" (within noise)" if min(ratios) <= 1 <= max(ratios) else "")
+                    + (" (within noise)" if min(ratios) <= 1 <= max(ratios) and name != REF else "")
                 )
                 if ratios
                 else "",
