@@ -168,3 +168,32 @@ def test_ladder_under_two_arms_reports_speedup_per_step(tmp_path):
 def test_bad_ladders(args, needle):
     r = tokmon("run", "--url", "http://127.0.0.1:9/v1", *args)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
+
+
+def test_replay_of_a_ladder_shows_what_the_live_run_showed(make_sim, tmp_path):
+    """Events fold through one place (Aggregator.apply) live, in a replay and in a
+    report: the replay rebuilds the ladder table step by step, with the same figures as
+    the live summary, and ends at the last step's load, not the first's."""
+    from tokmon.core.replay import ReplaySource
+
+    sim = make_sim(schedule=(5.0, 2.0, 1))
+    rec = tmp_path / "r.jsonl"
+    s, _ = run_json(tmp_path, "--url", sim.url, "--record", str(rec), "--ladder",
+                    "concurrency=1,3", "--step-duration", "2s", "--step-warmup", "0.5s",
+                    "--max-tokens", "8")  # fmt: skip
+    live = s["ladder"]
+    src = ReplaySource(str(rec), speed=1.0)
+    src.start()
+    try:
+        src.command("end")
+        snap = src.snapshot()
+        assert snap is not None and snap.ladder is not None
+        done = snap.ladder["done"]
+        assert [f["value"] for f in done] == [st["value"] for st in live["steps"]] == ["1", "3"]
+        for f, st in zip(done, live["steps"], strict=True):
+            for key in ("requests", "ok", "tokens_per_s", "ttft_p50", "ttft_p95", "decode_p50"):
+                assert f[key] == st[key], (key, f[key], st[key])
+        assert snap.level == 3.0  # the last step's streams
+        assert src.summary()["ladder"] == live
+    finally:
+        src.close()

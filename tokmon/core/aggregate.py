@@ -44,6 +44,24 @@ def mix_weights(settings: dict[str, Any] | None) -> dict[str, float] | None:
     return out if len(out) > 1 else None
 
 
+def _num(v: Any) -> float | None:
+    """A number from an event's data (which may come from a file)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
+def _int(v: Any) -> int:
+    n = _num(v)
+    return int(n) if n is not None else 0
+
+
 class Aggregator:
     def __init__(
         self,
@@ -314,6 +332,43 @@ class Aggregator:
                 )
             out["speedup"] = speedup
         return out
+
+    def apply(self, ev: Event) -> None:
+        """An event's effect on the figures, then the event itself.
+
+        Arm switches, ladder steps and their end, load levels and pauses change what the
+        figures mean; the live session, the replay and the report all fold events
+        through here, in the same order, so that a replay shows what the live run showed
+        and a report says what its summary said.
+        """
+        d = ev.data
+        arm = d.get("arm")
+        if ev.kind == "arm":
+            if isinstance(arm, str) and arm in self.arm_names and arm != self.arm:
+                self.switch(arm, ev.t)
+        elif ev.kind == "step" and isinstance(arm, str):
+            param = str(d.get("param"))
+            self.begin_step(
+                _int(d.get("step")),
+                arm,
+                str(d.get("value")),
+                ev.t,
+                _num(d.get("warm_s")) or 0.0,
+                param,
+            )
+            level = _num(d.get("value"))
+            if param in ("concurrency", "rate") and level is not None:
+                self.level = level
+        elif ev.kind == "ladder":
+            reason = d.get("reason")
+            self.end_ladder(ev.t, reason if isinstance(reason, str) else None)
+        elif ev.kind == "level":
+            level = _num(d.get("level"))
+            if level is not None:
+                self.level = level
+        elif ev.kind == "pause":
+            self.paused = ev.message.startswith("paused")
+        self.add_event(ev)
 
     def add_event(self, ev: Event) -> None:
         self.events.append(ev)

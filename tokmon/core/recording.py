@@ -717,21 +717,7 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
         kind_weights=mix_weights(s),
     )
     for ev in rec.events:
-        arm = ev.data.get("arm")
-        if ev.kind == "arm" and isinstance(arm, str) and arm in arms:
-            agg.switch(arm, ev.t)
-        elif ev.kind == "step" and isinstance(arm, str):
-            agg.begin_step(
-                int(str(ev.data.get("step", 0))),
-                arm,
-                str(ev.data.get("value")),
-                ev.t,
-                float(str(ev.data.get("warm_s", 0))),
-                str(ev.data.get("param")),
-            )
-        elif ev.kind == "ladder":
-            reason = ev.data.get("reason")
-            agg.end_ladder(ev.t, reason if isinstance(reason, str) else None)
+        agg.apply(ev)  # the same fold of events as the live run and the replay
     if agg.steps:
         for t, a, n in rec.ticks:
             agg.add_ticks({(t, a): n})

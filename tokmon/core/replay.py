@@ -126,20 +126,12 @@ class ReplaySource:
         if kind == 1:
             self.agg.add_ticks({(obj[0], obj[1]): obj[2]})
         elif kind == 2:
-            if (
-                obj.kind == "arm"
-                and isinstance(obj.data.get("arm"), str)
-                and obj.data["arm"] in self.agg.arm_names
-            ):
-                self.agg.switch(obj.data["arm"], obj.t)
-            elif obj.kind == "level" and isinstance(obj.data.get("level"), (int, float)):
-                self.agg.level = float(obj.data["level"])
-            elif obj.kind == "pause":
-                self.agg.paused = obj.message.startswith("paused")
-            self.agg.add_event(obj)
+            self.agg.apply(obj)
         else:
             src, v = obj
             self.probes[src] = v
+            if self.agg.steps:  # as the live session does while a ladder runs
+                self.agg.note_probe(_when, v)
 
     def _tick(self, t: int, quick: bool = False) -> None:
         probes: dict[str, Any] = {}

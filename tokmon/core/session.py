@@ -192,11 +192,17 @@ class LiveSession:
                 now = perf_counter_ns()
                 with self.lock:
                     if arm is not None and arm != self.agg.arm:
-                        seg = self.agg.switch(arm, now)
-                        self._send(("arm", arm, seg, now))
-                        self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
+                        self._switch_to(arm, now)
                     a = arm or self.agg.arm
-                    self.agg.begin_step(i, a, v, now, lad.warmup_s, lad.param)
+                    # the step's event is what begins it in the figures (Aggregator.apply)
+                    self._event(
+                        "step",
+                        f"ladder step {i + 1}/{n}: {lad.param} {v}"
+                        + (f" · arm {a}" if per_arm else ""),
+                        {"step": i, "arm": a, "value": v, "warm_s": lad.warmup_s,
+                         "param": lad.param},
+                        t=now,
+                    )  # fmt: skip
                 self._send(
                     (
                         "step",
@@ -208,15 +214,7 @@ class LiveSession:
                     )
                 )
                 if lad.param in ("concurrency", "rate"):
-                    self.agg.level = float(v)
                     self._send(("level", float(v)))
-                self._event(
-                    "step",
-                    f"ladder step {i + 1}/{n}: {lad.param} {v}"
-                    + (f" · arm {a}" if per_arm else ""),
-                    {"step": i, "arm": a, "value": v, "warm_s": lad.warmup_s, "param": lad.param},
-                    t=now,
-                )
                 if self._done.wait(lad.step_s) or self.stopping:
                     return
             with self.lock:
@@ -230,8 +228,6 @@ class LiveSession:
 
     def _end_ladder(self, reason: str | None) -> None:
         now = perf_counter_ns()
-        with self.lock:
-            self.agg.end_ladder(now, reason)
         self._event(
             "ladder",
             "ladder done" if reason is None else f"ladder stopped: {reason}",
@@ -278,12 +274,15 @@ class LiveSession:
             except (BrokenPipeError, OSError):
                 pass
 
-    def _level_str(self) -> str:
-        return (
-            f"{self.agg.level:g} streams"
-            if self.cfg.mode == "concurrency"
-            else f"{self.agg.level:g} req/s"
-        )
+    def _level_str(self, level: float | None = None) -> str:
+        lv = self.agg.level if level is None else level
+        return f"{lv:g} streams" if self.cfg.mode == "concurrency" else f"{lv:g} req/s"
+
+    def _switch_to(self, arm: str, now: int) -> None:
+        """Tell the engines, then fold the switch in through its event."""
+        seg = self.agg.segments[-1][0] + 1  # the id Aggregator.switch will give it
+        self._send(("arm", arm, seg, now))
+        self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
 
     def command(self, name: str, *args: Any) -> str | None:
         with self.lock:
@@ -305,12 +304,10 @@ class LiveSession:
                 )
                 if new == cur:
                     return None
-                seg = self.agg.switch(new, now)
-                self._send(("arm", new, seg, now))
-                self._event("arm", f"arm → {new}", {"arm": new, "segment": seg}, t=now)
+                self._switch_to(new, now)
                 return f"arm → {new}"
             if name == "pause":
-                paused = self.agg.paused = not self.agg.paused
+                paused = not self.agg.paused  # the event below sets it (Aggregator.apply)
                 self._send(("pause",) if paused else ("resume",))
                 self._event("pause", "paused sending" if paused else "resumed sending")
                 return "paused" if paused else "resumed"
@@ -329,9 +326,8 @@ class LiveSession:
                     new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
                 else:
                     new_level = max(0.01, round(new_level, 3))
-                self.agg.level = new_level
                 self._send(("level", new_level))
-                self._event("level", f"load → {self._level_str()}", {"level": new_level})
+                self._event("level", f"load → {self._level_str(new_level)}", {"level": new_level})
                 return f"load → {self._level_str()}"
             if name == "marker":
                 note = str(args[0]) if args and args[0] else "marker"
@@ -382,7 +378,7 @@ class LiveSession:
             t=t or perf_counter_ns(), kind=kind, message=message, data=data or {}, wall=time.time()
         )
         with self.lock:
-            self.agg.add_event(ev)
+            self.agg.apply(ev)
             if ev.kind == "alert":
                 self._all_alerts.append(ev)
         if self.recorder is not None:
