@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from fake_nvml import make
 
-from tokmon.core.alerts import AlertEngine, cost_figures, sen_slope
+from tokmon.core.alerts import AlertEngine, cost_figures
+from tokmon.core.drift import sen_slope
 from tokmon.core.history import Point
 
 

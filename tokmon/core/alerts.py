@@ -5,7 +5,6 @@ to run in the aggregation thread (Sen's slope on at most a few hundred points).
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.core.changepoint import cusum
+from tokmon.core.drift import sen_slope
 from tokmon.core.history import Point
 
 # metric key on Point -> (label, direction that is bad: +1 rising is bad, -1 falling is bad)
@@ -24,24 +24,6 @@ DRIFT_METRICS = {
     "gpu_mem_pct": ("GPU memory", +1),
     "kv_pct": ("KV cache", +1),
 }
-
-
-def sen_slope(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, float, float] | None:
-    """Theil–Sen slope with its rank-based (Kendall) confidence interval."""
-    n = x.size
-    if n < 8:
-        return None
-    i, j = np.triu_indices(n, 1)
-    dx = x[j] - x[i]
-    ok = dx != 0
-    s = np.sort((y[j] - y[i])[ok] / dx[ok])
-    m = s.size
-    if m == 0:
-        return None
-    c = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
-    lo_i = max(0, int((m - c) / 2))
-    hi_i = min(m - 1, int(math.ceil((m + c) / 2)))
-    return float(np.median(s)), float(s[lo_i]), float(s[hi_i])
 
 
 @dataclass(frozen=True)
