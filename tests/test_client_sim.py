@@ -17,10 +17,10 @@ def run_engine(url, **kw):
     cfg = RunConfig(arms=tuple(arms), **kw)
     eng = Engine(cfg, 0, 1, None)
     asyncio.run(eng.run())
-    records = [r for b in eng.batches for r in b[2]]
+    records = [r for b in eng.batches for r in b.records]
     ticks = {}
     for b in eng.batches:
-        for (_t, arm), n in b[3].items():
+        for (_t, arm), n in b.ticks.items():
             ticks[arm] = ticks.get(arm, 0) + n
     return records, ticks, eng
 

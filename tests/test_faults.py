@@ -45,7 +45,7 @@ def test_mixed_fault_soak_accounting(make_sim):
     )
     eng = Engine(cfg, 0, 1, None)
     asyncio.run(eng.run())
-    recs = [r for b in eng.batches for r in b[2]]
+    recs = [r for b in eng.batches for r in b.records]
     assert len(recs) == 3000 == eng.sent
     assert len({r.rid for r in recs}) == 3000  # exactly one outcome per request
     by: dict[str, int] = {}

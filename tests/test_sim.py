@@ -26,7 +26,7 @@ def records(url, **kw):
     cfg = RunConfig(arms=(Arm("a", url=url, model="sim-27b"),), **kw)
     eng = Engine(cfg, 0, 1, None)
     asyncio.run(eng.run())
-    return [r for b in eng.batches for r in b[2]]
+    return [r for b in eng.batches for r in b.records]
 
 
 def test_profiles_formulas():

@@ -25,7 +25,19 @@ from tokmon.core.arms import Arm
 from tokmon.core.client import Tick, ssl_context, stream_request
 from tokmon.core.config import RunConfig
 from tokmon.core.measure import NS_PER_MS
-from tokmon.core.records import EngineStatus, Event, RequestRecord
+from tokmon.core.records import (
+    BeginStep,
+    Command,
+    EngineBatch,
+    EngineFailure,
+    EngineStatus,
+    Event,
+    Pause,
+    RequestRecord,
+    SetLevel,
+    Stop,
+    SwitchArm,
+)
 from tokmon.core.workload import Arrivals, LengthDist, Prompt, synthetic_prompt
 
 
@@ -130,7 +142,7 @@ class Engine:
             cfg.timeouts.connect_s,
             ssl_context(cfg.insecure) if any(t.tls for t in self.targets.values()) else None,
         )
-        self.batches: list[tuple[Any, ...]] = []
+        self.batches: list[EngineBatch] = []
 
     # ------------------------------------------------------------------ requests
     def _pick_prompt(self) -> tuple[Prompt, int]:
@@ -303,43 +315,40 @@ class Engine:
             t.add_done_callback(lambda _t: sem.release())
 
     # ------------------------------------------------------------------ control
-    def on_command(self, cmd: tuple[Any, ...]) -> None:
-        op = cmd[0]
+    def on_command(self, cmd: Command) -> None:
         now = perf_counter_ns()
-        if op == "step":
+        if isinstance(cmd, BeginStep):
             # A ladder step: new lengths (if given); its first requests settle.
-            _, self.step, t_switch, ptoks, mtoks, warm_s = cmd
-            self.settle_ns = int(max(warm_s, self.cfg.settle_s) * 1e9)
-            if ptoks is not None:
-                self.prompt_tokens = LengthDist.parse(ptoks)
-            if mtoks is not None:
-                self.max_tokens = LengthDist.parse(mtoks)
-            self.t_switch = t_switch
-        elif op == "arm":
-            _, name, segment, t_switch = cmd
-            if name in self.arms:
-                self.arm, self.segment, self.t_switch = name, segment, t_switch
-        elif op == "pause":
-            self.paused = True
-            self.resume_evt.clear()
-        elif op == "resume":
-            self.paused = False
-            self.resume_evt.set()
-        elif op == "level":
-            total = float(cmd[1])
+            self.step = cmd.step
+            self.settle_ns = int(max(cmd.warm_s, self.cfg.settle_s) * 1e9)
+            if cmd.prompt_tokens is not None:
+                self.prompt_tokens = LengthDist.parse(cmd.prompt_tokens)
+            if cmd.max_tokens is not None:
+                self.max_tokens = LengthDist.parse(cmd.max_tokens)
+            self.t_switch = cmd.t
+        elif isinstance(cmd, SwitchArm):
+            if cmd.arm in self.arms:
+                self.arm, self.segment, self.t_switch = cmd.arm, cmd.segment, cmd.t
+        elif isinstance(cmd, Pause):
+            self.paused = cmd.paused
+            if cmd.paused:
+                self.resume_evt.clear()
+            else:
+                self.resume_evt.set()
+        elif isinstance(cmd, SetLevel):
             if self.mode == "concurrency":
-                self.level = float(split_share(int(total), self.worker, self.nworkers))
+                self.level = float(split_share(int(cmd.level), self.worker, self.nworkers))
                 self._ensure_slots()
             else:
-                self.level = total / self.nworkers
+                self.level = cmd.level / self.nworkers
                 self.level_evt.set()
-        elif op == "stop":
+        elif isinstance(cmd, Stop):
             self.stopping = True
-            self.hard_stop = bool(cmd[1]) if len(cmd) > 1 else False
+            self.hard_stop = cmd.hard
             self.resume_evt.set()
             self.level_evt.set()
             self.stop_evt.set()
-        self.events.append(Event(t=now, kind="engine", message=f"command {op}"))
+        self.events.append(Event(t=now, kind="engine", message=f"command {type(cmd).__name__}"))
 
     async def _lag_probe(self) -> None:
         while True:
@@ -366,13 +375,12 @@ class Engine:
         )
 
     def flush(self, done: bool = False) -> None:
-        batch = (
-            "batch",
-            self.worker,
-            self.records,
-            self.ticks.take(),
-            self.events,
-            self._status(done),
+        batch = EngineBatch(
+            worker=self.worker,
+            records=self.records,
+            ticks=self.ticks.take(),
+            events=self.events,
+            status=self._status(done),
         )
         self.records, self.events, self.lags = [], [], []
         self.loop_lag_ms = 0.0
@@ -406,7 +414,7 @@ class Engine:
                         self.on_command(cmd.recv())
                 except (EOFError, OSError):
                     loop.remove_reader(cmd.fileno())
-                    self.on_command(("stop", True))
+                    self.on_command(Stop(hard=True))
 
             loop.add_reader(cmd.fileno(), _read)
         flusher = loop.create_task(self._flusher())
@@ -476,7 +484,7 @@ def engine_main(
         pass
     except Exception as e:  # a bug: the parent says why in one line and exits non-zero
         with contextlib.suppress(Exception):
-            out.send(("error", worker, f"{type(e).__name__}: {e}"[:300]))
+            out.send(EngineFailure(worker, f"{type(e).__name__}: {e}"[:300]))
         raise SystemExit(1) from None
     finally:
         with contextlib.suppress(Exception):

@@ -117,3 +117,67 @@ class EngineStatus:
     send_lag_ms: float  # p50 of the batch
     done: bool = False
     worker: int = 0
+
+
+# --------------------------------------------------------------------------- the engine's pipes
+# What crosses between the parent and an engine process: frozen and typed, never tuples
+# read by position.
+
+
+@dataclass(frozen=True, slots=True)
+class EngineBatch:
+    """Engine → parent, every ``flush_s``: finished requests, token buckets, events."""
+
+    worker: int
+    records: list[RequestRecord]
+    ticks: dict[tuple[int, str], int]
+    events: list[Event]
+    status: EngineStatus
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFailure:
+    """Engine → parent: the engine is dying; why, in one line."""
+
+    worker: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchArm:
+    """Parent → engine: new requests go to ``arm``, tagged with ``segment``."""
+
+    arm: str
+    segment: int
+    t: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginStep:
+    """Parent → engine: a ladder step; its first requests settle for ``warm_s``."""
+
+    step: int
+    t: int
+    prompt_tokens: str | None = None
+    max_tokens: str | None = None
+    warm_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SetLevel:
+    """Parent → engine: the whole run's streams (or req/s); each engine takes its share."""
+
+    level: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    hard: bool = False  # True: cancel in-flight requests; False: let them finish
+
+
+Command = SwitchArm | BeginStep | Pause | SetLevel | Stop

@@ -16,7 +16,17 @@ from typing import Any
 from tokmon.core.aggregate import Aggregator, mix_weights
 from tokmon.core.config import RunConfig
 from tokmon.core.engine import engine_main
-from tokmon.core.records import Event
+from tokmon.core.records import (
+    BeginStep,
+    Command,
+    EngineBatch,
+    EngineFailure,
+    Event,
+    Pause,
+    SetLevel,
+    Stop,
+    SwitchArm,
+)
 from tokmon.core.snapshot import Snapshot
 from tokmon.core.stats import Slo
 from tokmon.core.summary import alerts_from_events
@@ -204,17 +214,16 @@ class LiveSession:
                         t=now,
                     )  # fmt: skip
                 self._send(
-                    (
-                        "step",
-                        i,
-                        now,
-                        v if lad.param == "prompt-tokens" else None,
-                        v if lad.param == "max-tokens" else None,
-                        lad.warmup_s,
+                    BeginStep(
+                        step=i,
+                        t=now,
+                        prompt_tokens=v if lad.param == "prompt-tokens" else None,
+                        max_tokens=v if lad.param == "max-tokens" else None,
+                        warm_s=lad.warmup_s,
                     )
                 )
                 if lad.param in ("concurrency", "rate"):
-                    self._send(("level", float(v)))
+                    self._send(SetLevel(float(v)))
                 if self._done.wait(lad.step_s) or self.stopping:
                     return
             with self.lock:
@@ -267,7 +276,7 @@ class LiveSession:
                 pass
 
     # ------------------------------------------------------------------ commands
-    def _send(self, cmd: tuple[Any, ...]) -> None:
+    def _send(self, cmd: Command) -> None:
         for c in self.cmd_conns:
             try:
                 c.send(cmd)
@@ -281,7 +290,7 @@ class LiveSession:
     def _switch_to(self, arm: str, now: int) -> None:
         """Tell the engines, then fold the switch in through its event."""
         seg = self.agg.segments[-1][0] + 1  # the id Aggregator.switch will give it
-        self._send(("arm", arm, seg, now))
+        self._send(SwitchArm(arm, seg, now))
         self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
 
     def command(self, name: str, *args: Any) -> str | None:
@@ -308,7 +317,7 @@ class LiveSession:
                 return f"arm → {new}"
             if name == "pause":
                 paused = not self.agg.paused  # the event below sets it (Aggregator.apply)
-                self._send(("pause",) if paused else ("resume",))
+                self._send(Pause(paused))
                 self._event("pause", "paused sending" if paused else "resumed sending")
                 return "paused" if paused else "resumed"
             if name == "level":
@@ -326,7 +335,7 @@ class LiveSession:
                     new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
                 else:
                     new_level = max(0.01, round(new_level, 3))
-                self._send(("level", new_level))
+                self._send(SetLevel(new_level))
                 self._event("level", f"load → {self._level_str(new_level)}", {"level": new_level})
                 return f"load → {self._level_str()}"
             if name == "marker":
@@ -338,7 +347,7 @@ class LiveSession:
                 if self.stopping and not hard:
                     hard = True  # a second stop does not wait any longer
                 self.stopping = True
-                self._send(("stop", hard))
+                self._send(Stop(hard))
                 self._event(
                     "stop", "stopping now" if hard else "stopping: draining in-flight requests"
                 )
@@ -400,15 +409,15 @@ class LiveSession:
                     if not self.stopping or self.procs[w].exitcode not in (0, None):
                         self._engine_died(w, "ended without a word")
                     continue
-                if msg[0] == "error":
+                if isinstance(msg, EngineFailure):
                     conns.remove(c)
-                    self.finished_workers.add(msg[1])
-                    self._engine_died(msg[1], str(msg[2]))
+                    self.finished_workers.add(msg.worker)
+                    self._engine_died(msg.worker, msg.why)
                     continue
                 self._ingest(msg)
-                if msg[5].done:
+                if msg.status.done:
                     conns.remove(c)
-                    self.finished_workers.add(msg[1])
+                    self.finished_workers.add(msg.worker)
             now = perf_counter_ns()
             if now >= self._next_tick:
                 self._tick(now)
@@ -433,15 +442,14 @@ class LiveSession:
                 self._event("error", f"summary: {type(e).__name__}: {e}")
         self._done.set()
 
-    def _ingest(self, msg: tuple[Any, ...]) -> None:
-        _, worker, records, ticks, events, status = msg
+    def _ingest(self, b: EngineBatch) -> None:
         with self.lock:
-            self.agg.add_records(records)
-            self.agg.add_ticks(ticks)
-            self.agg.statuses[worker] = status
+            self.agg.add_records(b.records)
+            self.agg.add_ticks(b.ticks)
+            self.agg.statuses[b.worker] = b.status
         if self.recorder is not None:
-            self.recorder.records(records)
-            self.recorder.ticks(ticks)
+            self.recorder.records(b.records)
+            self.recorder.ticks(b.ticks)
 
     def _tick(self, now: int, final: bool = False) -> None:
         """Once a second: window statistics, a history point, and a new snapshot."""
