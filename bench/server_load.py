@@ -33,33 +33,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
 from tokmon.core.probes.server import flatten  # noqa: E402
+from tokmon.core.workload import WORDS  # noqa: E402
 
 CACHE = os.environ.get("TOKMON_ENGINES_CACHE", os.path.expanduser("~/.cache/tokmon-engines"))
 VLLM = os.path.join(CACHE, "vllm-venv/bin/vllm")
 MODEL = os.path.join(CACHE, "tiny-llama")
-WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "that",
-    "for",
-    "it",
-    "with",
-    "was",
-    "on",
-    "as",
-    "be",
-    "at",
-    "by",
-    "this",
-    "had",
-    "not",
-    "are",
-    "but",
-]
 
 
 def free_port() -> int:

@@ -325,27 +325,10 @@ def test_tokmons_load_costs_the_server_no_more_than_a_plain_loop(plain, tmp_path
     streaming loop sending vLLM's own bench's body; three rounds, medians compared."""
     import random
 
+    from tokmon.core.workload import WORDS
+
     rng = random.Random(3)
-    words = [
-        "the",
-        "of",
-        "and",
-        "to",
-        "in",
-        "is",
-        "that",
-        "for",
-        "it",
-        "with",
-        "was",
-        "on",
-        "as",
-        "be",
-        "at",
-        "by",
-        "this",
-        "had",
-    ]
+    words = WORDS
     texts = [" ".join(rng.choice(words) for _ in range(140)) for _ in range(16)]
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))

@@ -124,7 +124,7 @@ class Arrivals:
 
 KINDS = ("chat", "code", "structured", "summarize", "creative")
 
-_WORDS = [
+WORDS = [  # common words: filler for synthetic prompts (and the tests' and benches')
     "the",
     "service",
     "latency",
@@ -211,8 +211,8 @@ def synthetic_prompt(kind: str, tokens: int, rng: np.random.Generator) -> Prompt
     lead = _KIND_LEADS.get(kind, _KIND_LEADS["chat"])
     n_lead = len(lead.split())
     n_fill = max(0, tokens - n_lead)
-    idx = rng.integers(0, len(_WORDS), n_fill)
-    filler = " ".join(_WORDS[i] for i in idx)
+    idx = rng.integers(0, len(WORDS), n_fill)
+    filler = " ".join(WORDS[i] for i in idx)
     text = f"{lead} {filler}".strip() if filler else lead
     return Prompt(kind=kind, text=text, approx_tokens=max(tokens, n_lead))
 
