@@ -222,6 +222,7 @@ async def test_a_whole_answer_in_one_read_has_no_tpot_and_is_counted():
     srv.close()
     assert rec.outcome == "ok" and rec.output_tokens == 3
     assert rec.ttft_ms is not None and rec.tpot_ms is None and rec.ttft_ms == rec.e2e_ms
+    assert rec.error.startswith("no TPOT: the whole answer arrived in one read")
     t = ArmTotals("a")
     t.add(rec, None)
     assert arm_summary(t, 1.0, None)["tpot_left_out"] == {"one_token": 0, "one_read": 1}

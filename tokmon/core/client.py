@@ -312,9 +312,12 @@ def _finish(
         m = meter.finish(t_end)
         clock = m.pop("clock", "") or clock
         suspect = m.pop("suspect", "")
+        note = m.pop("note", "")
         if suspect and not error:
             # the request is kept; the server's unusable numbers are named, chunks counted
             f["error"] = f"suspect: {suspect}"
+        elif note and not error and outcome == "ok":
+            f["error"] = note  # what a figure lacks, and why
         if outcome != "ok":
             # Figures of a failed request are not latencies; keep only what it produced.
             m = {

@@ -14,6 +14,8 @@ from typing import Any
 from tokmon.core.chunks import ChunkInfo, SpecFields
 
 NS_PER_MS = 1_000_000
+# The detail of an ok request without a TPOT although it had tokens to divide by.
+NO_TPOT_ONE_READ = "no TPOT: the whole answer arrived in one read (no interval to divide)"
 
 
 class StreamMeter:
@@ -145,6 +147,8 @@ class StreamMeter:
             if n >= 2 and e2e > ttft:
                 out["tpot_ms"] = (e2e - ttft) / (n - 1)
                 out["decode_tps"] = (n - 1) / ((e2e - ttft) / 1000.0)
+            elif n >= 2:
+                out["note"] = NO_TPOT_ONE_READ
             ct = self.chunk_times
             if len(ct) >= 2:
                 gaps = array("f", [(ct[i] - ct[i - 1]) / ms for i in range(1, len(ct))])
