@@ -859,10 +859,12 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         stall_ms=(dur("--stall-threshold", args.stall_threshold, False) or 1.0) * 1000,
         timeouts=timeouts,
         insecure=args.insecure,
-        # a worker with no stream of its own would hold part of the request budget forever
-        workers=min(args.workers, conc, args.requests or conc)
-        if mode == "concurrency"
-        else min(args.workers, args.requests or args.workers),
+        # With a request budget, a worker with no stream of its own would hold its share
+        # of the budget forever: at most one worker per stream and per request. (Without
+        # one, an idle worker waits for + or a ladder step to give it streams.)
+        workers=args.workers
+        if args.requests is None
+        else min(args.workers, args.requests, conc if mode == "concurrency" else args.workers),
         continuous_usage=args.continuous_usage,
         shown_headers=shown,
     )
