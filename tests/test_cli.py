@@ -238,3 +238,9 @@ def test_summary_is_handed_over_when_the_run_ends_not_when_the_dashboard_closes(
     assert s.wait(60)
     assert got and got[0]["arms"]["a"]["requests"]["ok"] == 4  # before close() is called
     s.close()
+
+
+def test_a_bad_theme_is_refused_before_the_run():
+    r = tokmon("run", "--url", "http://127.0.0.1:9/v1", "--theme", "nope")
+    assert r.returncode == 2 and "unknown theme 'nope'" in r.stderr
+    assert r.stderr.count("\n") == 1

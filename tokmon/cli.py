@@ -1519,6 +1519,13 @@ def main(argv: list[str] | None = None) -> int:
     from tokmon.core.recording import RecordingError
 
     try:
+        if getattr(args, "theme", None):
+            from tokmon.ui.themes import ThemeError, check_theme
+
+            try:
+                check_theme(args.theme)
+            except ThemeError as e:
+                raise UsageError(f"--theme: {e}") from None
         if args.command == "run":
             cfg, info = build_run(args, file_arms)
             return run_session(args, cfg, info)

@@ -76,3 +76,18 @@ def builtin_themes() -> tuple[list[Theme], list[str]]:
                 seen.add(t.name)
                 themes.append(t)
     return themes, errors
+
+
+def check_theme(name: str) -> None:
+    """Raise ThemeError unless ``name`` is a shipped theme, one of Textual's, or a theme
+    file that loads: a bad --theme is bad input, refused before the run starts."""
+    if name.endswith(".toml"):
+        load_theme_file(Path(name))
+        return
+    from textual.theme import BUILTIN_THEMES
+
+    names = {t.name for t in builtin_themes()[0]} | set(BUILTIN_THEMES)
+    if name not in names:
+        raise ThemeError(
+            f"unknown theme {name!r}: one of {', '.join(sorted(names))}, or a .toml file"
+        )
