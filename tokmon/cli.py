@@ -61,10 +61,29 @@ def number(lo: float, hi: float, integer: bool = False, lo_open: bool = False) -
     return conv
 
 
+class _Help(argparse.HelpFormatter):
+    """Each option's default once: added only where the help does not say it already, and
+    only where there is one to say (not None, False or an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        d = action.default
+        if (
+            "default" in text
+            or d is None
+            or d is False
+            or d == []
+            or d == ""
+            or d is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        shown = str(d).replace("%", "%%")  # argparse %-formats the help
+        return f"{text} (default {shown})" if text else f"default {shown}"
+
+
 def _fmt() -> Any:
-    return lambda prog: argparse.ArgumentDefaultsHelpFormatter(
-        prog, max_help_position=32, width=100
-    )
+    return lambda prog: _Help(prog, max_help_position=32, width=100)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -157,8 +176,18 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
         "--mix", default=None, help="task kinds by weight: code=0.3,chat=0.5,creative=0.2"
     )
     g.add_argument("--ignore-eos", action="store_true", help="ask for exactly max-tokens tokens")
-    g.add_argument("--temperature", type=number(0, 100), default=None)
-    g.add_argument("--top-p", type=number(0, 1), default=None)
+    g.add_argument(
+        "--temperature",
+        type=number(0, 100),
+        default=None,
+        help="sampling temperature sent with each request (default: the server's)",
+    )
+    g.add_argument(
+        "--top-p",
+        type=number(0, 1),
+        default=None,
+        help="nucleus sampling sent with each request (default: the server's)",
+    )
     g.add_argument(
         "--seed",
         type=number(0, 2**32 - 1, integer=True),
@@ -189,10 +218,10 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--stall-threshold", default="1s", help="a chunk gap longer than this is a stall"
     )
-    g.add_argument("--connect-timeout", default="10s")
-    g.add_argument("--first-token-timeout", default="120s")
+    g.add_argument("--connect-timeout", default="10s", help="to open a connection")
+    g.add_argument("--first-token-timeout", default="120s", help="from the send to the first token")
     g.add_argument("--idle-timeout", default="60s", help="longest gap between chunks")
-    g.add_argument("--total-timeout", default="15m")
+    g.add_argument("--total-timeout", default="15m", help="for a whole request")
     g.add_argument("--insecure", action="store_true", help="do not verify HTTPS certificates")
 
 
@@ -239,7 +268,12 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 1 when the goodput fraction is below --slo-target",
     )
-    g.add_argument("--slo-target", type=number(0, 1, lo_open=True), default=0.95)
+    g.add_argument(
+        "--slo-target",
+        type=number(0, 1, lo_open=True),
+        default=0.95,
+        help="share of requests that must meet the SLOs for --fail-on-slo to pass",
+    )
     g.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
     g.add_argument(
         "--fps", type=number(0.1, 60), default=4.0, help="dashboard redraws per second (max)"
@@ -336,7 +370,12 @@ def build_parser() -> Parser:
         default=None,
         help="base URL of the API, e.g. http://127.0.0.1:8000/v1 (env TOKMON_URL)",
     )
-    run.add_argument("--endpoint", default="chat", choices=["chat", "completions"])
+    run.add_argument(
+        "--endpoint",
+        default="chat",
+        choices=["chat", "completions"],
+        help="/v1/chat/completions (messages) or /v1/completions (a prompt)",
+    )
     run.add_argument("--model", "-m", default=None, help="model name (default: the server's first)")
     run.add_argument("--config", default=None, help="TOML file of defaults (CLI flags win)")
     run.add_argument(
@@ -358,23 +397,37 @@ def build_parser() -> Parser:
         description="Start two simulated servers (speculative decoding off and "
         "on) and monitor them as arms 'baseline' and 'spec'.",
     )
-    demo.add_argument("--headless", action="store_true")
+    demo.add_argument("--headless", action="store_true", help="status lines, no dashboard")
     demo.add_argument(
         "--duration", "-d", default=None, help="stop after this long (default: never)"
     )
-    demo.add_argument("--concurrency", "-c", type=number(1, 10_000, integer=True), default=8)
+    demo.add_argument(
+        "--concurrency", "-c", type=number(1, 10_000, integer=True), default=8, help="streams"
+    )
     demo.add_argument("--profile", default="27b-h100", help="simulator profile")
-    demo.add_argument("--time-scale", type=number(0, 1000, lo_open=True), default=1.0)
+    demo.add_argument(
+        "--time-scale",
+        type=number(0, 1000, lo_open=True),
+        default=1.0,
+        help="the simulated servers run this many times faster",
+    )
     demo.add_argument(
         "--alternate", default="30s", help="switch arms every DURATION ('off' for never)"
     )
     demo.add_argument("--no-faults", action="store_true", help="no injected faults")
-    demo.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=None)
-    demo.add_argument("--summary-json", default=None, metavar="FILE")
-    demo.add_argument("--record", default=None, metavar="FILE")
-    demo.add_argument("--status-interval", default="5s")
-    demo.add_argument("--theme", default=None)
-    demo.add_argument("--fps", type=number(0.1, 60), default=4.0)
+    demo.add_argument(
+        "--seed",
+        type=number(0, 2**32 - 1, integer=True),
+        default=None,
+        help="the same workload and simulated servers every time",
+    )
+    demo.add_argument("--summary-json", default=None, metavar="FILE", help="as tokmon run")
+    demo.add_argument("--record", default=None, metavar="FILE", help="as tokmon run")
+    demo.add_argument("--status-interval", default="5s", help="headless status line period")
+    demo.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
+    demo.add_argument(
+        "--fps", type=number(0.1, 60), default=4.0, help="dashboard redraws per second (max)"
+    )
 
     rp = sub.add_parser(
         "replay",
@@ -391,8 +444,10 @@ def build_parser() -> Parser:
         action="store_true",
         help="keep reading a file that a running tokmon is still writing",
     )
-    rp.add_argument("--theme", default=None)
-    rp.add_argument("--fps", type=number(0.1, 60), default=4.0)
+    rp.add_argument("--theme", default=None, help="dashboard theme: a name or a .toml path")
+    rp.add_argument(
+        "--fps", type=number(0.1, 60), default=4.0, help="dashboard redraws per second (max)"
+    )
 
     rep = sub.add_parser(
         "report",
@@ -403,7 +458,11 @@ def build_parser() -> Parser:
     )
     rep.add_argument("file")
     rep.add_argument(
-        "--format", "-F", default="text", choices=["text", "md", "json", "csv", "html"]
+        "--format",
+        "-F",
+        default="text",
+        choices=["text", "md", "json", "csv", "html"],
+        help="json equals the live --summary-json; html is one self-contained file",
     )
     rep.add_argument("-o", "--output", default=None, help="write to this file (default: stdout)")
     rep.add_argument(
@@ -421,11 +480,23 @@ def build_parser() -> Parser:
     )
 
     ex = sub.add_parser(
-        "export", help="per-request data of a recording as CSV or Parquet", formatter_class=_fmt()
+        "export",
+        help="per-request data of a recording as CSV or Parquet",
+        description="One row per request, every field of the recording (chunk gaps "
+        "excepted), for a spreadsheet, pandas or DuckDB. Text that begins like a formula "
+        "is written as text. Parquet needs pyarrow.",
+        formatter_class=_fmt(),
     )
     ex.add_argument("file")
-    ex.add_argument("--format", "-F", default="csv", choices=["csv", "parquet"])
-    ex.add_argument("-o", "--output", default=None)
+    ex.add_argument(
+        "--format", "-F", default="csv", choices=["csv", "parquet"], help="output format"
+    )
+    ex.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="write to this file (default: stdout; Parquet needs one)",
+    )
 
     sim = sub.add_parser(
         "sim",
@@ -434,14 +505,21 @@ def build_parser() -> Parser:
         description="A simulated inference server (continuous batching, "
         "speculative decoding, vLLM metrics, fault injection).",
     )
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=number(0, 65535, integer=True), default=8000)
+    sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    sim.add_argument(
+        "--port", type=number(0, 65535, integer=True), default=8000, help="port (0: any free one)"
+    )
     sim.add_argument("--profile", default="27b-h100", help="model/GPU class (see --list-profiles)")
     sim.add_argument("--set", default="", metavar="FIELD=V,...", help="override profile fields")
-    sim.add_argument("--list-profiles", action="store_true")
+    sim.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     sim.add_argument("--spec", default="off", choices=["on", "off"], help="speculative decoding")
-    sim.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=None)
-    sim.add_argument("--model-name", default="sim-27b")
+    sim.add_argument(
+        "--seed",
+        type=number(0, 2**32 - 1, integer=True),
+        default=None,
+        help="the same outputs and timings every time",
+    )
+    sim.add_argument("--model-name", default="sim-27b", help="the id /v1/models answers")
     sim.add_argument(
         "--time-scale",
         type=number(0, 1000, lo_open=True),
@@ -452,8 +530,9 @@ def build_parser() -> Parser:
         "--faults",
         default="",
         metavar="NAME=V,...",
-        help="http_500=0.01,http_429=,stream_error=,drop=,malformed=,overlong=,"
-        "stall=,stall_s=3,drift=%%/h,kv_creep=%%/h,slowdown=%%",
+        help="injected faults, a share of requests each: http_500, http_429, "
+        "stream_error, drop, malformed, overlong, stall (with stall_s=SECONDS); and "
+        "drift=%%/h, kv_creep=%%/h, slowdown=%% (e.g. http_500=0.01,stall=0.02)",
     )
     sim.add_argument(
         "--schedule",
