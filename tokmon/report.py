@@ -302,7 +302,18 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
                 out.append(
                     f"{arm:<10} {key:<20} {v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
                 )
-    out += [*fence, "", h + "Change points (Page–Hinkley on 10 s window medians)", *fence]
+    out += [*fence, "", h + "Alerts raised during the run (as in the JSON summary)", *fence]
+    alerts = data["summary"].get("alerts") or []
+    if not alerts:
+        out.append("none")
+    for a in alerts:
+        out.append(f"{a.get('t_s', 0):>8.1f} s  {a.get('message', '')}")
+    out += [
+        *fence,
+        "",
+        h + "Change points found afterwards (Page–Hinkley on 10 s window medians)",
+        *fence,
+    ]
     cps = [(arm, c) for arm, cs in data["change_points"].items() for c in cs]
     if not cps:
         out.append("none")
