@@ -150,7 +150,7 @@ def test_an_impossible_timeline_is_flagged_not_clamped():
     m = StreamMeter(t_send=0)
     m.on_event(50, ChunkInfo(text_chars=1, content_chars=1))
     m.on_event(40, ChunkInfo(text_chars=1, content_chars=1))
-    assert "before the one before" in m.finish(60)["clock"]
+    assert "before the one before it" in m.finish(60)["clock"]
 
 
 def test_clock_excluded_counted_in_the_summary():

@@ -10,7 +10,7 @@ from tokmon.core.stats import (
     _boot_medians,
     pct_summary,
     ratio_ci_requests,
-    ratio_ci_segments,
+    ratio_ci_stratified,
     window_stats,
 )
 
@@ -95,7 +95,10 @@ def test_segment_bootstrap_resists_drift():
             sb.append(np.full(300, seg))
     a, b, sa, sb = map(np.concatenate, (a, b, sa, sb))
     _, lo_r, hi_r = ratio_ci_requests(a, b)
-    _, lo_s, hi_s = ratio_ci_segments(a, sa, b, sb)
+    za, zb = np.zeros(a.size), np.zeros(b.size)
+    seg = ratio_ci_stratified(a, sa, za, b, sb, zb, segments=True)
+    assert seg is not None and seg.method == "segments"
+    lo_s, hi_s = seg.lo, seg.hi
     assert lo_r > 1.0  # the request bootstrap says "significant"
     assert lo_s <= 1.0 <= hi_s  # the segment bootstrap does not
 

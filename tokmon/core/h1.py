@@ -6,7 +6,7 @@ went down the stack, each read when its bytes reached this machine -- not when t
 process got round to them, so a busy loop, a slow frame or a preempted process never
 moves a timestamp. Where the kernel gives no send stamp, the send is stamped just before
 the final send call: an earlier bound, never a later one (a TTFT can then only be too
-long, never impossible). ``Connection.stamps`` says which source each side used.
+long, never impossible). ``stamp_sources()`` says which source each side uses here.
 
 Why not httpx for these streams: through httpx → httpcore → h11 a streamed token cost
 2.4× a bare aiohttp reader in CPU (h11 turns each piece of the chunked encoding into an
@@ -266,24 +266,9 @@ class Connection:
             await self._handshake(sock, ssl_ctx, host)
         # After the handshake: the send stamps' byte counter starts here (OPT_ID on TCP
         # needs an established connection, and counts bytes from this moment).
-        self._enable_stamps(sock)
+        self.tx_kernel, self.rx_kernel = enable_stamps(sock)
         self.fd = sock.fileno()
         loop.add_reader(self.fd, self._on_readable)
-
-    def _enable_stamps(self, sock: socket.socket) -> None:
-        if SO_TIMESTAMPING is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
-                self.tx_kernel = self.rx_kernel = True
-                return
-            except OSError:
-                pass
-        if SO_TIMESTAMPNS is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                self.rx_kernel = True
-            except OSError:
-                pass
 
     async def _handshake(self, sock: socket.socket, ctx: ssl.SSLContext, host: str) -> None:
         """TLS over memory buffers, so reads stay raw recvmsg calls with kernel stamps."""
@@ -368,9 +353,7 @@ class Connection:
         while True:
             try:
                 _, anc, _, _ = sock.recvmsg(0, ANC_SIZE, MSG_ERRQUEUE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
+            except OSError:  # empty (EAGAIN), or nothing to read there at all
                 return
             now = perf_counter_ns()
             wall = ident = None
@@ -659,30 +642,39 @@ class Connection:
             self.sock = None
 
 
+def enable_stamps(sock: socket.socket) -> tuple[bool, bool]:
+    """Ask the kernel to stamp this socket's sends and reads: (sends, reads) stamped.
+    On TCP it must be established (``OPT_ID`` counts bytes from this moment)."""
+    if SO_TIMESTAMPING is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
+            return True, True
+    if SO_TIMESTAMPNS is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            return False, True
+    return False, False
+
+
 def stamp_sources() -> dict[str, str]:
     """Where this machine's send and chunk stamps come from (tried on a loopback pair)."""
-    send, recv = "before the send call", "when read"
-    try:
-        with socket.socket() as srv:
-            srv.bind(("127.0.0.1", 0))
-            srv.listen(1)
-            with socket.create_connection(srv.getsockname()) as c:
-                c2, _ = srv.accept()
-                c2.close()
-                probe = Connection.__new__(Connection)
-                probe.tx_kernel = probe.rx_kernel = False
-                Connection._enable_stamps(probe, c)
-                if probe.tx_kernel:
-                    send = "kernel (SO_TIMESTAMPING, software TX)"
-                if probe.rx_kernel:
-                    recv = (
-                        "kernel (SO_TIMESTAMPING, software RX)"
-                        if probe.tx_kernel
-                        else "kernel (SO_TIMESTAMPNS)"
-                    )
-    except OSError:
-        pass
-    return {"send": send, "chunks": recv}
+    tx = rx = False
+    with contextlib.suppress(OSError), socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        with socket.create_connection(srv.getsockname()) as c:
+            srv.accept()[0].close()
+            tx, rx = enable_stamps(c)
+    return {
+        "send": "kernel (SO_TIMESTAMPING, software TX)" if tx else "before the send call",
+        "chunks": (
+            "kernel (SO_TIMESTAMPING, software RX)"
+            if tx
+            else "kernel (SO_TIMESTAMPNS)"
+            if rx
+            else "when read"
+        ),
+    }
 
 
 class Pool:

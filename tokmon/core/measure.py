@@ -132,10 +132,18 @@ class StreamMeter:
         if self.bad:
             out["suspect"] = "; ".join(self.bad)[:300]
         if self.t_first_text is not None:
-            clock = self._impossible()
-            if clock:
-                # Kept, flagged and left out of every figure -- never clamped to zero.
-                out["clock"] = clock
+            ct = self.chunk_times
+            gaps = array("f", [(ct[i] - ct[i - 1]) / ms for i in range(1, len(ct))])
+            # METRICS.md's invariants: nothing arrives before its request was sent, and
+            # time never runs backwards. A request that breaks one is kept and flagged,
+            # its durations left out of every figure -- never clamped to zero.
+            if self.t_first_text < self.t_send:
+                out["clock"] = (
+                    f"first token {(self.t_send - self.t_first_text) / ms:.3f} ms before the send"
+                )
+            elif gaps and min(gaps) < 0:
+                out["clock"] = f"a chunk {-min(gaps):.3f} ms before the one before it"
+            if "clock" in out:
                 out["e2e_ms"] = None
                 return self._spec(out)
             ttft = (self.t_first_text - self.t_send) / ms
@@ -149,32 +157,17 @@ class StreamMeter:
                 out["decode_tps"] = (n - 1) / ((e2e - ttft) / 1000.0)
             elif n >= 2:
                 out["note"] = NO_TPOT_ONE_READ
-            ct = self.chunk_times
-            if len(ct) >= 2:
-                gaps = array("f", [(ct[i] - ct[i - 1]) / ms for i in range(1, len(ct))])
+            if gaps:
+                out["max_gap_ms"] = max(gaps)
                 if sys.byteorder != "little":
                     gaps.byteswap()
                 out["gaps"] = gaps.tobytes()
-                out["max_gap_ms"] = max(gaps)
         elif t_end < self.t_send:
             out["clock"] = f"end {(self.t_send - t_end) / ms:.3f} ms before the send"
             out["e2e_ms"] = None
         else:
             out["e2e_ms"] = (t_end - self.t_send) / ms
         return self._spec(out)
-
-    def _impossible(self) -> str:
-        """What makes this request's timeline impossible, or "" (METRICS.md's invariants:
-        nothing arrives before its request was sent, and time never runs backwards)."""
-        first, send = self.t_first_text, self.t_send
-        assert first is not None
-        if first < send:
-            return f"first token {(send - first) / NS_PER_MS:.3f} ms before the send"
-        ct = self.chunk_times
-        for i in range(1, len(ct)):
-            if ct[i] < ct[i - 1]:
-                return f"chunk {i} {(ct[i - 1] - ct[i]) / NS_PER_MS:.3f} ms before the one before"
-        return ""
 
     def _spec(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.spec is not None:

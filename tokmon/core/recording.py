@@ -146,9 +146,7 @@ class Recorder:
         self._last_flush = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._header: dict[str, Any] | None = None
         self.error: str | None = None  # the last write error, while it lasts
-        self.failures = 0  # write failures, over the run
         self.lost_lines = 0  # lines dropped for good (more than MAX_PENDING piled up)
         self._gap_note: dict[str, Any] | None = None
         self.on_error: Any = None  # called with a message at a failure and a recovery
@@ -165,7 +163,6 @@ class Recorder:
             raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
         if self.path.endswith(".gz"):
             self._gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing
-        self._header = header
         self.active = True
         self._write(
             {
@@ -179,10 +176,6 @@ class Recorder:
             }
         )
         self.flush()
-        self._start_flusher()
-
-    def _start_flusher(self) -> None:
-        self._stop.clear()
         self._thread = threading.Thread(target=self._flusher, name="tokmon-recorder", daemon=True)
         self._thread.start()
 
@@ -226,7 +219,6 @@ class Recorder:
                 self._pending, self._pending_lines = data, n_lines
                 if len(data) > MAX_PENDING:
                     self._drop()
-                self.failures += 1
                 if self.error is None:
                     self.error = str(getattr(e, "strerror", None) or e)
                     note = f"recording: cannot write {self.path}: {self.error} — holding the data"
@@ -243,8 +235,8 @@ class Recorder:
         A gzip stream cannot lose bytes midway, so a gzip recording stops here."""
         lost = self._pending_lines
         self.lost_lines += lost
-        note = self._gap_note or {"lines": 0, "requests_unknown": True}
-        note["lines"] = int(note["lines"]) + lost
+        note = self._gap_note or {"lines": 0}
+        note["lines"] += lost
         self._gap_note = note
         self._pending, self._pending_lines = b"", 0
         if self._gz is not None:
@@ -291,8 +283,7 @@ class Recorder:
         """``r``: stop writing, or go on writing the same session in the same file (a
         ``gap`` line marks the part not recorded)."""
         if self.active:
-            with self.lock:
-                self._paused_at = time.perf_counter_ns()
+            self._paused_at = time.perf_counter_ns()
             self._write({"k": "e", "t": self._paused_at - self.t0, "kind": "recording",
                          "msg": "recording paused", "data": {}, "wall": time.time()})  # fmt: skip
             self.flush()
@@ -446,17 +437,14 @@ class _Lines:
                 buf = rest + chunk
                 lines = buf.split(b"\n")
                 rest = lines.pop()
+                # an unfinished line may not grow past MAX_LINE (a line that ends within
+                # the next piece is then at most MAX_LINE + CHUNK long)
                 if len(rest) > MAX_LINE:
                     raise RecordingError(
                         f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
                         "not a tokmon recording"
                     )
                 for ln in lines:
-                    if len(ln) > MAX_LINE:
-                        raise RecordingError(
-                            f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
-                            "not a tokmon recording"
-                        )
                     self.offset += len(ln) + 1
                     yield ln, False
         finally:

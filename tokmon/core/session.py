@@ -99,6 +99,7 @@ class LiveSession:
         self.finished_workers: set[int] = set()
         self.engine_errors: list[str] = []  # why an engine process died, one line each
         self.on_finished: Any = None  # called with the summary when the run has ended
+        self.final: dict[str, Any] | None = None  # that summary, computed once
         self.output_check: dict[str, Any] | None = None
         self._all_alerts: list[Event] = []
         self.check_n = check_outputs_n
@@ -428,14 +429,12 @@ class LiveSession:
                 pr.stop()
             except Exception:
                 pass
-        final = self.summary()
+        final = self.final = self.summary()
         if self.recorder is not None:
             self.recorder.summary(final)
             self.recorder.end(self.t_stop)
             self.recorder.close()
         if self.on_finished is not None:
-            # at the run's end, not at the dashboard's: an SSH session that closes while
-            # the finished dashboard waits for q must not lose the summary
             try:
                 self.on_finished(final)
             except Exception as e:  # reported, never fatal

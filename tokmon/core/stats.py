@@ -588,25 +588,6 @@ def ratio_ci_requests(
     return None if r is None else (r.ratio, r.lo, r.hi)
 
 
-def ratio_ci_segments(
-    a: np.ndarray,
-    a_seg: np.ndarray,
-    b: np.ndarray,
-    b_seg: np.ndarray,
-    reps: int = 1000,
-    seed: int = 12345,
-) -> tuple[float, float, float] | None:
-    """Ratio of medians b/a with a 95% interval by bootstrap over segments (blocks).
-
-    Resampling whole segments keeps the between-segment variation (drift, warm caches)
-    in the interval, so a drift that happens to line up with the arms does not pass for
-    an effect. None unless both arms have at least two segments.
-    """
-    za, zb = np.zeros(a.size), np.zeros(b.size)
-    r = ratio_ci_stratified(a, a_seg, za, b, b_seg, zb, segments=True, reps=reps, seed=seed)
-    return None if r is None or r.method != "segments" else (r.ratio, r.lo, r.hi)
-
-
 @dataclass(frozen=True)
 class Ratio:
     """A ratio of medians other/base with its 95% interval, and how it was taken."""
@@ -639,8 +620,10 @@ def ratio_ci_stratified(
     geometric mean -- exp(Σ w_s log r_s), so that b/a and a/b are reciprocals -- the
     figure is stable and means "the speed-up of this workload". ``weights`` (stratum id →
     weight: the mix the workload was built with) are used where given, else each
-    stratum's share of both arms' requests. The interval resamples within each stratum: whole segments where
-    both arms have at least two in it (``segments``), else requests. Strata with fewer
+    stratum's share of both arms' requests. The interval resamples within each stratum:
+    whole segments where both arms have at least two in it (``segments``; this keeps the
+    between-segment variation -- drift, warm caches -- in the interval, so a drift that
+    lines up with the arms does not pass for an effect), else requests. Strata with fewer
     than MIN_SAMPLES values in either arm are left out (and counted out of the weights).
     """
     ids = [

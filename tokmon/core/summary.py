@@ -18,6 +18,7 @@ COMPARED = (
     ("tpot_ms", "tpot", "seg_tpot"),
     ("ttft_ms", "ttft", "seg_ttft"),
 )
+_RATIO_KEYS = tuple(k for k, _, _ in COMPARED)
 
 
 def arm_summary(
@@ -223,9 +224,6 @@ def active_time(
         if e2 > s2:
             out[arm] = out.get(arm, 0.0) + (e2 - s2) / 1e9
     return out
-
-
-_RATIO_KEYS = tuple(k for k, _, _ in COMPARED)
 
 
 def fmt_ms(v: float | None) -> str:

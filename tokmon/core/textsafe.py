@@ -47,10 +47,6 @@ def add_secret(value: str | None) -> None:
         _SECRETS.sort(key=len, reverse=True)  # a longer secret first: it may hold another
 
 
-def secrets() -> tuple[str, ...]:
-    return tuple(_SECRETS)
-
-
 def scrub(s: str) -> str:
     for sec in _SECRETS:
         if sec in s:
@@ -106,16 +102,19 @@ def dumps(obj: Any, indent: int | None = None, compact: bool = False) -> str:
     """Strict JSON (RFC 8259): no NaN or Infinity -- they become null, and a top-level
     object says which (``"nonfinite"``); every non-ASCII or control character escaped, so
     that printing the file cannot drive a terminal; secrets scrubbed."""
-    notes: list[str] = []
-    obj = finite(obj, notes)
-    if notes and isinstance(obj, dict):
-        obj["nonfinite"] = notes
     sep = (",", ":") if compact else None
-    text = json.dumps(obj, indent=indent, separators=sep, allow_nan=False, default=str)
+    try:  # the usual case, at C speed: a recording writes a line per request
+        text = json.dumps(obj, indent=indent, separators=sep, allow_nan=False, default=str)
+    except ValueError:  # a NaN or an infinity somewhere: find and name them
+        notes: list[str] = []
+        obj = finite(obj, notes)
+        if isinstance(obj, dict):
+            obj["nonfinite"] = notes
+        text = json.dumps(obj, indent=indent, separators=sep, allow_nan=False, default=str)
     return scrub(text) if _SECRETS else text
 
 
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA = ("=", "+", "-", "@")
 
 
 def csv_cell(v: Any) -> Any:
@@ -123,7 +122,7 @@ def csv_cell(v: Any) -> Any:
     leading apostrophe (OWASP's advice); numbers stay numbers."""
     if not isinstance(v, str):
         return v
-    v = clean_text(v, keep_newlines=False)
-    if v.lstrip().startswith(_FORMULA) or v.startswith(_FORMULA):
+    v = clean_text(v, keep_newlines=False)  # a tab or CR before a formula goes too
+    if v.lstrip().startswith(_FORMULA):
         return "'" + v
     return v
