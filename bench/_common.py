@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import httpx
 import psutil
 
-from tokmon.core.probes.server import neutral
+from tokmon.probes.server import neutral
 
 
 def tree_cpu(pid: int) -> float:
@@ -54,7 +54,7 @@ def table(rows: list[list[str]]) -> str:
 
 
 def machine() -> str:
-    from tokmon.core.recording import environment
+    from tokmon.recording.writer import environment
 
     env = environment()
     return f"{env['cores']} cores · {env['cpu']} · {time.strftime('%Y-%m-%d')}"

@@ -16,13 +16,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 import psutil  # noqa: E402
 from _common import machine, table  # noqa: E402
 
-from tokmon.core.arms import Arm  # noqa: E402
-from tokmon.core.config import RunConfig  # noqa: E402
-from tokmon.core.session import LiveSession  # noqa: E402
-from tokmon.core.workload import LengthDist  # noqa: E402
+from tokmon.model.arms import Arm  # noqa: E402
+from tokmon.model.config import RunConfig  # noqa: E402
+from tokmon.model.workload import LengthDist  # noqa: E402
 from tokmon.sim.model import PROFILES  # noqa: E402
 from tokmon.sim.process import SimProcess  # noqa: E402
 from tokmon.sim.server import SimConfig  # noqa: E402
+from tokmon.sources.live import LiveSession  # noqa: E402
 
 
 def rss_mib(pids: list[int]) -> float:

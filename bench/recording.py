@@ -21,8 +21,8 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
-from tokmon.core.recording import Recorder  # noqa: E402
-from tokmon.core.records import RequestRecord  # noqa: E402
+from tokmon.model.records import RequestRecord  # noqa: E402
+from tokmon.recording.writer import Recorder  # noqa: E402
 
 RATE = 50.0  # requests per second of simulated run
 
@@ -99,8 +99,8 @@ def write(path: str, n: int, chunks: bool) -> tuple[int, float]:
 REPORT = r"""
 import sys, time
 t0 = time.perf_counter()
-from tokmon.core.recording import read_recording
-from tokmon.report import render
+from tokmon.recording.reader import read_recording
+from tokmon.report.text import render
 rec = read_recording(sys.argv[1])
 t1 = time.perf_counter()
 render(rec, "json")
@@ -115,7 +115,7 @@ print(f"{t1 - t0:.2f} {t1 - t0 + t2 - t1:.2f} {t1 - t0 + t3 - t2:.2f} {peak:.0f}
 REPLAY = r"""
 import sys, time
 t0 = time.perf_counter()
-from tokmon.core.replay import ReplaySource
+from tokmon.sources.replay import ReplaySource
 src = ReplaySource(sys.argv[1])
 src.start()
 while src.snapshot() is None:

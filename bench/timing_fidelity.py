@@ -26,8 +26,8 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from _common import machine, table  # noqa: E402
 
-from tokmon.core.engine import request_id  # noqa: E402
-from tokmon.core.recording import read_recording  # noqa: E402
+from tokmon.engine.worker import request_id  # noqa: E402
+from tokmon.recording.reader import read_recording  # noqa: E402
 from tokmon.sim.process import SimProcess  # noqa: E402
 from tokmon.sim.server import SimConfig  # noqa: E402
 

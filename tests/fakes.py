@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tokmon.core.history import Point
-from tokmon.core.records import Event
-from tokmon.core.snapshot import ArmView, Snapshot
-from tokmon.core.stats import WindowStats
+from tokmon.model.history import Point
+from tokmon.model.records import Event
+from tokmon.model.snapshot import ArmView, Snapshot
+from tokmon.model.stats import WindowStats
 
 
 def window(arm: str = "", tok: float = 1200.0, ttft: float | None = 85.0) -> WindowStats:

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from fake_nvml import make
 
-from tokmon.core.alerts import AlertEngine, cost_figures
-from tokmon.core.drift import sen_slope
-from tokmon.core.history import Point
+from tokmon.model.alerts import AlertEngine, cost_figures
+from tokmon.model.history import Point
+from tokmon.model.trend import sen_slope
 
 
 def soak(values, seconds, engine=None, **extra):
@@ -80,11 +80,11 @@ def test_cost_arithmetic():
 
 
 def test_energy_and_cost_from_fake_nvml(make_sim):
-    from tokmon.core.arms import Arm
-    from tokmon.core.config import RunConfig
-    from tokmon.core.probes.gpu import NvmlProbe
-    from tokmon.core.session import LiveSession
-    from tokmon.core.workload import LengthDist
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
+    from tokmon.probes.gpu import NvmlProbe
+    from tokmon.sources.live import LiveSession
 
     sim = make_sim(schedule=(5.0, 2.0, 1))
     cfg = RunConfig(
@@ -108,12 +108,12 @@ def test_energy_and_cost_from_fake_nvml(make_sim):
 @pytest.mark.slow
 def test_sim_drift_detected_in_compressed_time(make_sim):
     """The simulator's 2%/h drift at 720× time: TPOT grows 0.4% per wall second."""
-    from tokmon.core.arms import Arm
-    from tokmon.core.config import RunConfig
-    from tokmon.core.session import LiveSession
-    from tokmon.core.workload import LengthDist
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
     from tokmon.sim.faults import Faults
     from tokmon.sim.model import parse_profile
+    from tokmon.sources.live import LiveSession
 
     # A 3.6 s model step at 720× is 5 ms of wall time.
     sim = make_sim(
@@ -143,8 +143,8 @@ def test_sim_drift_detected_in_compressed_time(make_sim):
 def _sim_session(sim, cfg, *, window_s=2.0, **kw):
     """A session on the simulator with its /metrics probed and the alert spans shortened
     to fit a test (the detectors are the ones a real run uses)."""
-    from tokmon.core.probes.server import ServerMetricsProbe
-    from tokmon.core.session import LiveSession
+    from tokmon.probes.server import ServerMetricsProbe
+    from tokmon.sources.live import LiveSession
 
     probe = ServerMetricsProbe(
         sim.url.replace("/v1", "/metrics"), ("a",), interval=0.5, window_s=window_s
@@ -159,9 +159,9 @@ def _sim_session(sim, cfg, *, window_s=2.0, **kw):
 @pytest.mark.slow
 def test_saturation_flagged_only_past_the_simulators_capacity(make_sim):
     """Open-loop load below, then above, what a 4-sequence batch can serve."""
-    from tokmon.core.arms import Arm
-    from tokmon.core.config import RunConfig
-    from tokmon.core.workload import LengthDist
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
     from tokmon.sim.model import parse_profile
 
     # 20 tokens at 10 ms a step, 4 at a time: capacity ≈ 4 / 0.205 s ≈ 19 requests/s.
@@ -199,7 +199,7 @@ def test_saturation_flagged_only_past_the_simulators_capacity(make_sim):
 def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
     from types import SimpleNamespace as K
 
-    from tokmon.core.alerts import kind_cost_figures
+    from tokmon.model.alerts import kind_cost_figures
 
     arm = {"cost_per_mtok": 2.0, "joules_per_token": 0.5}
     # code: 1,000 tokens in 10 s of streams; chat: 1,000 tokens in 30 s
@@ -222,10 +222,10 @@ def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
 @pytest.mark.slow
 def test_cost_per_kind_live_and_in_summary(make_sim):
     """With speculative decoding, code (α 0.82) costs less per token than creative (α 0.3)."""
-    from tokmon.core.arms import Arm
-    from tokmon.core.config import RunConfig
-    from tokmon.core.session import LiveSession
-    from tokmon.core.workload import LengthDist
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
+    from tokmon.sources.live import LiveSession
 
     sim = make_sim(spec=True, seed=5, time_scale=4.0)
     cfg = RunConfig(
@@ -248,7 +248,7 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     total = sum(v["cost_per_million_tokens"] * v["output_tokens"] for v in bk.values())
     assert total == pytest.approx(a["cost_per_million_tokens"] * a["output_tokens"], rel=1e-6)
     assert live["code"]["cost_per_mtok"] < live["creative"]["cost_per_mtok"]
-    from tokmon.core.summary import summary_table
+    from tokmon.model.summary import summary_table
 
     assert "/Mtok" in summary_table(s.summary())
 
@@ -262,9 +262,9 @@ def test_step_change_on_the_simulator_flagged_after_it_not_before(make_sim):
 
     import httpx
 
-    from tokmon.core.arms import Arm
-    from tokmon.core.config import RunConfig
-    from tokmon.core.workload import LengthDist
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
     from tokmon.sim.model import parse_profile
 
     prof = parse_profile("27b-h100", "step_base_ms=12,step_per_seq_ms=0,jitter=0.05")

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 from helpers import PY, tokmon, wait_running
 
-from tokmon.core.arms import Arm, ArmError, parse_arm
-from tokmon.core.outputcheck import check_outputs, first_divergence
+from tokmon.engine.outputcheck import check_outputs, first_divergence
+from tokmon.model.arms import Arm, ArmError, parse_arm
 from tokmon.sim.model import parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -82,7 +82,7 @@ def itl(sim):
     """The simulator's own inter-token latency so far: (sum, count)."""
     import httpx
 
-    from tokmon.core.probes.server import flatten
+    from tokmon.probes.server import flatten
 
     flat, _ = flatten(httpx.get(sim.url.replace("/v1", "/metrics")).text)
     return (
@@ -198,8 +198,8 @@ def test_failing_arm_does_not_stop_the_other(tmp_path):
 
 
 async def test_switch_in_dashboard_with_live_session(two_speeds):
-    from tokmon.core.config import RunConfig
-    from tokmon.core.session import LiveSession
+    from tokmon.model.config import RunConfig
+    from tokmon.sources.live import LiveSession
     from tokmon.ui.app import DashboardApp
 
     slow, fast = two_speeds

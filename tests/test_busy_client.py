@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from test_client_sim import run_engine
 
-from tokmon.core import h1
-from tokmon.core.clock import WallToMono
-from tokmon.core.measure import StreamMeter
-from tokmon.core.records import CLOCK_PREFIX
-from tokmon.core.workload import LengthDist
+from tokmon.engine import h1
+from tokmon.engine.clock import WallToMono
+from tokmon.engine.measure import StreamMeter
+from tokmon.model.records import CLOCK_PREFIX
+from tokmon.model.workload import LengthDist
 
 PY = sys.executable
 TTFT_MS = 120.0
@@ -95,7 +95,7 @@ def test_ttft_true_with_the_client_starved(make_sim, tmp_path):
     out = tmp_path / "s.json"
     # imports at full speed, then the run at nice 10 (its engine process inherits it)
     code = (
-        "import os, sys; import tokmon.cli, tokmon.core.session, tokmon.core.engine; "
+        "import os, sys; import tokmon.cli, tokmon.sources.live, tokmon.engine.worker; "
         "os.nice(10); sys.exit(tokmon.cli.main(sys.argv[1:]))"
     )
     args = ["run", "--url", sim.url, "-c", "8", "-n", "240", "--max-tokens", "3", "--headless"]
@@ -134,8 +134,8 @@ def test_no_negative_duration_in_10000_requests(make_sim):
 def test_an_impossible_timeline_is_flagged_not_clamped():
     """A first token stamped before the send: the request keeps its tokens, its durations
     are left out, and the detail says what was impossible."""
-    from tokmon.core.chunks import ChunkInfo
-    from tokmon.core.client import _finish
+    from tokmon.engine.chunks import ChunkInfo
+    from tokmon.engine.client import _finish
 
     m = StreamMeter(t_send=1_000_000_000)
     m.on_event(990_000_000, ChunkInfo(text_chars=1, content_chars=1, completion_tokens=1))
@@ -154,10 +154,10 @@ def test_an_impossible_timeline_is_flagged_not_clamped():
 
 
 def test_clock_excluded_counted_in_the_summary():
-    from tokmon.core.records import RequestRecord
-    from tokmon.core.stats import ArmTotals
-    from tokmon.core.summary import arm_summary
-    from tokmon.core.table import RequestTable
+    from tokmon.model.records import RequestRecord
+    from tokmon.model.stats import ArmTotals
+    from tokmon.model.summary import arm_summary
+    from tokmon.model.table import RequestTable
 
     recs = [
         RequestRecord(rid=1, arm="a", outcome="ok", t_sched=0, t_end=5, ttft_ms=3.0, e2e_ms=4.0),
@@ -188,9 +188,9 @@ async def test_a_whole_answer_in_one_read_has_no_tpot_and_is_counted():
     summary says how many such requests there were and why."""
     import asyncio
 
-    from tokmon.core.client import Tick, stream_request
-    from tokmon.core.stats import ArmTotals
-    from tokmon.core.summary import arm_summary
+    from tokmon.engine.client import Tick, stream_request
+    from tokmon.model.stats import ArmTotals
+    from tokmon.model.summary import arm_summary
 
     body = (
         b"".join(

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tokmon.core.chunks import ProtocolError, interpret
+from tokmon.engine.chunks import ProtocolError, interpret
 
 
 def ev(obj):

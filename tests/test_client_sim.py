@@ -4,10 +4,10 @@ import asyncio
 
 import numpy as np
 
-from tokmon.core.arms import Arm
-from tokmon.core.config import RunConfig
-from tokmon.core.engine import Engine, request_id
-from tokmon.core.workload import LengthDist
+from tokmon.engine.worker import Engine, request_id
+from tokmon.model.arms import Arm
+from tokmon.model.config import RunConfig
+from tokmon.model.workload import LengthDist
 from tokmon.sim.faults import Faults
 from tokmon.sim.model import PROFILES
 
@@ -86,7 +86,7 @@ def test_every_fault_class_accounted(make_sim):
 
 
 def test_idle_timeout_ends_a_stalled_stream(make_sim):
-    from tokmon.core.config import Timeouts
+    from tokmon.model.config import Timeouts
 
     sim = make_sim(schedule=(5.0, 5.0, 1), faults=Faults(stall=1.0, stall_s=5.0))
     recs, _, _ = run_engine(

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from tokmon.core.changepoint import cusum
-from tokmon.core.drift import drift
+from tokmon.model.changepoint import cusum
+from tokmon.model.trend import drift
 
 
 def test_step_change_flagged_near_where_it_happened():

@@ -12,15 +12,15 @@ import httpx
 import pytest
 from helpers import wait_running
 
-from tokmon.core.arms import Arm
-from tokmon.core.config import RunConfig, Timeouts
-from tokmon.core.engine import Engine
-from tokmon.core.recording import read_recording
-from tokmon.core.textsafe import clean_text
-from tokmon.core.workload import LengthDist
+from tokmon.engine.worker import Engine
+from tokmon.model.arms import Arm
+from tokmon.model.config import RunConfig, Timeouts
+from tokmon.model.workload import LengthDist
+from tokmon.recording.reader import read_recording
 from tokmon.sim.faults import Faults
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
+from tokmon.textsafe import clean_text
 
 PY = sys.executable
 
@@ -213,7 +213,7 @@ def test_terminal_sequences_neutralised(raw, clean):
 
 def test_error_text_from_server_is_cleaned(make_sim):
 
-    from tokmon.core.client import error_message
+    from tokmon.engine.client import error_message
 
     body = json.dumps({"error": {"message": "bad \x1b]0;x\x07 thing\x1b[2J"}}).encode()
     assert error_message(body) == "bad  thing"
@@ -222,7 +222,7 @@ def test_error_text_from_server_is_cleaned(make_sim):
 
 
 def test_error_burst_is_an_event(make_sim):
-    from tokmon.core.session import LiveSession
+    from tokmon.sources.live import LiveSession
 
     sim = make_sim(schedule=(2.0, 1.0, 1), faults=Faults(http_500=0.5), seed=4)
     cfg = RunConfig(

@@ -1,4 +1,4 @@
-"""The streaming HTTP/1.1 client (tokmon/core/h1.py) against scripted servers on 127.0.0.1:
+"""The streaming HTTP/1.1 client (tokmon/engine/h1.py) against scripted servers on 127.0.0.1:
 framing split at every byte, keep-alive and its failures, timeouts, TLS, and kernel stamps
 that a blocked event loop does not move."""
 
@@ -16,8 +16,8 @@ from time import perf_counter_ns
 
 import pytest
 
-from tokmon.core import h1
-from tokmon.core.client import Tick, ssl_context, stream_request
+from tokmon.engine import h1
+from tokmon.engine.client import Tick, ssl_context, stream_request
 
 Script = Callable[[int, bytes], "list[bytes | float | None]"]
 

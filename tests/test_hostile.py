@@ -23,9 +23,10 @@ import pytest
 from helpers import tokmon
 from hostile import ESC_MODEL, Hostile, sse_events, text_event, usage_event
 
-from tokmon.core.probes.server import ServerMetricsProbe
-from tokmon.core.recording import Recorder, read_recording
-from tokmon.core.textsafe import csv_cell, dumps
+from tokmon.probes.server import ServerMetricsProbe
+from tokmon.recording.reader import read_recording
+from tokmon.recording.writer import Recorder
+from tokmon.textsafe import csv_cell, dumps
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +157,7 @@ class FlakyFile:
 
 
 def _req(i: int) -> Any:
-    from tokmon.core.records import RequestRecord
+    from tokmon.model.records import RequestRecord
 
     return RequestRecord(rid=i, arm="a", outcome="ok", t_sched=i * 1000, t_end=i * 1000 + 500,
                          ttft_ms=1.0, e2e_ms=2.0, output_tokens=3)  # fmt: skip
@@ -238,9 +239,9 @@ def test_record_refuses_an_existing_file_and_r_continues_the_session(tmp_path):
 
 
 def test_engine_death_is_an_error_with_one_line():
-    from tokmon.core.arms import Arm
-    from tokmon.core.config import RunConfig
-    from tokmon.core.session import LiveSession
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.sources.live import LiveSession
 
     cfg = RunConfig(arms=(Arm("a", url="not a url", model="m"),), requests=2)
     s = LiveSession(cfg)
@@ -310,8 +311,8 @@ def test_nan_in_metrics_and_numbers_a_server_cannot_mean(tmp_path):
 def test_malformed_fields_are_a_named_protocol_error(event, field):
     import asyncio
 
-    from tokmon.core import h1
-    from tokmon.core.client import Tick, stream_request
+    from tokmon.engine import h1
+    from tokmon.engine.client import Tick, stream_request
 
     with Hostile() as srv:
         srv.events = sse_events(text_event("first"), event, "[DONE]")

@@ -174,7 +174,7 @@ def test_replay_of_a_ladder_shows_what_the_live_run_showed(make_sim, tmp_path):
     """Events fold through one place (Aggregator.apply) live, in a replay and in a
     report: the replay rebuilds the ladder table step by step, with the same figures as
     the live summary, and ends at the last step's load, not the first's."""
-    from tokmon.core.replay import ReplaySource
+    from tokmon.sources.replay import ReplaySource
 
     sim = make_sim(schedule=(5.0, 2.0, 1))
     rec = tmp_path / "r.jsonl"

@@ -1,5 +1,5 @@
-from tokmon.core.chunks import ChunkInfo
-from tokmon.core.measure import NS_PER_MS, StreamMeter
+from tokmon.engine.chunks import ChunkInfo
+from tokmon.engine.measure import NS_PER_MS, StreamMeter
 
 
 def text(n_chars=3, content=True, cum=None):

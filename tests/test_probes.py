@@ -3,9 +3,9 @@ from pathlib import Path
 import pytest
 from fake_nvml import make
 
-from tokmon.core.probes.base import Sampler
-from tokmon.core.probes.gpu import DcgmProbe, NvmlProbe, dcgm_devices
-from tokmon.core.probes.server import ServerMetricsProbe, metrics_url_for, neutral
+from tokmon.probes.base import Sampler
+from tokmon.probes.gpu import DcgmProbe, NvmlProbe, dcgm_devices
+from tokmon.probes.server import ServerMetricsProbe, metrics_url_for, neutral
 
 DATA = Path(__file__).parent / "data" / "metrics"
 

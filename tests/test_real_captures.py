@@ -4,10 +4,10 @@ the tests' own, captured with curl from servers that scripts/real-engines.sh set
 
 from pathlib import Path
 
-from tokmon.core.chunks import interpret
-from tokmon.core.measure import StreamMeter
-from tokmon.core.probes.server import neutral
-from tokmon.core.sse import SSEParser
+from tokmon.engine.chunks import interpret
+from tokmon.engine.measure import StreamMeter
+from tokmon.engine.sse import SSEParser
+from tokmon.probes.server import neutral
 
 REAL = Path(__file__).parent / "data" / "real"
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from helpers import tokmon
 
-from tokmon.core.probes.server import flatten
+from tokmon.probes.server import flatten
 
 pytestmark = pytest.mark.real_engine
 
@@ -146,7 +146,7 @@ def run(tmp_path, url, *extra, name="r"):
         timeout=600,
     )
     assert r.returncode == 0, r.stderr
-    from tokmon.core.recording import read_recording
+    from tokmon.recording.reader import read_recording
 
     return json.loads(out.read_text()), read_recording(str(rec))
 
@@ -325,7 +325,7 @@ def test_tokmons_load_costs_the_server_no_more_than_a_plain_loop(plain, tmp_path
     streaming loop sending vLLM's own bench's body; three rounds, medians compared."""
     import random
 
-    from tokmon.core.workload import WORDS
+    from tokmon.model.workload import WORDS
 
     rng = random.Random(3)
     words = WORDS

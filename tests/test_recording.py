@@ -11,8 +11,10 @@ from html.parser import HTMLParser
 import pytest
 from helpers import PY, tokmon
 
-from tokmon.core.recording import Recorder, RecordingError, read_recording, recording_summary
-from tokmon.core.records import Event, RequestRecord
+from tokmon.model.records import Event, RequestRecord
+from tokmon.recording import RecordingError
+from tokmon.recording.reader import read_recording, recording_summary
+from tokmon.recording.writer import Recorder
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
 
@@ -263,7 +265,7 @@ def test_corrupt_line_in_the_middle_is_counted(tmp_path):
 
 
 async def test_replay_through_pilot(recorded):
-    from tokmon.core.replay import ReplaySource
+    from tokmon.sources.replay import ReplaySource
     from tokmon.ui.app import DashboardApp
 
     rec, live = recorded

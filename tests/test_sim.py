@@ -7,11 +7,11 @@ import httpx
 import numpy as np
 import pytest
 
-from tokmon.core.arms import Arm
-from tokmon.core.config import RunConfig
-from tokmon.core.engine import Engine
-from tokmon.core.probes.server import neutral
-from tokmon.core.workload import LengthDist
+from tokmon.engine.worker import Engine
+from tokmon.model.arms import Arm
+from tokmon.model.config import RunConfig
+from tokmon.model.workload import LengthDist
+from tokmon.probes.server import neutral
 from tokmon.sim.faults import REQUEST_FAULTS, Faults
 from tokmon.sim.model import (
     ALPHA,

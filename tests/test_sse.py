@@ -1,6 +1,6 @@
 import pytest
 
-from tokmon.core.sse import SSEError, SSEParser
+from tokmon.engine.sse import SSEError, SSEParser
 
 
 def feed_all(parts, **kw):

@@ -2,9 +2,9 @@ import math
 
 import numpy as np
 
-from tokmon.core.history import History, Point
-from tokmon.core.records import RequestRecord
-from tokmon.core.stats import (
+from tokmon.model.history import History, Point
+from tokmon.model.records import RequestRecord
+from tokmon.model.stats import (
     ArmTotals,
     Slo,
     _boot_medians,
@@ -115,8 +115,8 @@ def test_history_bounded_and_compressed():
 
 def _mix_totals(seed: int, factors: dict[str, float], share_code: float = 0.5):
     """Two arms' totals of a code/creative mix whose per-kind speed-ups are known."""
-    from tokmon.core.records import RequestRecord
-    from tokmon.core.stats import ArmTotals
+    from tokmon.model.records import RequestRecord
+    from tokmon.model.stats import ArmTotals
 
     rng = np.random.default_rng(seed)
     base_speed = {"code": 40.0, "creative": 55.0}
@@ -140,7 +140,7 @@ def _mix_totals(seed: int, factors: dict[str, float], share_code: float = 0.5):
 def test_stratified_ratio_lands_on_the_weighted_truth_of_a_mix():
     """A half-code, half-creative mix with spec ×2.5 on code and ×1.03 on creative: the
     headline is the kinds' ratios combined with the workload's weights, in every run."""
-    from tokmon.core.summary import compare
+    from tokmon.model.summary import compare
 
     factors = {"code": 2.5, "creative": 1.03}
     truth = math.exp(0.5 * math.log(2.5) + 0.5 * math.log(1.03))

@@ -5,12 +5,13 @@ import random
 import numpy as np
 import pytest
 
-from tokmon.core.aggregate import Aggregator
-from tokmon.core.recording import Recorder, read_recording, recording_summary
-from tokmon.core.records import OUTCOMES, RequestRecord
-from tokmon.core.stats import Slo
-from tokmon.core.summary import build_summary
-from tokmon.core.table import RequestTable
+from tokmon.model.fold import Aggregator
+from tokmon.model.records import OUTCOMES, RequestRecord
+from tokmon.model.stats import Slo
+from tokmon.model.summary import build_summary
+from tokmon.model.table import RequestTable
+from tokmon.recording.reader import read_recording, recording_summary
+from tokmon.recording.writer import Recorder
 
 
 def varied(n: int, seed: int = 1) -> list[RequestRecord]:
@@ -76,7 +77,7 @@ def test_rows_come_back_as_the_exact_records():
 
 
 def test_recording_reads_back_exact_records_across_batches(tmp_path, monkeypatch):
-    import tokmon.core.recording as recording
+    import tokmon.recording.reader as recording
 
     monkeypatch.setattr(recording, "BATCH", 64)  # many batches, new strings in later ones
     recs = varied(700, seed=2)
@@ -128,7 +129,7 @@ def test_column_totals_equal_record_totals(slo):
 
 def test_replay_to_the_end_shows_the_live_window(tmp_path):
     """A replay feeds requests as columns: its last window is the one record by record."""
-    from tokmon.core.replay import ReplaySource
+    from tokmon.sources.replay import ReplaySource
 
     recs = sorted(varied(2000, seed=4), key=lambda r: r.t_end)
     path = str(tmp_path / "r.jsonl")
@@ -154,7 +155,7 @@ def test_replay_follows_a_file_still_being_written(tmp_path, name):
     import os
     import time
 
-    from tokmon.core.replay import ReplaySource
+    from tokmon.sources.replay import ReplaySource
 
     recs = sorted(varied(400, seed=5), key=lambda r: r.t_end)
     path = str(tmp_path / name)

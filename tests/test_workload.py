@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tokmon.core.workload import (
+from tokmon.model.workload import (
     Arrivals,
     LengthDist,
     WorkloadError,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tokmon import __version__
-from tokmon.core.textsafe import add_secret, dumps, say, write_out, write_text
+from tokmon.textsafe import add_secret, dumps, say, write_out, write_text
 
 EXIT_USAGE = 2
 
@@ -552,7 +552,7 @@ def build_parser() -> Parser:
 
 
 def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
-    from tokmon.core.workload import WorkloadError, parse_duration
+    from tokmon.model.workload import WorkloadError, parse_duration
 
     if text is None:
         return None
@@ -566,7 +566,7 @@ def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
 
 
 def parse_slo(text: str | None) -> Any:
-    from tokmon.core.stats import Slo
+    from tokmon.model.stats import Slo
 
     slo = Slo()
     if not text:
@@ -651,7 +651,7 @@ CONFIG_KEYS = {
 
 
 def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
-    from tokmon.core.arms import ArmError, arm_from_mapping
+    from tokmon.model.arms import ArmError, arm_from_mapping
 
     try:
         with open(path, "rb") as f:
@@ -740,16 +740,16 @@ def api_key(path: str | None = None) -> str | None:
 
 def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict[str, Any]]:
     """Validate every option and resolve the targets; returns (RunConfig, info)."""
-    from tokmon.core.arms import Arm, ArmError, check_unique, parse_arm
-    from tokmon.core.config import RunConfig, Timeouts, redact_header
-    from tokmon.core.h1 import prepare
-    from tokmon.core.preflight import PreflightError, fetch_models, resolve_model, server_version
-    from tokmon.core.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
+    from tokmon.engine.h1 import prepare
+    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model, server_version
+    from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
+    from tokmon.model.config import RunConfig, Timeouts, redact_header
+    from tokmon.model.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
 
     url = args.url or os.environ.get("TOKMON_URL")
     ladder = None
     if getattr(args, "ladder", None):
-        from tokmon.core.ladder import LadderError, parse_ladder
+        from tokmon.model.ladder import LadderError, parse_ladder
 
         try:
             ladder = parse_ladder(
@@ -954,7 +954,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
 
 
 def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int:
-    from tokmon.core.session import LiveSession
+    from tokmon.sources.live import LiveSession
 
     slo = parse_slo(getattr(args, "slo", None))
     window = dur("--window", getattr(args, "window", "10s"), allow_zero=False) or 10.0
@@ -1090,8 +1090,8 @@ def make_recorder(
     """The recorder for --record, and the header that writes the environment down."""
     if not getattr(args, "record", None):
         return None, {}
-    from tokmon.core.config import redact_header
-    from tokmon.core.recording import Recorder, environment
+    from tokmon.model.config import redact_header
+    from tokmon.recording.writer import Recorder, environment
 
     secrets = [cfg.api_key or ""] + [
         v
@@ -1154,7 +1154,7 @@ _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 def _redact_argv(argv: list[str], shown: tuple[str, ...] = ()) -> list[str]:
     """The command line as it may be written down: URL credentials and the values of
     headers (``--header K:V``) replaced, unless a header is named by --show-header."""
-    from tokmon.core.config import redact_header
+    from tokmon.model.config import redact_header
 
     out: list[str] = []
     header_next = False
@@ -1194,9 +1194,9 @@ def split_credentials(url: str) -> tuple[str, str | None]:
 
 
 def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]:
-    from tokmon.core.probes.gpu import DcgmProbe, NvmlProbe
-    from tokmon.core.probes.host import HostProbe
-    from tokmon.core.probes.server import ServerMetricsProbe, metrics_url_for
+    from tokmon.probes.gpu import DcgmProbe, NvmlProbe
+    from tokmon.probes.host import HostProbe
+    from tokmon.probes.server import ServerMetricsProbe, metrics_url_for
 
     probes: list[Any] = [HostProbe()]
     gpus = None
@@ -1209,7 +1209,7 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
         probes.append(DcgmProbe(args.dcgm_url, gpus=gpus))
     elif not getattr(args, "no_gpu", False):
         interval = dur("--gpu-interval", getattr(args, "gpu_interval", "0.5s"), allow_zero=False)
-        from tokmon.core.probes.gpu import pid_listening_on
+        from tokmon.probes.gpu import pid_listening_on
 
         server_pid = getattr(args, "server_pid", None) or pid_listening_on(cfg.arms[0].url)
         probes.append(NvmlProbe(interval or 0.5, gpus=gpus, server_pid=server_pid))
@@ -1242,7 +1242,7 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
 
 
 def _summary_text(summary: dict[str, Any]) -> str:
-    from tokmon.core.summary import summary_table
+    from tokmon.model.summary import summary_table
 
     return summary_table(summary)
 
@@ -1286,7 +1286,7 @@ def run_headless(session: Any, every: float) -> bool:
 
 
 def status_line(s: Any) -> str:
-    from tokmon.core.summary import fmt_ms
+    from tokmon.model.summary import fmt_ms
 
     w = s.window
     parts = [
@@ -1489,12 +1489,12 @@ def _write_out(path: str | None, text: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tokmon.core.recording import read_recording
-    from tokmon.report import render
+    from tokmon.recording.reader import read_recording
+    from tokmon.report.text import render
 
     rec = read_recording(args.file)
     if args.compare:
-        from tokmon.report import compare_recordings
+        from tokmon.report.text import compare_recordings
 
         other = read_recording(args.compare)
         _write_out(args.output, compare_recordings(rec, other, args.format))
@@ -1515,8 +1515,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tokmon.core.recording import read_recording
-    from tokmon.report import export_columns, export_csv
+    from tokmon.recording.reader import read_recording
+    from tokmon.report.text import export_columns, export_csv
 
     rec = read_recording(args.file)
     if args.format == "csv":
@@ -1536,7 +1536,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tokmon.core.replay import SPEEDS, ReplaySource
+    from tokmon.sources.replay import SPEEDS, ReplaySource
 
     src = ReplaySource(
         args.file, speed=min(SPEEDS, key=lambda s: abs(s - args.speed)), follow=args.follow
@@ -1579,8 +1579,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
-    from tokmon.core.preflight import PreflightError
-    from tokmon.core.recording import RecordingError
+    from tokmon.engine.preflight import PreflightError
+    from tokmon.recording import RecordingError
 
     try:
         if getattr(args, "theme", None):

@@ -12,7 +12,7 @@ from tokmon.sim.server import SimConfig, serve
 
 
 def _child(cfg: SimConfig, host: str, port: int, conn: Any) -> None:
-    from tokmon.core.engine import _set_pdeathsig
+    from tokmon.engine.worker import _set_pdeathsig
 
     _set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -18,10 +18,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label
 
-from tokmon.core.history import Point, merge
-from tokmon.core.snapshot import Snapshot, Source
-from tokmon.core.summary import fmt_ms
-from tokmon.core.textsafe import clean_text
+from tokmon.model.history import Point, merge
+from tokmon.model.snapshot import Snapshot, Source
+from tokmon.model.summary import fmt_ms
+from tokmon.textsafe import clean_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
 from tokmon.ui.widgets import InfoPanel, MarkerRow, MetricSpark
 

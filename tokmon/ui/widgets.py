@@ -13,7 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tokmon.core.textsafe import clean_text
+from tokmon.textsafe import clean_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core import h1
-from tokmon.core.arms import Arm
-from tokmon.core.client import Tick, ssl_context, stream_request
-from tokmon.core.config import RunConfig
-from tokmon.core.measure import NS_PER_MS
-from tokmon.core.records import (
+from tokmon.engine import h1
+from tokmon.engine.client import Tick, ssl_context, stream_request
+from tokmon.engine.measure import NS_PER_MS
+from tokmon.model.arms import Arm
+from tokmon.model.config import RunConfig
+from tokmon.model.records import (
     BeginStep,
     Command,
     EngineBatch,
@@ -38,7 +38,7 @@ from tokmon.core.records import (
     Stop,
     SwitchArm,
 )
-from tokmon.core.workload import Arrivals, LengthDist, Prompt, synthetic_prompt
+from tokmon.model.workload import Arrivals, LengthDist, Prompt, synthetic_prompt
 
 
 def split_share(total: int, worker: int, nworkers: int) -> int:

@@ -6,8 +6,8 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tokmon.core.arms import Arm
-from tokmon.core.workload import LengthDist, Prompt
+from tokmon.model.arms import Arm
+from tokmon.model.workload import LengthDist, Prompt
 
 
 @dataclass(frozen=True)

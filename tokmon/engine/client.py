@@ -14,12 +14,12 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.core import h1
-from tokmon.core.chunks import ProtocolError, interpret
-from tokmon.core.measure import NS_PER_MS, StreamMeter
-from tokmon.core.records import CLOCK_PREFIX, RequestRecord
-from tokmon.core.sse import SSEError, SSEParser
-from tokmon.core.textsafe import clean_text
+from tokmon.engine import h1
+from tokmon.engine.chunks import ProtocolError, interpret
+from tokmon.engine.measure import NS_PER_MS, StreamMeter
+from tokmon.engine.sse import SSEError, SSEParser
+from tokmon.model.records import CLOCK_PREFIX, RequestRecord
+from tokmon.textsafe import clean_text
 
 ERROR_BODY_LIMIT = 4096
 # The durations an impossible timeline cannot give (METRICS.md, invariants).

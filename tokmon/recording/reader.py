@@ -1,107 +1,25 @@
-"""Session recordings: one append-only JSON Lines file (optionally gzip), versioned.
-
-Lines, each a JSON object with a kind ``k``:
-
-* ``header`` — first line: ``schema_version``, tokmon version, command line, resolved
-  settings (secrets removed), start time, host, CPU, memory, Python, GPU names, driver
-  and NVML versions, each server's ``/v1/models`` answer and version.
-* ``r`` — one finished request (short keys, see ``REQUEST_KEYS``); times ``ts``/``te``
-  in integer nanoseconds since the session start, durations in ms (µs precision).
-* ``tok`` — tokens that arrived, per 250 ms bucket and arm: ``v: [[t_ns, arm, n], ...]``.
-* ``p`` — a probe sample: ``src`` (gpu, host, server), ``t`` and its fields ``v``.
-* ``e`` — an event (arm switch, pause, marker, alert, restart …).
-* ``summary`` — the run summary (the ``--summary-json`` object), at the end.
-* ``end`` — the session's end time; absent when the writer was killed.
-
-Crash safety: written through a buffer flushed at least once a second (a thread makes
-sure of it when nothing is written), so a cut file loses at most the last second; a
-reader takes every complete line and says that the file was cut.
-"""
+"""Reading a recording: every complete line, in bounded memory, a crafted file refused
+in one line (the format: ``tokmon.recording``)."""
 
 from __future__ import annotations
 
-import base64
 import gc
 import json
 import math
 import os
-import platform
 import stat
-import sys
-import threading
-import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from tokmon import __version__
-from tokmon.core.h1 import stamp_sources
-from tokmon.core.records import Event, RequestRecord
-from tokmon.core.table import COLUMNS, RequestTable
-from tokmon.core.textsafe import dumps
-
-SCHEMA_VERSION = 1
-
-# RequestRecord field -> short key in a recording (the columns' table is the one list).
-REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}
-TIME_FIELDS = ("t_sched", "t_end", "t_send")
-# Fields left out of a line when they hold their default.
-_DEFAULTS = {name: c[2] for name, c in COLUMNS.items() if c[2] is not None} | {"gaps": b""}
-
-
-class RecordingError(Exception):
-    """Not a recording, or one this version cannot read: one clear line."""
-
-
-def environment() -> dict[str, Any]:
-    """The machine, for the header (the method says: write the environment down)."""
-    try:
-        import psutil
-
-        mem = psutil.virtual_memory().total / 2**30
-        cores = psutil.cpu_count(logical=True)
-    except Exception:
-        mem, cores = None, os.cpu_count()
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {
-        "hostname": platform.node(),
-        "os": platform.platform(),
-        "cpu": cpu,
-        "cores": cores,
-        "mem_gib": mem,
-        "python": sys.version.split()[0],
-        # Where the send and chunk times come from: the kernel's stamps, else user space.
-        "stamps": stamp_sources(),
-    }
-
-
-def record_to_line(r: RequestRecord, t0: int, chunks: bool = False) -> dict[str, Any]:
-    d: dict[str, Any] = {"k": "r"}
-    for name, short in REQUEST_KEYS.items():
-        v = getattr(r, name)
-        if v is None or (name in _DEFAULTS and v == _DEFAULTS[name]):
-            continue
-        if name in TIME_FIELDS:
-            v = v - t0
-        elif name == "gaps":
-            if not chunks:
-                continue
-            v = base64.b64encode(v).decode()
-        d[short] = v
-    return d
-
+from tokmon.model.records import Event, RequestRecord
+from tokmon.model.table import RequestTable
+from tokmon.recording import SCHEMA_VERSION, RecordingError
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
     import orjson
@@ -111,214 +29,6 @@ try:  # orjson parses recordings about twice as fast; the standard library works
 except ImportError:  # pragma: no cover
     _loads = json.loads
     _DecodeError = ValueError
-
-
-# Bytes that could not be written (a full disk) are kept for the next try up to this
-# much; beyond it they are dropped, counted, and marked in the file when writing resumes.
-MAX_PENDING = 256 << 20
-
-
-class Recorder:
-    """Writes a recording as the run goes: lines buffered, flushed twice a second.
-
-    A write that fails (a full disk, a lost mount) never ends the run and never loses
-    data silently: the unwritten bytes are kept and tried again; the first failure is
-    reported at once through ``on_error`` (an event on the dashboard, a line on stderr);
-    if too much piles up it is dropped and counted (``lost_lines``), and a ``gap`` line
-    says so in the file as soon as writing works again. ``lost_lines`` and ``error``
-    make the run's exit code non-zero.
-    """
-
-    def __init__(self, path: str, *, secrets: tuple[str, ...] = (), chunks: bool = False) -> None:
-        self.path = path
-        self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
-        self.chunks = chunks
-        self.t0 = 0
-        self.lock = threading.Lock()
-        self.active = False
-        self.lines = 0
-        self.requests = 0
-        self._raw: IO[bytes] | None = None
-        self._gz: Any = None
-        self._buf: list[str] = []
-        self._pending = b""  # encoded bytes not yet written (after a failed write)
-        self._pending_lines = 0
-        self._last_flush = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.error: str | None = None  # the last write error, while it lasts
-        self.lost_lines = 0  # lines dropped for good (more than MAX_PENDING piled up)
-        self._gap_note: dict[str, Any] | None = None
-        self.on_error: Any = None  # called with a message at a failure and a recovery
-        self._paused_at = 0
-        self.mode = "ab"  # how ``open`` opens the file: "wb" replaces it (--overwrite)
-
-    def open(self, header: dict[str, Any], t0: int) -> None:
-        """Create the file and write the header. ``self.mode`` "wb" replaces a file, "ab"
-        adds a session to it (the reader reports the last session of a file)."""
-        self.t0 = t0
-        try:
-            self._raw = open(self.path, self.mode, buffering=0)  # noqa: SIM115 — closed in close()
-        except OSError as e:
-            raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
-        if self.path.endswith(".gz"):
-            self._gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing
-        self.active = True
-        self._write(
-            {
-                "k": "header",
-                "schema_version": SCHEMA_VERSION,
-                **header,
-                "t0_ns": 0,
-                # The times in this file are relative to this perf_counter reading (on
-                # Linux the system-wide monotonic clock): other processes' stamps compare.
-                "t0_perf_ns": t0,
-            }
-        )
-        self.flush()
-        self._thread = threading.Thread(target=self._flusher, name="tokmon-recorder", daemon=True)
-        self._thread.start()
-
-    def _flusher(self) -> None:
-        while not self._stop.wait(0.5):
-            self.flush()
-
-    def _write(self, obj: dict[str, Any]) -> None:
-        line = dumps(obj, compact=True)  # strict JSON: a NaN from a server becomes null
-        for s in self.secrets:
-            if s in line:
-                line = line.replace(s, "<redacted>")
-        with self.lock:
-            self._buf.append(line)
-            self.lines += 1
-        if time.monotonic() - self._last_flush > 1.0:
-            self.flush()
-
-    def flush(self) -> None:
-        note = None
-        with self.lock:
-            if self._raw is None:
-                return
-            lines = self._buf
-            self._buf = []
-            self._last_flush = time.monotonic()
-            if self._gap_note is not None and not self._pending:
-                # writing works again after lines were dropped: say so in the file first
-                lines.insert(0, dumps({"k": "gap", **self._gap_note}, compact=True))
-                self._gap_note = None
-            data = ("\n".join(lines) + "\n").encode() if lines else b""
-            if self._gz is not None and data:
-                data = self._gz.compress(data) + self._gz.flush(zlib.Z_SYNC_FLUSH)
-            data = self._pending + data
-            n_lines = self._pending_lines + len(lines)
-            try:
-                while data:
-                    n = self._raw.write(data)
-                    data = data[n or 0 :]
-            except (OSError, ValueError) as e:
-                self._pending, self._pending_lines = data, n_lines
-                if len(data) > MAX_PENDING:
-                    self._drop()
-                if self.error is None:
-                    self.error = str(getattr(e, "strerror", None) or e)
-                    note = f"recording: cannot write {self.path}: {self.error} — holding the data"
-            else:
-                self._pending, self._pending_lines = b"", 0
-                if self.error is not None:
-                    self.error = None
-                    note = f"recording: writing to {self.path} again"
-        if note is not None and self.on_error is not None:
-            self.on_error(note)
-
-    def _drop(self) -> None:
-        """Give up on what piled up (lock held): counted, and marked when writing resumes.
-        A gzip stream cannot lose bytes midway, so a gzip recording stops here."""
-        lost = self._pending_lines
-        self.lost_lines += lost
-        note = self._gap_note or {"lines": 0}
-        note["lines"] += lost
-        self._gap_note = note
-        self._pending, self._pending_lines = b"", 0
-        if self._gz is not None:
-            self.active = False
-
-    # ------------------------------------------------------------------ content
-    def records(self, records: list[RequestRecord]) -> None:
-        if not self.active:
-            return
-        for r in records:
-            self._write(record_to_line(r, self.t0, self.chunks))
-        self.requests += len(records)
-
-    def ticks(self, ticks: dict[tuple[int, str], int]) -> None:
-        if self.active and ticks:
-            self._write({"k": "tok", "v": [[t - self.t0, arm, n] for (t, arm), n in ticks.items()]})
-
-    def sample(self, src: str, t: int, values: dict[str, Any]) -> None:
-        if self.active:
-            self._write({"k": "p", "src": src, "t": t - self.t0, "v": values})
-
-    def event(self, ev: Event) -> None:
-        if self.active:
-            self._write(
-                {
-                    "k": "e",
-                    "t": ev.t - self.t0,
-                    "kind": ev.kind,
-                    "msg": ev.message,
-                    "data": ev.data,
-                    "wall": ev.wall,
-                }
-            )
-
-    def summary(self, summary: dict[str, Any]) -> None:
-        if self._raw is not None:  # written even while paused: the file's session ends
-            self._write({"k": "summary", **summary})
-
-    def end(self, t: int) -> None:
-        if self._raw is not None:
-            self._write({"k": "end", "t": t - self.t0})
-
-    def toggle(self) -> str:
-        """``r``: stop writing, or go on writing the same session in the same file (a
-        ``gap`` line marks the part not recorded)."""
-        if self.active:
-            self._paused_at = time.perf_counter_ns()
-            self._write({"k": "e", "t": self._paused_at - self.t0, "kind": "recording",
-                         "msg": "recording paused", "data": {}, "wall": time.time()})  # fmt: skip
-            self.flush()
-            self.active = False
-            return f"recording paused: {self.path}"
-        if self._raw is None:
-            return "no recording configured"
-        self.active = True
-        now = time.perf_counter_ns()
-        self._write({"k": "gap", "from": self._paused_at - self.t0, "to": now - self.t0,
-                     "why": "paused"})  # fmt: skip
-        return f"recording to {self.path} again"
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
-        self.active = True  # the last lines (summary, end) are written even when paused
-        self.flush()
-        with self.lock:
-            self.active = False
-            if self._pending:
-                self._drop()  # still cannot be written: counted as lost
-            if self._raw is not None:
-                try:
-                    if self._gz is not None:
-                        self._raw.write(self._gz.flush(zlib.Z_FINISH))
-                    self._raw.close()
-                except (OSError, ValueError):
-                    pass
-                self._raw = None
-                self._gz = None
-
-
-# ----------------------------------------------------------------------------- reading
 
 
 @dataclass
@@ -689,9 +399,9 @@ def _t(v: Any) -> int:
 
 def recording_summary(rec: Recording) -> dict[str, Any]:
     """The summary rebuilt from the requests, exactly as the live run computed it."""
-    from tokmon.core.aggregate import Aggregator, mix_weights
-    from tokmon.core.probes.server import ServerMetricsProbe
-    from tokmon.core.stats import Slo
+    from tokmon.model.fold import Aggregator, mix_weights
+    from tokmon.model.stats import Slo
+    from tokmon.probes.server import ServerMetricsProbe
 
     h = rec.header
     s = h.get("settings") or {}
@@ -753,7 +463,7 @@ def recording_summary(rec: Recording) -> dict[str, Any]:
     live = rec.summary or {}
     if isinstance(live.get("output_check"), dict):
         out["output_check"] = live["output_check"]  # measured live, not recomputable
-    from tokmon.core.summary import alerts_from_events
+    from tokmon.model.summary import alerts_from_events
 
     out["alerts"] = alerts_from_events(rec.events, 0)
     return out

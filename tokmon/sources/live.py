@@ -13,10 +13,10 @@ from multiprocessing.connection import Connection, wait
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.core.aggregate import Aggregator, mix_weights
-from tokmon.core.config import RunConfig
-from tokmon.core.engine import engine_main
-from tokmon.core.records import (
+from tokmon.engine.worker import engine_main
+from tokmon.model.config import RunConfig
+from tokmon.model.fold import Aggregator, mix_weights
+from tokmon.model.records import (
     BeginStep,
     Command,
     EngineBatch,
@@ -27,9 +27,9 @@ from tokmon.core.records import (
     Stop,
     SwitchArm,
 )
-from tokmon.core.snapshot import Snapshot
-from tokmon.core.stats import Slo
-from tokmon.core.summary import alerts_from_events
+from tokmon.model.snapshot import Snapshot
+from tokmon.model.stats import Slo
+from tokmon.model.summary import alerts_from_events
 
 WINDOW_S = 10.0
 
@@ -81,7 +81,7 @@ class LiveSession:
         self.agg.gpu_hour_price = gpu_hour_price
         self.agg.gpus = gpus or 1
         self._gpus_given = gpus is not None
-        from tokmon.core.alerts import AlertEngine
+        from tokmon.model.alerts import AlertEngine
 
         self.alerts = AlertEngine(drift_alert_pct_h=drift_alert, window_s=window_s)
         self.t_start = 0
@@ -170,7 +170,8 @@ class LiveSession:
         n = self.check_n or 10
 
         def run() -> None:
-            from tokmon.core.outputcheck import check_outputs, describe
+            from tokmon.engine.outputcheck import check_outputs
+            from tokmon.model.summary import describe_output_check
 
             try:
                 hdr = dict(self.cfg.headers)
@@ -178,7 +179,7 @@ class LiveSession:
                     hdr["authorization"] = f"Bearer {self.cfg.api_key}"
                 res = check_outputs(list(self.cfg.arms), n, headers=hdr, insecure=self.cfg.insecure)
                 self.output_check = res
-                self._event("check", "output check: " + describe(res), {"result": res})
+                self._event("check", "output check: " + describe_output_check(res), {"result": res})
             except Exception as e:  # reported, never fatal
                 self._event("check", f"output check failed: {type(e).__name__}: {e}")
             finally:
@@ -190,7 +191,7 @@ class LiveSession:
 
     def _ladder_run(self) -> None:
         """Each step for every arm in turn; stop early when the server is saturated."""
-        from tokmon.core.ladder import stop_reason
+        from tokmon.model.ladder import stop_reason
 
         lad = self.ladder
         n = len(lad.values)
@@ -463,7 +464,7 @@ class LiveSession:
             if self.recorder is not None and self.recorder.active
             else None,
         }
-        from tokmon.core.alerts import cost_figures, kind_cost_figures
+        from tokmon.model.alerts import cost_figures, kind_cost_figures
 
         with self.lock:
             tr = {k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()}

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core.drift import drift
-from tokmon.core.recording import REQUEST_KEYS, Recording, recording_summary
-from tokmon.core.summary import fmt_ms, summary_table
-from tokmon.core.textsafe import clean_text, csv_cell, dumps
+from tokmon.model.summary import fmt_ms, summary_table
+from tokmon.model.table import REQUEST_KEYS
+from tokmon.model.trend import drift
+from tokmon.recording.reader import Recording, recording_summary
+from tokmon.textsafe import clean_text, csv_cell, dumps
 
 FORMATS = ("text", "md", "json", "csv", "html")
 
@@ -122,7 +123,7 @@ def window_medians(
 
 def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[str, Any]]]:
     """Step changes in decode speed and TTFT per arm (Page–Hinkley on window medians)."""
-    from tokmon.core.changepoint import cusum
+    from tokmon.model.changepoint import cusum
 
     c = rec.requests.cols
     out: dict[str, list[dict[str, Any]]] = {}
@@ -251,7 +252,7 @@ def render(rec: Recording, fmt: str, target_rate: float | None = None) -> str:
         return export_csv(rec)
     data = report_data(rec, target_rate)
     if fmt == "html":
-        from tokmon.report_html import render_html
+        from tokmon.report.html import render_html
 
         return render_html(rec, data)
     return render_text(data, md=(fmt == "md"))
@@ -397,8 +398,8 @@ def escape(s: str) -> str:
 
 def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
     """Two recordings side by side: the first arm of ``b`` against the first arm of ``a``."""
-    from tokmon.core.aggregate import Aggregator
-    from tokmon.core.summary import compare
+    from tokmon.model.fold import Aggregator
+    from tokmon.model.summary import compare
 
     tots = []
     for rec in (a, b):

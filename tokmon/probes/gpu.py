@@ -6,7 +6,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from tokmon.core.probes.base import Sampler
+from tokmon.probes.base import Sampler
 
 GIB = 1024**3
 

@@ -11,7 +11,7 @@ import sys
 from array import array
 from typing import Any
 
-from tokmon.core.chunks import ChunkInfo, SpecFields
+from tokmon.engine.chunks import ChunkInfo, SpecFields
 
 NS_PER_MS = 1_000_000
 # The detail of an ok request without a TPOT although it had tokens to divide by.

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core.changepoint import cusum
-from tokmon.core.drift import sen_slope
-from tokmon.core.history import Point
+from tokmon.model.changepoint import cusum
+from tokmon.model.history import Point
+from tokmon.model.trend import sen_slope
 
 # metric key on Point -> (label, direction that is bad: +1 rising is bad, -1 falling is bad)
 DRIFT_METRICS = {

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core.recording import Recording
-from tokmon.core.textsafe import dumps
-from tokmon.report import escape, groups, render_text
+from tokmon.recording.reader import Recording
+from tokmon.report.text import escape, groups, render_text
+from tokmon.textsafe import dumps
 
 
 def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:

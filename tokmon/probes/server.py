@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokmon.core.probes.base import Sampler
+from tokmon.probes.base import Sampler
 
 
 @dataclass(frozen=True)

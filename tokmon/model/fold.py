@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core.history import History, Point
-from tokmon.core.records import EngineStatus, Event, RequestRecord
-from tokmon.core.snapshot import ArmView, Snapshot
-from tokmon.core.stats import ArmTotals, Slo, TokenWindow, window_stats, window_stats_rows
-from tokmon.core.summary import active_time, build_summary, compare
-from tokmon.core.table import RequestTable
+from tokmon.model.history import History, Point
+from tokmon.model.records import EngineStatus, Event, RequestRecord
+from tokmon.model.snapshot import ArmView, Snapshot
+from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats, window_stats_rows
+from tokmon.model.summary import active_time, build_summary, compare
+from tokmon.model.table import RequestTable
 
 MARK_KINDS = {
     "arm": "arm",
@@ -242,7 +242,7 @@ class Aggregator:
         self, step: int, arm: str, value: str, t_start: int, warm_s: float, param: str
     ) -> None:
         """A ladder step starts at ``t_start``; it is measured after ``warm_s``."""
-        from tokmon.core.ladder import StepTotals
+        from tokmon.model.ladder import StepTotals
 
         self.ladder_param = param
         if self.steps and self.steps[-1].t1 is None:
@@ -250,7 +250,7 @@ class Aggregator:
         self.steps.append(StepTotals(step, arm, value, t_start + int(warm_s * 1e9)))
 
     def _ladder_view(self, now: int) -> dict[str, Any]:
-        from tokmon.core.ladder import knee
+        from tokmon.model.ladder import knee
 
         cur = self.steps[-1]
         figs = [st.figures(now) for st in self.steps if st.t1 is not None]
@@ -286,12 +286,12 @@ class Aggregator:
             break
 
     def ladder_summary(self, t_end: int) -> dict[str, Any] | None:
-        from tokmon.core.ladder import knee
-        from tokmon.core.stats import ratio_ci_requests
+        from tokmon.model.ladder import knee
+        from tokmon.model.stats import ratio_ci_requests
 
         if not self.steps:
             return None
-        from tokmon.core.alerts import cost_figures
+        from tokmon.model.alerts import cost_figures
 
         figs = [st.figures(t_end) for st in self.steps]
         if self.gpu_hour_price is not None:
@@ -583,7 +583,7 @@ class Aggregator:
         lad = self.ladder_summary(t_end)
         if lad is not None:
             out["ladder"] = lad
-        from tokmon.core.alerts import cost_figures, kind_cost_figures
+        from tokmon.model.alerts import cost_figures, kind_cost_figures
 
         for name, a in out["arms"].items():
             # With two arms on separate servers, both share what the GPU probe sees; with

@@ -28,7 +28,7 @@ from time import perf_counter_ns
 from typing import Protocol
 
 from tokmon import __version__
-from tokmon.core.clock import CLOCK
+from tokmon.engine.clock import CLOCK
 
 _LINUX = sys.platform.startswith("linux")
 # Linux's numbers (the same on every architecture that runs tokmon); Python's socket

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tokmon.core.arms import Arm
-from tokmon.core.textsafe import clean_text
-from tokmon.core.workload import KINDS, synthetic_prompt
+from tokmon.model.arms import Arm
+from tokmon.model.workload import KINDS, synthetic_prompt
+from tokmon.textsafe import clean_text
 
 
 def fixed_prompts(n: int) -> list[Any]:
@@ -114,16 +114,3 @@ def check_outputs(
             "examples": examples,
         }
     return out
-
-
-def describe(result: dict[str, Any]) -> str:
-    parts = []
-    for name, r in result["arms"].items():
-        if r["identical_share"] is None:
-            parts.append(f"{name}: no outputs to compare ({r['failed']} failed)")
-            continue
-        s = f"{name} vs {result['baseline']}: {r['identical']}/{r['compared']} greedy outputs identical"
-        if r["first_divergence_median"] is not None:
-            s += f", others diverge at char ~{r['first_divergence_median']:.0f}"
-        parts.append(s)
-    return "; ".join(parts)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tokmon.core.history import Point
-from tokmon.core.records import Event
-from tokmon.core.stats import WindowStats
+from tokmon.model.history import Point
+from tokmon.model.records import Event
+from tokmon.model.stats import WindowStats
 
 
 @dataclass(frozen=True, slots=True)

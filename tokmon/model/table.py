@@ -9,6 +9,7 @@ any row when one is needed (the live window of a replay, a CSV row).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import itertools
 import math
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core.records import RequestRecord
+from tokmon.model.records import RequestRecord
 
 NAN = math.nan
 NO_TIME = np.iinfo(np.int64).min  # t_send of a request never sent
@@ -61,6 +62,11 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "spec_source": ("ss", "s", ""),
     "worker": ("wk", "k", 0),
 }
+# RequestRecord field -> short key in a recording (the columns' table is the one list).
+REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}
+TIME_FIELDS = ("t_sched", "t_end", "t_send")
+# Fields left out of a line when they hold their default.
+_DEFAULTS = {name: c[2] for name, c in COLUMNS.items() if c[2] is not None} | {"gaps": b""}
 REQUIRED = ("id", "arm", "o", "ts", "te")
 _FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
 _DTYPE = {
@@ -260,6 +266,20 @@ class RequestTable:
     @classmethod
     def from_records(cls, records: list[RequestRecord]) -> RequestTable:
         """For tests and small tables: through the same path a recording takes."""
-        from tokmon.core.recording import record_to_line
-
         return cls.from_lines([record_to_line(r, 0, True) for r in records], {})
+
+
+def record_to_line(r: RequestRecord, t0: int, chunks: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = {"k": "r"}
+    for name, short in REQUEST_KEYS.items():
+        v = getattr(r, name)
+        if v is None or (name in _DEFAULTS and v == _DEFAULTS[name]):
+            continue
+        if name in TIME_FIELDS:
+            v = v - t0
+        elif name == "gaps":
+            if not chunks:
+                continue
+            v = base64.b64encode(v).decode()
+        d[short] = v
+    return d

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.core.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_stratified
+from tokmon.model.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_stratified
 
 COMPARED = (
     ("decode_tokens_per_s", "decode", "seg_decode"),
@@ -389,9 +389,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             out.append(f"  ladder stopped early: {lad['stopped_early']}")
     oc = summary.get("output_check")
     if oc:
-        from tokmon.core.outputcheck import describe
-
-        out.append("output check: " + describe(oc))
+        out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
 
 
@@ -406,3 +404,16 @@ def alerts_from_events(events: list[Any], t0: int) -> list[dict[str, Any]]:
         for e in events
         if e.kind == "alert"
     ]
+
+
+def describe_output_check(result: dict[str, Any]) -> str:
+    parts = []
+    for name, r in result["arms"].items():
+        if r["identical_share"] is None:
+            parts.append(f"{name}: no outputs to compare ({r['failed']} failed)")
+            continue
+        s = f"{name} vs {result['baseline']}: {r['identical']}/{r['compared']} greedy outputs identical"
+        if r["first_divergence_median"] is not None:
+            s += f", others diverge at char ~{r['first_divergence_median']:.0f}"
+        parts.append(s)
+    return "; ".join(parts)

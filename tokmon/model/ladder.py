@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.core.workload import LengthDist, WorkloadError, parse_count
+from tokmon.model.workload import LengthDist, WorkloadError, parse_count
 
 PARAMS = ("concurrency", "rate", "prompt-tokens", "max-tokens")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import psutil
 
-from tokmon.core.probes.base import Sampler
+from tokmon.probes.base import Sampler
 
 
 class HostProbe(Sampler):

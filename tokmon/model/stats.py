@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokmon.core.records import CLOCK_PREFIX, FAILURES, OUTCOMES, RequestRecord
+from tokmon.model.records import CLOCK_PREFIX, FAILURES, OUTCOMES, RequestRecord
 
 if TYPE_CHECKING:
-    from tokmon.core.table import RequestTable
+    from tokmon.model.table import RequestTable
 
 PCTS = (50, 90, 95, 99)
 

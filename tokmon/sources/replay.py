@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tokmon.core.aggregate import Aggregator, mix_weights
-from tokmon.core.recording import Recording, read_more, read_recording, recording_summary
-from tokmon.core.snapshot import Snapshot
-from tokmon.core.stats import Slo
+from tokmon.model.fold import Aggregator, mix_weights
+from tokmon.model.snapshot import Snapshot
+from tokmon.model.stats import Slo
+from tokmon.recording.reader import Recording, read_more, read_recording, recording_summary
 
 SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 
