@@ -21,7 +21,11 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
-from tokmon.model.records import RequestRecord  # noqa: E402
+from tokmon.model.facts import Sample, Tick, Tokens  # noqa: E402
+from tokmon.model.records import (
+    RequestRecord,  # noqa: E402
+    TokenTick,  # noqa: E402
+)
 from tokmon.recording.writer import Recorder  # noqa: E402
 
 RATE = 50.0  # requests per second of simulated run
@@ -84,13 +88,18 @@ def write(path: str, n: int, chunks: bool) -> tuple[int, float]:
     for k in range(0, n, per_s):
         sec = k // per_s
         r.records(recs[k : k + per_s])
-        r.ticks({(int((sec + q / 4) * 1e9), "baseline"): 4000 for q in range(4)})
+        r.fact(
+            Tokens(tuple(TokenTick(int((sec + q / 4) * 1e9), "baseline", 4000) for q in range(4)))
+        )
         for src in ("gpu", "host", "server"):
-            r.sample(
-                src,
-                int(sec * 1e9),
-                {"gpu_util": 93.0, "gpu_mem_used_gib": 71.2, "kv_pct": 41.5, "queue": 2.0},
+            r.fact(
+                Sample(
+                    int(sec * 1e9),
+                    src,
+                    {"gpu_util": 93.0, "gpu_mem_used_gib": 71.2, "kv_pct": 41.5, "queue": 2.0},
+                )
             )
+        r.fact(Tick(int((sec + 1) * 1e9)))  # the live run's clock, as a session writes it
     r.end(int(n / RATE * 1e9))
     r.close()
     return os.path.getsize(path), (time.perf_counter() - t0) / n * 1e6

@@ -137,7 +137,7 @@ def test_sim_drift_detected_in_compressed_time(make_sim):
     # TPOT(t) = T0 (1 + 0.004 t); relative to its median (t ≈ 22 s): ≈ 1,320 %/h
     truth = 0.004 * 3600 * 100 / (1 + 0.004 * 22)
     assert tr.lo <= truth <= tr.hi or tr.pct_per_hour == pytest.approx(truth, rel=0.2)
-    assert any(e.kind == "alert" and "TPOT" in e.message for e in s.agg.events)
+    assert any(e.kind == "alert" and "TPOT" in e.message for e in s.fold.events)
 
 
 def _sim_session(sim, cfg, *, window_s=2.0, **kw):

@@ -217,11 +217,11 @@ async def test_switch_in_dashboard_with_live_session(two_speeds):
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.pause(1.5)
             await pilot.press("s")
-            assert s.agg.arm == "fast" and len(s.agg.segments) == 2
+            assert s.fold.arm == "fast" and len(s.fold.segments) == 2
             await pilot.pause(1.5)
             snap = s.snapshot()
             assert snap.arm == "fast" and any(e.kind == "arm" for e in snap.events)
             await pilot.press("s")
-            assert s.agg.arm == "slow"
+            assert s.fold.arm == "slow"
     finally:
         s.close()

@@ -20,6 +20,7 @@ from tokmon.engine import h1
 from tokmon.engine.clock import WallToMono
 from tokmon.engine.measure import StreamMeter
 from tokmon.model.records import CLOCK_PREFIX
+from tokmon.model.table import RequestTable
 from tokmon.model.workload import LengthDist
 
 PY = sys.executable
@@ -157,20 +158,15 @@ def test_clock_excluded_counted_in_the_summary():
     from tokmon.model.records import RequestRecord
     from tokmon.model.stats import ArmTotals
     from tokmon.model.summary import arm_summary
-    from tokmon.model.table import RequestTable
 
     recs = [
         RequestRecord(rid=1, arm="a", outcome="ok", t_sched=0, t_end=5, ttft_ms=3.0, e2e_ms=4.0),
         RequestRecord(rid=2, arm="a", outcome="ok", t_sched=0, t_end=5, error="clock: x"),
     ]
-    live, cols = ArmTotals("a"), ArmTotals("a")
-    for r in recs:
-        live.add(r, None)
-    tb = RequestTable.from_records(recs)
-    cols.add_rows(tb, np.arange(len(tb)), None)
-    for t in (live, cols):
-        s = arm_summary(t, 1.0, None)
-        assert s["clock_excluded"] == 1 and s["requests"]["ok"] == 2 and s["ttft_ms"]["count"] == 1
+    t = ArmTotals("a")
+    t.add(RequestTable.from_records(recs), np.arange(2), None)
+    s = arm_summary(t, 1.0, None)
+    assert s["clock_excluded"] == 1 and s["requests"]["ok"] == 2 and s["ttft_ms"]["count"] == 1
 
 
 def test_wall_to_mono_offset_is_tight_and_follows_a_step(monkeypatch):
@@ -224,5 +220,5 @@ async def test_a_whole_answer_in_one_read_has_no_tpot_and_is_counted():
     assert rec.ttft_ms is not None and rec.tpot_ms is None and rec.ttft_ms == rec.e2e_ms
     assert rec.error.startswith("no TPOT: the whole answer arrived in one read")
     t = ArmTotals("a")
-    t.add(rec, None)
+    t.add(RequestTable.from_records([rec]), np.arange(1), None)
     assert arm_summary(t, 1.0, None)["tpot_left_out"] == {"one_token": 0, "one_read": 1}

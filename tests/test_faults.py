@@ -235,5 +235,5 @@ def test_error_burst_is_an_event(make_sim):
     s.start()
     assert s.wait(30)
     s.close()
-    bursts = [e for e in s.agg.events if e.kind == "errors"]
+    bursts = [e for e in s.fold.events if e.kind == "errors"]
     assert len(bursts) == 1 and "http_5xx" in bursts[0].message  # once per 30 s at most

@@ -23,6 +23,8 @@ import pytest
 from helpers import tokmon
 from hostile import ESC_MODEL, Hostile, sse_events, text_event, usage_event
 
+from tokmon.model.facts import Sample
+from tokmon.model.fold import Fold, FoldSettings
 from tokmon.probes.server import ServerMetricsProbe
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -335,11 +337,13 @@ def test_malformed_fields_are_a_named_protocol_error(event, field):
 def test_server_counters_never_give_acceptance_over_100_percent():
     p = ServerMetricsProbe("http://127.0.0.1:9/metrics", ("a",))
     base = {"engine": "vllm", "drafts": 10, "draft_tokens": 30, "accepted": 10}
-    p.ingest(0, dict(base))
+    fold = Fold(FoldSettings(arms=("a",)))
+    fold.apply(Sample(0, "server", p.ingest(0, dict(base))))
     live = p.ingest(10**9, {**base, "drafts": 20, "draft_tokens": 60, "accepted": 60})
+    fold.apply(Sample(10**9, "server", live))
     assert "spec_acceptance_rate" not in live and "inconsistent" in live["spec_note"]
-    tot = p.totals()
-    assert tot is not None and tot["acceptance_rate"] is None
+    tot = fold.server_spec()["a"]
+    assert tot["acceptance_rate"] is None
 
 
 # ----------------------------------------------------------------------------- 12

@@ -3,6 +3,8 @@ from pathlib import Path
 import pytest
 from fake_nvml import make
 
+from tokmon.model.facts import Sample
+from tokmon.model.fold import Fold, FoldSettings
 from tokmon.probes.base import Sampler
 from tokmon.probes.gpu import DcgmProbe, NvmlProbe, dcgm_devices
 from tokmon.probes.server import ServerMetricsProbe, metrics_url_for, neutral
@@ -76,18 +78,21 @@ def test_counter_deltas_reset_and_totals():
     events = []
     p.on_event = lambda kind, msg, data: events.append(kind)
     base = fixture("vllm_v1.txt")
-    p.ingest(1_000_000_000, neutral(base))
+    fold = Fold(FoldSettings(arms=("a",)))  # the run's totals come from the samples
+    fold.apply(Sample(1_000_000_000, "server", p.ingest(1_000_000_000, neutral(base))))
     out = p.ingest(2_000_000_000, neutral(scaled(base, 2)))
+    fold.apply(Sample(2_000_000_000, "server", out))
     # deltas: drafts 100, draft tokens 300, accepted 210
     assert out["spec_acceptance_rate"] == pytest.approx(0.7)
     assert out["spec_acceptance_length"] == pytest.approx(3.1)
     assert out["spec_per_pos"][0] == pytest.approx(0.9)
     assert out["kv_pct"] == pytest.approx(42)
     out = p.ingest(3_000_000_000, neutral(scaled(base, 0.1)))  # counters went down: restart
+    fold.apply(Sample(3_000_000_000, "server", out))
     assert "restart" in events
     assert "spec_acceptance_rate" not in out  # that window has no value
-    p.ingest(4_000_000_000, neutral(scaled(base, 0.2)))
-    tot = p.totals()
+    fold.apply(Sample(4_000_000_000, "server", p.ingest(4_000_000_000, neutral(scaled(base, 0.2)))))
+    tot = fold.server_spec()["a"]
     # 100/300/210 before the restart + 10/30/21 after it; never the negative delta
     assert tot["draft_tokens"] == pytest.approx(330)
     assert tot["acceptance_rate"] == pytest.approx(231 / 330)

@@ -13,7 +13,8 @@ from helpers import PY, tokmon
 
 from tokmon.model.records import Event, RequestRecord
 from tokmon.recording import RecordingError
-from tokmon.recording.reader import read_recording, recording_summary
+from tokmon.recording.play import summary_of
+from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -110,7 +111,7 @@ def test_truncation_at_every_byte_offset(tmp_path):
         for i in range(5)
     ]
     r.records(recs)
-    r.event(Event(t=7, kind="marker", message="m"))
+    r.fact(Event(t=7, kind="marker", message="m"))
     r.end(100)
     r.close()
     data = path.read_bytes()
@@ -179,7 +180,7 @@ def test_killed_writer_leaves_a_readable_file(sims, tmp_path):
     p.wait()
     rec = read_recording(str(path))
     assert rec.truncated and len(rec.records) > 20
-    assert recording_summary(rec)["arms"]["default"]["requests"]["ok"] == len(
+    assert summary_of(rec)["arms"]["default"]["requests"]["ok"] == len(
         [r for r in rec.records if r.ok]
     )
     r = tokmon("report", str(path))

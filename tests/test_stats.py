@@ -13,6 +13,7 @@ from tokmon.model.stats import (
     ratio_ci_stratified,
     window_stats,
 )
+from tokmon.model.table import RequestTable
 
 
 def rec(i, outcome="ok", ttft=100.0, tpot=10.0, arm="a", seg=0, warm=False, toks=50):
@@ -33,6 +34,15 @@ def rec(i, outcome="ok", ttft=100.0, tpot=10.0, arm="a", seg=0, warm=False, toks
     )
 
 
+def window(recs, tokens, t, width, slo=None):
+    tb = RequestTable.from_records(recs)
+    return window_stats(tb, np.arange(tb.n), tokens, t, width, slo=slo)
+
+
+def add(totals, *recs):
+    totals.add(RequestTable.from_records(list(recs)), np.arange(len(recs)), None)
+
+
 def test_percentiles_match_numpy_linear():
     v = np.array([1.0, 2, 3, 4, 10])
     s = pct_summary(v)
@@ -41,10 +51,10 @@ def test_percentiles_match_numpy_linear():
 
 
 def test_window_gap_not_zero_and_errors_by_class():
-    w = window_stats([], 0, 0, 10.0)
+    w = window([], 0, 0, 10.0)
     assert w.ttft_p50 is None and w.tokens_per_s == 0
     recs = [rec(1), rec(2, "http_5xx"), rec(3, "timeout"), rec(4, ttft=300)]
-    w = window_stats(recs, 500, 0, 10.0, slo=Slo(ttft_ms=200))
+    w = window(recs, 500, 0, 10.0, slo=Slo(ttft_ms=200))
     assert w.errors == {"http_5xx": 1, "timeout": 1}
     assert w.ended == 4 and w.ok == 2 and w.tokens_per_s == 50
     assert w.ttft_p50 == 200 and w.goodput_per_s == 0.1
@@ -52,8 +62,8 @@ def test_window_gap_not_zero_and_errors_by_class():
 
 def test_warmup_excluded_from_totals():
     t = ArmTotals("a")
-    t.add(rec(1, warm=True, ttft=999), None)
-    t.add(rec(2), None)
+    add(t, rec(1, warm=True, ttft=999))
+    add(t, rec(2))
     assert t.warmup == 1 and len(t.ttft) == 1 and t.ok == 2
 
 
@@ -132,7 +142,7 @@ def _mix_totals(seed: int, factors: dict[str, float], share_code: float = 0.5):
                 segment=0, ttft_ms=30.0, e2e_ms=1000.0, output_tokens=64,
                 tpot_ms=1000.0 / dec, decode_tps=dec,
             )  # fmt: skip
-            t.add(rec, None)
+            add(t, rec)
         tots.append(t)
     return tots
 

@@ -5,12 +5,13 @@ import random
 import numpy as np
 import pytest
 
-from tokmon.model.fold import Aggregator
+from tokmon.model.facts import Requests, Tick
+from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import OUTCOMES, RequestRecord
 from tokmon.model.stats import Slo
-from tokmon.model.summary import build_summary
 from tokmon.model.table import RequestTable
-from tokmon.recording.reader import read_recording, recording_summary
+from tokmon.recording.play import summary_of
+from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
 
 
@@ -90,20 +91,24 @@ def test_recording_reads_back_exact_records_across_batches(tmp_path, monkeypatch
     assert rec.records == recs and rec.corrupt == 0
 
 
+def _fold(slo=Slo()):
+    return Fold(FoldSettings(arms=("plain", "spec"), slo=slo))
+
+
 @pytest.mark.parametrize("slo", [Slo(), Slo(ttft_ms=60.0, tpot_ms=30.0, e2e_ms=3000.0)])
-def test_column_totals_equal_record_totals(slo):
+def test_totals_folded_in_pieces_equal_totals_folded_at_once(slo):
+    """A live run folds a batch at a time, a report between events: the same totals."""
     recs = varied(3000, seed=3)
-    by_record = Aggregator(["plain", "spec"], slo=slo)
-    by_record.add_records(recs)
     tb = RequestTable.from_records(recs)
-    by_column = Aggregator(["plain", "spec"], slo=slo)
-    for lo in range(0, 3000, 701):  # in pieces, as a replay feeds them
-        by_column.add_table(tb, np.arange(lo, min(lo + 701, 3000)))
-    assert by_column.t_measure == by_record.t_measure
-    assert by_column.stalls_total == by_record.stalls_total
-    assert by_column.down_since == by_record.down_since
-    for name, a in by_record.totals.items():
-        b = by_column.totals[name]
+    whole, pieces = _fold(slo), _fold(slo)
+    whole.apply(Requests(tb))
+    for lo in range(0, 3000, 701):
+        pieces.apply(Requests(tb.slice(lo, min(lo + 701, 3000))))
+    assert pieces.t_measure == whole.t_measure
+    assert pieces.stalls_total == whole.stalls_total and whole.stalls_total > 0
+    assert pieces.down_since == whole.down_since
+    for name, a in whole.totals.items():
+        b = pieces.totals[name]
         for f in ("by_outcome", "warmup", "settle", "output_tokens", "all_output_tokens"):
             assert getattr(a, f) == getattr(b, f), f
         for f in ("estimated", "good", "stalls", "spec_draft", "spec_accepted", "spec_drafts"):
@@ -121,14 +126,12 @@ def test_column_totals_equal_record_totals(slo):
             )
             assert (ka.spec_draft, ka.spec_accepted) == (kb.spec_draft, kb.spec_accepted)
             assert np.array_equal(ka.decode.values, kb.decode.values)
-    kw = {"started_at": "", "duration_s": 10.0, "target": {}, "active_s": {}, "alternations": 0}
-    assert build_summary(totals=by_column.totals, **kw) == build_summary(
-        totals=by_record.totals, **kw
-    )
+    assert pieces.summary(10**10) == whole.summary(10**10)
 
 
-def test_replay_to_the_end_shows_the_live_window(tmp_path):
-    """A replay feeds requests as columns: its last window is the one record by record."""
+def test_replay_of_a_file_without_ticks_ends_on_the_whole_window(tmp_path):
+    """A file from before ticks were recorded: the replay makes a tick a second; at its
+    end it shows the window a fold of every request shows."""
     from tokmon.sources.replay import ReplaySource
 
     recs = sorted(varied(2000, seed=4), key=lambda r: r.t_end)
@@ -140,14 +143,14 @@ def test_replay_to_the_end_shows_the_live_window(tmp_path):
     w.close()
     src = ReplaySource(path)
     src.seek_to(src.end_t)
-    ref = Aggregator(["plain", "spec"])
-    ref.add_records(recs)
-    snap = ref.tick(src.end_t, probes={}, meta={}, final=True)
-    got = src.snapshot()
+    ref = _fold()
+    ref.apply(Requests(RequestTable.from_records(recs)))
+    ref.apply(Tick(src.end_t, final=True))
+    got, snap = src.snapshot(), ref.snapshot
     assert got.ok == snap.ok and got.failed == snap.failed
     assert got.window == snap.window
     assert [v.window for v in got.arm_views] == [v.window for v in snap.arm_views]
-    assert recording_summary(src.rec)["arms"] == recording_summary(read_recording(path))["arms"]
+    assert summary_of(src.rec)["arms"] == summary_of(read_recording(path))["arms"]
 
 
 @pytest.mark.parametrize("name", ["live.jsonl", "live.jsonl.gz"])

@@ -568,9 +568,9 @@ def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
 def parse_slo(text: str | None) -> Any:
     from tokmon.model.stats import Slo
 
-    slo = Slo()
+    got: dict[str, float] = {}
     if not text:
-        return slo
+        return Slo()
     for part in text.split(","):
         k, eq, v = part.partition("=")
         k = k.strip()
@@ -582,8 +582,8 @@ def parse_slo(text: str | None) -> Any:
             raise UsageError(f"--slo: {k} is not a number: {v!r}") from None
         if x <= 0:
             raise UsageError(f"--slo: {k} must be positive")
-        setattr(slo, f"{k}_ms", x)
-    return slo
+        got[f"{k}_ms"] = x
+    return Slo(**got)
 
 
 CONFIG_KEYS = {

@@ -1,22 +1,32 @@
-"""Folding finished facts into live statistics: the one place where records become
-windows, history points, totals and snapshots. A live session and a replay both feed
-an ``Aggregator``; so the dashboard shows the same figures either way.
+"""The one fold: facts in, the figures the dashboard draws and the summary reports out.
+
+A live session, a replay and a report all hand ``Fold.apply`` the same typed facts
+(``tokmon.model.facts``) in the same order, and nothing else derives figures; a recording
+stores exactly those facts, so a replay is the live run again and a report says what the
+live summary said.
+
+Live, the fold also *derives* events from the figures (a stall, a server down and back,
+an error burst, an alert) and returns them to be recorded; a replay or a report takes
+them from the recording instead (``derive=False``), so they are never raised twice.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
+from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
-from tokmon.model.records import EngineStatus, Event, RequestRecord
+from tokmon.model.ladder import StepTotals, knee
+from tokmon.model.records import EngineStatus, Event
 from tokmon.model.snapshot import ArmView, Snapshot
-from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats, window_stats_rows
-from tokmon.model.summary import active_time, build_summary, compare
+from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
+from tokmon.model.summary import active_time, alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
 
 MARK_KINDS = {
@@ -28,24 +38,13 @@ MARK_KINDS = {
     "errors": "alert",
     "stall": "stall",
 }
-
-
-def mix_weights(settings: dict[str, Any] | None) -> dict[str, float] | None:
-    """The task mix of a run's settings (a recording's header or a RunConfig), when the
-    workload was built from one (not from a prompt file, whose kinds come as they are)."""
-    if not settings or settings.get("prompts"):
-        return None
-    out: dict[str, float] = {}
-    for item in settings.get("mix") or ():
-        if isinstance(item, (list, tuple)) and len(item) == 2:
-            k, w = item
-            if isinstance(k, str) and isinstance(w, (int, float)) and math.isfinite(w) and w > 0:
-                out[k] = float(w)
-    return out if len(out) > 1 else None
+COMPARE_EVERY_NS = 3_000_000_000  # the whole-run A/B comparison: a bootstrap, not every tick
+SERVER_OFF = {"server_note": "server metrics off"}
+INCONSISTENT = "inconsistent: more tokens accepted than drafted"
 
 
 def _num(v: Any) -> float | None:
-    """A number from an event's data (which may come from a file)."""
+    """A number from an event's data or a header (which may come from a file)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return float(v)
     if isinstance(v, str):
@@ -62,43 +61,201 @@ def _int(v: Any) -> int:
     return int(n) if n is not None else 0
 
 
-class Aggregator:
+def _str(v: Any, default: str = "") -> str:
+    return v if isinstance(v, str) else default
+
+
+@dataclass(frozen=True)
+class FoldSettings:
+    """What the figures depend on besides the facts: written in a recording's header
+    (``fold``), so that a replay and a report fold with the live run's settings."""
+
+    arms: tuple[str, ...]
+    window_s: float = 10.0
+    slo: Slo = field(default_factory=Slo)
+    assign: str = "switch"
+    mode: str = "concurrency"
+    level: float = 0.0
+    warmup: bool = False
+    # the task mix the workload was built with: the A/B ratio's stratum weights
+    kind_weights: tuple[tuple[str, float], ...] | None = None
+    gpu_hour_price: float | None = None
+    gpus: int | None = None  # None: as many as the GPU probe sees
+    drift_alert_pct_h: float = 5.0
+    target: str = ""
+    model: str = ""
+    endpoint: str = "chat"
+    insecure: bool = False
+    server_metrics: bool = True
+    started_at: str = ""
+    wall_start: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["slo"] = {k: v for k, v in d["slo"].items() if v is not None}
+        d["kind_weights"] = (
+            None if self.kind_weights is None else [list(p) for p in self.kind_weights]
+        )
+        return d
+
+    @classmethod
+    def from_header(cls, h: dict[str, Any], arms: list[str]) -> FoldSettings:
+        """A recording's settings. A file written before the header kept ``fold`` gives
+        what it can (its settings, SLO, cost and target)."""
+        f = h.get("fold")
+        s = h.get("settings") or {}
+        cost = h.get("cost") or {}
+        target = h.get("target") or {}
+        slo = h.get("slo") or {}
+        if not isinstance(f, dict):
+            mode = _str(s.get("mode"), "concurrency")
+            f = {
+                "window_s": 10.0,
+                "assign": s.get("assign"),
+                "mode": mode,
+                "level": s.get("concurrency" if mode != "rate" else "rate"),
+                "warmup": bool(s.get("warmup_requests") or s.get("warmup_s")),
+                "kind_weights": mix_weights(s),
+                "gpu_hour_price": cost.get("gpu_hour_price"),
+                "gpus": cost.get("gpus"),
+                "target": target.get("url"),
+                "model": target.get("model"),
+                "endpoint": target.get("endpoint"),
+                "insecure": s.get("insecure"),
+                "started_at": h.get("started_at"),
+                "wall_start": h.get("wall_start"),
+            }
+            slo_d = slo
+        else:
+            slo_d = f.get("slo") if isinstance(f.get("slo"), dict) else slo
+        kw: list[tuple[str, float]] = []
+        raw = f.get("kind_weights")
+        items = raw.items() if isinstance(raw, dict) else raw if isinstance(raw, list) else ()
+        for item in items:
+            if isinstance(item, (list, tuple)) and len(item) == 2:
+                k, w = item[0], _num(item[1])
+                if isinstance(k, str) and w is not None and w > 0:
+                    kw.append((k, w))
+        gpus = _num(f.get("gpus"))
+        price = _num(f.get("gpu_hour_price"))
+        return cls(
+            arms=tuple(arms),
+            window_s=max(0.1, _num(f.get("window_s")) or 10.0),
+            slo=Slo(
+                **{k: _num(v) for k, v in slo_d.items() if k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+            ),
+            assign=_str(f.get("assign"), "switch"),
+            mode=_str(f.get("mode"), "concurrency"),
+            level=_num(f.get("level")) or 0.0,
+            warmup=bool(f.get("warmup")),
+            kind_weights=tuple(kw) if len(kw) > 1 else None,
+            gpu_hour_price=price,
+            gpus=int(gpus) if gpus is not None and gpus >= 1 else None,
+            drift_alert_pct_h=_num(f.get("drift_alert_pct_h")) or 5.0,
+            target=_str(f.get("target")),
+            model=_str(f.get("model")),
+            endpoint=_str(f.get("endpoint"), "chat"),
+            insecure=bool(f.get("insecure")),
+            server_metrics=f.get("server_metrics") is not False,
+            started_at=_str(f.get("started_at")),
+            wall_start=_num(f.get("wall_start")) or 0.0,
+        )
+
+
+def mix_weights(settings: dict[str, Any] | None) -> tuple[tuple[str, float], ...] | None:
+    """The task mix of a run's settings (a recording's header or a RunConfig), when the
+    workload was built from one (not from a prompt file, whose kinds come as they are)."""
+    if not settings or settings.get("prompts"):
+        return None
+    out: dict[str, float] = {}
+    for item in settings.get("mix") or ():
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            k, w = item
+            if isinstance(k, str) and isinstance(w, (int, float)) and math.isfinite(w) and w > 0:
+                out[k] = float(w)
+    return tuple(out.items()) if len(out) > 1 else None
+
+
+@dataclass
+class Segment:
+    """A stretch of the run on one arm (arms switched by hand or by alternation)."""
+
+    id: int
+    arm: str
+    t0: int
+    t1: int | None = None
+
+
+@dataclass
+class _Server:
+    """What one server's /metrics samples gave: its arms and the counter deltas."""
+
+    arms: tuple[str, ...]
+    deltas: list[tuple[int, float, float, float]] = field(default_factory=list)
+
+
+def spec_totals(
+    deltas: list[tuple[int, float, float, float]],
+    t0: int | None = None,
+    segments: list[tuple[int, int | None]] | None = None,
+) -> dict[str, Any] | None:
+    """Acceptance over a span (or over segments) from /metrics counter deltas
+    (drafts, draft tokens, accepted tokens), as docs/METRICS.md defines it."""
+    dn = dd = da = 0.0
+    for t, a, b, c in deltas:
+        if t0 is not None and t < t0:
+            continue
+        if segments is not None and not any(
+            s <= t <= (e if e is not None else t) for s, e in segments
+        ):
+            continue
+        dn, dd, da = dn + a, dd + b, da + c
+    if dd <= 0:
+        return None
+    if da > dd:
+        return {
+            "acceptance_rate": None,
+            "source": f"server counters ({INCONSISTENT})",
+        }
+    return {
+        "acceptance_rate": da / dd,
+        "source": "server counters",
+        "acceptance_length": 1 + da / dn if dn > 0 else None,
+        "draft_tokens": dd,
+        "accepted_tokens": da,
+        "drafts": dn,
+    }
+
+
+class Fold:
     def __init__(
         self,
-        arm_names: list[str],
+        settings: FoldSettings,
         *,
-        window_s: float = 10.0,
-        slo: Slo | None = None,
-        assign: str = "switch",
-        mode: str = "concurrency",
-        level: float = 0.0,
-        t_start: int = 0,
-        warmup: bool = False,
-        kind_weights: dict[str, float] | None = None,
+        derive: bool = False,
+        vocab: dict[str, list[Any]] | None = None,
     ) -> None:
-        self.arm_names = list(arm_names)
-        # the task mix the workload was built with: the A/B ratio's stratum weights
-        self.kind_weights = kind_weights
-        self.window_s = window_s
-        self.slo = slo or Slo()
-        self.assign = assign
-        self.mode = mode
-        self.level = level
-        self.paused = False
-        self.warmup = warmup
+        s = self.settings = settings
+        self.derive = derive
+        # the string codes every Requests table of this fold uses (a live session builds
+        # its batches with it; a replay's batches are slices of one table)
+        self.vocab: dict[str, list[Any]] = vocab if vocab is not None else {}
+        self.arm_names = list(s.arms)
         self.arm = self.arm_names[0]
+        self.level = s.level
+        self.paused = False
+        self.slo = s.slo
         self.totals = {n: ArmTotals(n) for n in self.arm_names}
-        self.window: deque[RequestRecord] = deque()
-        # A replay's window: rows of its table (no record objects for millions of rows).
-        self.table: RequestTable | None = None
-        self.window_rows: deque[np.ndarray] = deque()
+        self.window: deque[RequestTable] = deque()
         self.tokens = TokenWindow()
         self.history = History()
         self.events: deque[Event] = deque(maxlen=500)
+        self.alert_events: list[Event] = []
         self.statuses: dict[int, EngineStatus] = {}
-        self.t_start = t_start
+        self.samples: dict[str, dict[str, Any]] = {}  # latest per source (server: per URL)
+        self.servers: dict[str, _Server] = {}
         self.t_measure: int | None = None
-        self.segments: list[tuple[int, str, int, int | None]] = [(0, self.arm, t_start, None)]
+        self.segments = [Segment(0, self.arm, 0)]
         self.alternations = 0
         self.comparison: dict[str, Any] | None = None
         self._next_compare = 0
@@ -109,149 +266,414 @@ class Aggregator:
         self._last_burst = -(10**18)
         self._last_stall_event = -(10**18)
         self.power: list[tuple[int, float]] = []  # (t, GPU watts): energy per token
+        self.gpus = s.gpus or 1
         self.ladder_param: str | None = None
-        self.steps: list[Any] = []  # StepTotals, in the order they ran
+        self.steps: list[StepTotals] = []  # in the order they ran
         self.ladder_stopped: str | None = None
-        self.gpu_hour_price: float | None = None
-        self.gpus = 1
-        # Set by a live session: derived events (server down / back). A replay leaves it
-        # None, since those events are in the recording already.
-        self.on_event: Any = None
+        self.output_check: dict[str, Any] | None = None
+        self.alerts = AlertEngine(drift_alert_pct_h=s.drift_alert_pct_h, window_s=s.window_s)
+        self.snapshot: Snapshot | None = None
+        self.t_last = 0
 
-    # ------------------------------------------------------------------ input
-    def add_records(self, records: list[RequestRecord]) -> None:
-        for r in records:
-            tot = self.totals.get(r.arm)
-            if tot is None:  # (not setdefault: that would build an ArmTotals every time)
-                tot = self.totals[r.arm] = ArmTotals(r.arm)
-            tot.add(r, self.slo)
-            self.window.append(r)
-            if r.counted and (self.t_measure is None or r.t_sched < self.t_measure):
-                self.t_measure = r.t_sched
-            if r.step >= 0 and r.counted and self.steps:
-                self._add_to_step(r)
-            if r.stalls:
-                self._pending_marks.append("stall")
-                self.stalls_total += r.stalls
-                # Each stall is listed with its request; at most one event a second.
-                if self.on_event is not None and r.t_end - self._last_stall_event >= 1_000_000_000:
-                    self._last_stall_event = r.t_end
-                    self.on_event(
-                        "stall",
-                        f"stall: request {r.rid} ({r.arm}) waited "
-                        f"{r.max_gap_ms or 0:.0f} ms between chunks "
-                        f"({self.stalls_total} stalls so far)",
-                        {"rid": r.rid, "arm": r.arm, "gap_ms": r.max_gap_ms},
-                        r.t_end,
-                    )
-            if r.outcome == "connect":
-                if r.arm not in self.down_since:
-                    self.down_since[r.arm] = r.t_end
-                    if self.on_event is not None:
-                        self.on_event(
-                            "down",
-                            f"server of arm {r.arm} unreachable: {r.error}",
-                            {"arm": r.arm},
-                            r.t_end,
-                        )
-            elif r.http_status is not None and r.arm in self.down_since:
-                since = self.down_since.pop(r.arm)
-                if self.on_event is not None:
-                    self.on_event(
-                        "up",
-                        f"server of arm {r.arm} back after {(r.t_end - since) / 1e9:.1f} s",
-                        {"arm": r.arm},
-                        r.t_end,
-                    )
+    # ------------------------------------------------------------------ the fold
+    def apply(self, fact: Fact) -> list[Event]:
+        """Fold one fact in; returns the events it derived (live only), already folded."""
+        out: list[Event] = []
+        if isinstance(fact, Requests):
+            self._requests(fact.table, out)
+        elif isinstance(fact, Tokens):
+            for b in fact.buckets:
+                self._tokens(b.t, b.arm, b.tokens)
+        elif isinstance(fact, Event):
+            self._event(fact)
+        elif isinstance(fact, Sample):
+            self._sample(fact)
+        elif isinstance(fact, Status):
+            self.statuses[fact.status.worker] = fact.status
+        elif isinstance(fact, Tick):
+            self._tick(fact.t, fact.final, out)
+        return out
 
-    def _add_to_step(self, r: RequestRecord) -> None:
-        for st in reversed(self.steps):
-            if st.step == r.step and st.arm == r.arm:
-                if r.ok:
-                    st.ok += 1
-                    if r.ttft_ms is not None:
-                        st.ttft.append(r.ttft_ms)
-                    if r.tpot_ms is not None:
-                        st.tpot.append(r.tpot_ms)
-                    if r.decode_tps is not None:
-                        st.decode.append(r.decode_tps)
-                else:
-                    st.failed += 1
-                break
+    def skip_tick(self, t: int) -> None:
+        """A tick passed over while a replay seeks: the window moves on, nothing is drawn."""
+        self._trim(t)
 
-    def add_table(self, tb: RequestTable, idx: np.ndarray, window_from: int | None = None) -> None:
-        """``add_records`` for rows of a recording's table, column by column (a replay or a
-        report of millions of requests). Only rows that end at or after ``window_from``
-        become records in the live window; derived events are not raised (a recording
-        holds them already)."""
-        if idx.size == 0:
+    def _derived(self, out: list[Event], kind: str, msg: str, data: dict[str, Any], t: int) -> None:
+        ev = Event(t=t, kind=kind, message=msg, data=data, wall=self.settings.wall_start + t / 1e9)
+        self._event(ev)
+        out.append(ev)
+
+    # ------------------------------------------------------------------ requests
+    def _requests(self, tb: RequestTable, out: list[Event]) -> None:
+        if tb.n == 0:
             return
         c = tb.cols
-        arms = c["arm"][idx]
+        rows = np.arange(tb.n)
+        arms = c["arm"]
         for code in np.unique(arms):
             name = tb.vocab["arm"][code]
             tot = self.totals.get(name)
             if tot is None:
                 tot = self.totals[name] = ArmTotals(name)
-            tot.add_rows(tb, idx[arms == code], self.slo)
-        counted = idx[~c["warmup"][idx] & ~c["settle"][idx]]
+            tot.add(tb, rows[arms == code], self.slo)
+        counted = rows[~c["warmup"] & ~c["settle"]]
         if counted.size:
             t0 = int(c["t_sched"][counted].min())
             if self.t_measure is None or t0 < self.t_measure:
                 self.t_measure = t0
-            if self.steps:  # a ladder's steps: few rows, added one by one
-                for i in counted[c["step"][counted] >= 0]:
-                    self._add_to_step(tb.record(int(i)))
-        st = c["stalls"][idx]
+            if self.steps:
+                self._add_to_steps(tb, counted[c["step"][counted] >= 0])
+        st = c["stalls"]
         if st.any():
             self._pending_marks.append("stall")
-            self.stalls_total += int(st.sum())
-        self._track_down(tb, idx)
-        if window_from is not None:
-            recent = idx[c["t_end"][idx] >= window_from]
-            if recent.size:
-                self.table = tb
-                self.window_rows.append(recent)
+            for i in np.flatnonzero(st).tolist():
+                self.stalls_total += int(st[i])
+                t_end = int(c["t_end"][i])
+                # each stall is listed with its request; at most one event a second
+                if self.derive and t_end - self._last_stall_event >= 1_000_000_000:
+                    self._last_stall_event = t_end
+                    arm = tb.vocab["arm"][c["arm"][i]]
+                    gap = float(c["max_gap_ms"][i])
+                    gap_ms = None if gap != gap else gap
+                    self._derived(
+                        out,
+                        "stall",
+                        f"stall: request {int(c['rid'][i])} ({arm}) waited "
+                        f"{gap_ms or 0:.0f} ms between chunks "
+                        f"({self.stalls_total} stalls so far)",
+                        {"rid": int(c["rid"][i]), "arm": arm, "gap_ms": gap_ms},
+                        t_end,
+                    )
+        self._track_down(tb, out)
+        self.window.append(tb)
 
-    def _track_down(self, tb: RequestTable, idx: np.ndarray) -> None:
+    def _track_down(self, tb: RequestTable, out: list[Event]) -> None:
         """An arm is down from its first connect failure until a request gets an answer."""
         c = tb.cols
-        conn = c["outcome"][idx] == tb.code("outcome", "connect")
+        conn = c["outcome"] == tb.code("outcome", "connect")
         if not conn.any() and not self.down_since:
             return
-        answered = ~np.isnan(c["http_status"][idx])
-        for j in np.flatnonzero(conn | answered):
-            i = int(idx[j])
+        answered = ~np.isnan(c["http_status"])
+        for i in np.flatnonzero(conn | answered).tolist():
             arm = tb.vocab["arm"][c["arm"][i]]
-            if conn[j]:
-                self.down_since.setdefault(arm, int(c["t_end"][i]))
-            else:
-                self.down_since.pop(arm, None)
+            t = int(c["t_end"][i])
+            if conn[i]:
+                if arm not in self.down_since:
+                    self.down_since[arm] = t
+                    if self.derive:
+                        err = tb.vocab["error"][c["error"][i]]
+                        self._derived(
+                            out, "down", f"server of arm {arm} unreachable: {err}", {"arm": arm}, t
+                        )
+            elif arm in self.down_since:
+                since = self.down_since.pop(arm)
+                if self.derive:
+                    self._derived(
+                        out,
+                        "up",
+                        f"server of arm {arm} back after {(t - since) / 1e9:.1f} s",
+                        {"arm": arm},
+                        t,
+                    )
 
-    def add_ticks(self, ticks: dict[tuple[int, str], int]) -> None:
-        for (t, arm), n in ticks.items():
-            self.tokens.add(t, arm, n)
-            if self.steps:
-                for st in reversed(self.steps):
-                    if st.arm == arm and st.t0 <= t and (st.t1 is None or t < st.t1):
-                        st.tokens += n
-                        break
+    def _add_to_steps(self, tb: RequestTable, rows: np.ndarray) -> None:
+        c = tb.cols
+        ok = c["outcome"] == tb.code("outcome", "ok")
+        for i in rows.tolist():
+            arm = tb.vocab["arm"][c["arm"][i]]
+            step = int(c["step"][i])
+            for st in reversed(self.steps):
+                if st.step == step and st.arm == arm:
+                    if ok[i]:
+                        st.ok += 1
+                        for lst, name in ((st.ttft, "ttft_ms"), (st.tpot, "tpot_ms"),
+                                          (st.decode, "decode_tps")):  # fmt: skip
+                            v = float(c[name][i])
+                            if v == v:
+                                lst.append(v)
+                    else:
+                        st.failed += 1
+                    break
 
-    # ------------------------------------------------------------------ ladder
-    def begin_step(
-        self, step: int, arm: str, value: str, t_start: int, warm_s: float, param: str
+    def _tokens(self, t: int, arm: str, n: int) -> None:
+        self.tokens.add(t, arm, n)
+        for st in reversed(self.steps):
+            if st.arm == arm and st.t0 <= t and (st.t1 is None or t < st.t1):
+                st.tokens += n
+                break
+
+    # ------------------------------------------------------------------ samples
+    def _sample(self, smp: Sample) -> None:
+        v = smp.values
+        key = smp.src
+        if smp.src == "server":
+            url = _str(v.get("url"))
+            key = f"server {url}"
+            arms = v.get("arms")
+            srv = self.servers.get(url)
+            if srv is None:
+                names = (
+                    tuple(a for a in arms if isinstance(a, str)) if isinstance(arms, list) else ()
+                )
+                srv = self.servers[url] = _Server(names)
+            d = v.get("delta")
+            if isinstance(d, list) and len(d) == 3 and all(_num(x) is not None for x in d):
+                srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
+        self.samples[key] = v
+        power = _num(v.get("gpu_power_w"))
+        if smp.src == "gpu" and power is not None:
+            self.power.append((smp.t, power))
+            devices = v.get("gpu_devices")
+            if self.settings.gpus is None and isinstance(devices, list) and devices:
+                self.gpus = len(devices)
+        if self.steps:  # GPU memory and KV cache per step (long inputs run memory out)
+            self._note_probe(smp.t, v)
+
+    def _note_probe(self, t: int, values: dict[str, Any]) -> None:
+        for st in reversed(self.steps):
+            if not (st.t0 <= t and (st.t1 is None or t < st.t1)):
+                continue
+            for key, attr in (("gpu_mem_pct", "gpu_mem_max"), ("kv_pct", "kv_max")):
+                v = _num(values.get(key))
+                if v is not None:
+                    cur = getattr(st, attr)
+                    setattr(st, attr, v if cur is None else max(cur, v))
+            break
+
+    def probe_fields(self) -> dict[str, Any]:
+        """The latest probe fields; the server's are those of the active arm's server."""
+        out: dict[str, Any] = {}
+        for key in ("host", "gpu"):
+            out.update(self.samples.get(key, {}))
+        srv = None
+        for url, s in self.servers.items():
+            if self.arm in s.arms or (srv is None and not s.arms):
+                srv = self.samples.get(f"server {url}")
+        if srv is not None:
+            out.update(srv)
+        elif not self.settings.server_metrics:
+            out.update(SERVER_OFF)
+        return out
+
+    # ------------------------------------------------------------------ events
+    def _event(self, ev: Event) -> None:
+        """An event's effect on the figures, then the event itself.
+
+        Arm switches, ladder steps and their end, load levels and pauses change what the
+        figures mean."""
+        d = ev.data
+        arm = d.get("arm")
+        if ev.kind == "arm":
+            if isinstance(arm, str) and arm in self.arm_names and arm != self.arm:
+                self._switch(arm, ev.t)
+        elif ev.kind == "step" and isinstance(arm, str):
+            param = str(d.get("param"))
+            self._begin_step(
+                _int(d.get("step")),
+                arm,
+                str(d.get("value")),
+                ev.t,
+                _num(d.get("warm_s")) or 0.0,
+                param,
+            )
+            level = _num(d.get("value"))
+            if param in ("concurrency", "rate") and level is not None:
+                self.level = level
+        elif ev.kind == "ladder":
+            reason = d.get("reason")
+            if self.steps and self.steps[-1].t1 is None:
+                self.steps[-1].t1 = ev.t
+            if isinstance(reason, str) and reason:
+                self.ladder_stopped = reason
+        elif ev.kind == "level":
+            level = _num(d.get("level"))
+            if level is not None:
+                self.level = level
+        elif ev.kind == "pause":
+            self.paused = ev.message.startswith("paused")
+        elif ev.kind == "check" and isinstance(d.get("result"), dict):
+            self.output_check = d["result"]  # type: ignore[assignment]
+        elif ev.kind == "alert":
+            self.alert_events.append(ev)
+        self.events.append(ev)
+        mark = MARK_KINDS.get(ev.kind)
+        if mark:
+            self._pending_marks.append(mark)
+
+    def _switch(self, new_arm: str, t: int) -> None:
+        """End the current segment and start one for ``new_arm``."""
+        cur = self.segments[-1]
+        cur.t1 = t
+        self.segments.append(Segment(cur.id + 1, new_arm, t))
+        # Complete A-B cycles: the fewest segments any arm has had (ABAB -> 2).
+        self.alternations = min(
+            sum(1 for sg in self.segments if sg.arm == a) for a in self.arm_names
+        )
+        self.arm = new_arm
+
+    def next_segment(self) -> int:
+        """The id the next arm switch gives its segment (the engines tag requests with it)."""
+        return self.segments[-1].id + 1
+
+    def _begin_step(
+        self, step: int, arm: str, value: str, t: int, warm_s: float, param: str
     ) -> None:
-        """A ladder step starts at ``t_start``; it is measured after ``warm_s``."""
-        from tokmon.model.ladder import StepTotals
-
+        """A ladder step starts at ``t``; it is measured after ``warm_s``."""
         self.ladder_param = param
         if self.steps and self.steps[-1].t1 is None:
-            self.steps[-1].t1 = t_start
-        self.steps.append(StepTotals(step, arm, value, t_start + int(warm_s * 1e9)))
+            self.steps[-1].t1 = t
+        self.steps.append(StepTotals(step, arm, value, t + int(warm_s * 1e9)))
+
+    # ------------------------------------------------------------------ the tick
+    def _trim(self, now: int) -> list[RequestTable]:
+        """The window's requests at ``now`` (those that ended in the last ``window_s``)."""
+        lim = now - int(self.settings.window_s * 1e9)
+        w = self.window
+        while w and int(w[0].cols["t_end"].max()) < lim:
+            w.popleft()
+        self.tokens.trim(now)
+        return list(w)
+
+    def _tick(self, now: int, final: bool, out: list[Event]) -> None:
+        """Window figures, one history point, alerts and a new snapshot."""
+        s = self.settings
+        self.t_last = now
+        parts = self._trim(now)
+        lim = now - int(s.window_s * 1e9)
+        win_tb = (
+            RequestTable.concat(parts, self.vocab, free=False)
+            if parts
+            else RequestTable.empty(self.vocab)
+        )
+        rows = np.flatnonzero(win_tb.cols["t_end"] >= lim)
+        width = min(s.window_s, max(now / 1e9, 1e-3))
+        # Token buckets still being filled by the engine are left out: the window ends at
+        # the last bucket that is surely complete.
+        t1 = now - 150_000_000
+        t1 -= t1 % self.tokens.bucket_ns
+        tok = self.tokens.tokens(t1 - int(width * 1e9), t1)
+        win = window_stats(win_tb, rows, sum(tok.values()), now, width, "", self.slo)
+        arm_col = win_tb.cols["arm"][rows]
+        arm_views = []
+        for name in self.arm_names:
+            sel = rows[arm_col == win_tb.code("arm", name)]
+            aw = window_stats(win_tb, sel, tok.get(name, 0), now, width, name, self.slo)
+            t = self.totals[name]
+            arm_views.append(ArmView(name, t.ok, t.failed, aw))
+        probes = self.probe_fields()
+        acc_rate = _num(probes.get("spec_acceptance_rate"))
+        acc_len = _num(probes.get("spec_acceptance_length"))
+        if acc_rate is not None or acc_len is not None:
+            win = replace(
+                win,
+                acceptance_rate=acc_rate,
+                acceptance_length=acc_len,
+                acceptance_source=_str(probes.get("spec_source"), "server counters"),
+            )
+        if (
+            self.derive
+            and win.failed >= 5
+            and win.failed >= 0.1 * win.ended
+            and now - self._last_burst >= 30_000_000_000
+        ):
+            self._last_burst = now
+            classes = ", ".join(f"{k} {v}" for k, v in sorted(win.errors.items()))
+            self._derived(
+                out,
+                "errors",
+                f"error burst: {win.failed} of {win.ended} requests failed "
+                f"in the last {width:.0f} s ({classes})",
+                {"errors": dict(win.errors)},
+                now,
+            )
+        n_failed = sum(t.failed for t in self.totals.values())
+        new_err = n_failed - self._last_errors
+        self._last_errors = n_failed
+        marks = tuple(dict.fromkeys(self._pending_marks))
+        self._pending_marks.clear()
+        stat = list(self.statuses.values())
+        lag = max((x.send_lag_ms for x in stat), default=0.0)
+        point = Point(
+            t=now / 1e9,
+            arm=self.arm,
+            tok_s=win.tokens_per_s,
+            ttft_p50=win.ttft_p50,
+            ttft_p95=win.ttft_p95,
+            tpot_p50=win.tpot_p50,
+            decode_p50=win.decode_p50,
+            errors=float(new_err),
+            err_rate=(win.failed / win.ended) if win.ended else None,
+            acc_rate=win.acceptance_rate,
+            acc_len=win.acceptance_length,
+            gpu_util=_num(probes.get("gpu_util")),
+            gpu_mem_pct=_num(probes.get("gpu_mem_pct")),
+            kv_pct=_num(probes.get("kv_pct")),
+            queue=_num(probes.get("queue")),
+            send_lag=lag,
+            marks=marks,
+            arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
+        )
+        self.history.add(point)
+        if (now >= self._next_compare or final) and len(self.arm_names) >= 2:
+            self._next_compare = now + COMPARE_EVERY_NS
+            self.comparison = compare(
+                self.totals[self.arm_names[0]],
+                self.totals[self.arm_names[1]],
+                self.alternations,
+                dict(s.kind_weights) if s.kind_weights else None,
+            )
+        warming = s.warmup and self.t_measure is None
+        if not warming:  # the ramp of a warm-up is not a change of the server
+            for kind, msg, data in self.alerts.add(point, _num(probes.get("self_rss_mib"))):
+                if self.derive:
+                    self._derived(out, kind, msg, data, now)
+        costs: dict[str, dict[str, Any]] = {}
+        for v in arm_views:
+            c: dict[str, Any] = cost_figures(
+                v.window.tokens_per_s if v.window else None,
+                gpu_hour_price=s.gpu_hour_price,
+                gpus=self.gpus,
+                power_w=_num(probes.get("gpu_power_w")),
+            )
+            tot = self.totals.get(v.name)
+            if tot is not None and len(tot.kinds) > 1:
+                c["by_kind"] = kind_cost_figures(c, tot.kinds)
+            costs[v.name] = c
+        self.snapshot = Snapshot(
+            t=now,
+            elapsed_s=now / 1e9,
+            target=s.target,
+            model=s.model,
+            arm=self.arm if s.assign == "switch" else s.assign,
+            arms=tuple(self.arm_names),
+            mode=s.mode,
+            level=self.level,
+            paused=self.paused,
+            sent=sum(x.sent for x in stat),
+            ok=sum(t.ok for t in self.totals.values()),
+            failed=n_failed,
+            in_flight=sum(x.in_flight for x in stat),
+            warming_up=warming,
+            recording=None,
+            window=win,
+            arm_views=tuple(arm_views),
+            recent=tuple(self.history.recent),
+            whole=tuple(self.history.whole_view()),
+            events=tuple(self.events),
+            comparison=self.comparison,
+            probes=probes,
+            done=final,
+            loop_lag_ms=max((x.loop_lag_ms for x in stat), default=0.0),
+            send_lag_ms=lag,
+            insecure=s.insecure,
+            output_check=self.output_check,
+            down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
+            trends={k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()},
+            ladder=self._ladder_view(now) if self.steps else None,
+            costs=costs,
+        )
 
     def _ladder_view(self, now: int) -> dict[str, Any]:
-        from tokmon.model.ladder import knee
-
         cur = self.steps[-1]
         figs = [st.figures(now) for st in self.steps if st.t1 is not None]
         arms = list(dict.fromkeys(f["arm"] for f in figs))
@@ -267,40 +689,48 @@ class Aggregator:
             "stopped": self.ladder_stopped,
         }
 
-    def end_ladder(self, t: int, reason: str | None = None) -> None:
-        if self.steps and self.steps[-1].t1 is None:
-            self.steps[-1].t1 = t
-        if reason:
-            self.ladder_stopped = reason
+    # ------------------------------------------------------------------ the summary
+    def mean_power(self, arm: str, t_end: int) -> float | None:
+        """Mean GPU power while ``arm`` was active (after the warm-up)."""
+        t0 = self.t_measure if self.t_measure is not None else 0
+        spans = [
+            (sg.t0, sg.t1 if sg.t1 is not None else t_end)
+            for sg in self.segments
+            if sg.arm == arm or self.settings.assign != "switch"
+        ]
+        vals = [w for t, w in self.power if t >= t0 and any(s <= t < e for s, e in spans)]
+        return sum(vals) / len(vals) if vals else None
 
-    def note_probe(self, t: int, values: dict[str, Any]) -> None:
-        """GPU memory and KV cache per step (long inputs are where memory runs out)."""
-        for st in reversed(self.steps):
-            if not (st.t0 <= t and (st.t1 is None or t < st.t1)):
-                continue
-            for key, attr in (("gpu_mem_pct", "gpu_mem_max"), ("kv_pct", "kv_max")):
-                v = values.get(key)
-                if v is not None:
-                    cur = getattr(st, attr)
-                    setattr(st, attr, v if cur is None else max(cur, v))
-            break
+    def server_spec(self) -> dict[str, dict[str, Any]]:
+        """Acceptance per arm from its server's counters over the measured part of the run."""
+        out: dict[str, dict[str, Any]] = {}
+        for arm in self.arm_names:
+            for srv in self.servers.values():
+                if arm not in srv.arms:
+                    continue
+                if len(srv.arms) == 1:
+                    tot = spec_totals(srv.deltas, t0=self.t_measure)
+                elif self.settings.assign != "switch":
+                    tot = None  # two arms at once on one server: counters cannot tell them apart
+                else:
+                    tm = self.t_measure
+                    segs = [
+                        (max(sg.t0, tm or sg.t0), sg.t1) for sg in self.segments if sg.arm == arm
+                    ]
+                    tot = spec_totals(srv.deltas, segments=segs)
+                if tot is not None:
+                    out[arm] = tot
+        return out
 
     def ladder_summary(self, t_end: int) -> dict[str, Any] | None:
-        from tokmon.model.ladder import knee
-        from tokmon.model.stats import ratio_ci_requests
-
         if not self.steps:
             return None
-        from tokmon.model.alerts import cost_figures
-
+        s = self.settings
         figs = [st.figures(t_end) for st in self.steps]
-        if self.gpu_hour_price is not None:
+        if s.gpu_hour_price is not None:
             for f in figs:  # what a million tokens costs at each step's throughput
                 f["cost_per_million_tokens"] = cost_figures(
-                    f["tokens_per_s"],
-                    gpu_hour_price=self.gpu_hour_price,
-                    gpus=self.gpus,
-                    power_w=None,
+                    f["tokens_per_s"], gpu_hour_price=s.gpu_hour_price, gpus=self.gpus, power_w=None
                 )["cost_per_mtok"]
         arms = list(dict.fromkeys(f["arm"] for f in figs))
         out: dict[str, Any] = {
@@ -310,8 +740,6 @@ class Aggregator:
             "stopped_early": self.ladder_stopped,
         }
         if len(arms) >= 2:
-            import numpy as np
-
             speedup = []
             by = {(st.step, st.arm): st for st in self.steps}
             for step in sorted({st.step for st in self.steps}):
@@ -333,265 +761,38 @@ class Aggregator:
             out["speedup"] = speedup
         return out
 
-    def apply(self, ev: Event) -> None:
-        """An event's effect on the figures, then the event itself.
-
-        Arm switches, ladder steps and their end, load levels and pauses change what the
-        figures mean; the live session, the replay and the report all fold events
-        through here, in the same order, so that a replay shows what the live run showed
-        and a report says what its summary said.
-        """
-        d = ev.data
-        arm = d.get("arm")
-        if ev.kind == "arm":
-            if isinstance(arm, str) and arm in self.arm_names and arm != self.arm:
-                self.switch(arm, ev.t)
-        elif ev.kind == "step" and isinstance(arm, str):
-            param = str(d.get("param"))
-            self.begin_step(
-                _int(d.get("step")),
-                arm,
-                str(d.get("value")),
-                ev.t,
-                _num(d.get("warm_s")) or 0.0,
-                param,
-            )
-            level = _num(d.get("value"))
-            if param in ("concurrency", "rate") and level is not None:
-                self.level = level
-        elif ev.kind == "ladder":
-            reason = d.get("reason")
-            self.end_ladder(ev.t, reason if isinstance(reason, str) else None)
-        elif ev.kind == "level":
-            level = _num(d.get("level"))
-            if level is not None:
-                self.level = level
-        elif ev.kind == "pause":
-            self.paused = ev.message.startswith("paused")
-        self.add_event(ev)
-
-    def add_event(self, ev: Event) -> None:
-        self.events.append(ev)
-        mark = MARK_KINDS.get(ev.kind)
-        if mark:
-            self._pending_marks.append(mark)
-
-    def add_power(self, t: int, watts: float) -> None:
-        self.power.append((t, watts))
-
-    def mean_power(self, arm: str, t_end: int) -> float | None:
-        """Mean GPU power while ``arm`` was active (after the warm-up)."""
-        t0 = self.t_measure if self.t_measure is not None else self.t_start
-        spans = [
-            (s, e if e is not None else t_end)
-            for _, a, s, e in self.segments
-            if a == arm or self.assign != "switch"
-        ]
-        vals = [w for t, w in self.power if t >= t0 and any(s <= t < e for s, e in spans)]
-        return sum(vals) / len(vals) if vals else None
-
-    def switch(self, new_arm: str, t: int) -> int:
-        """End the current segment and start one for ``new_arm``; returns its id."""
-        seg_id, arm, s, _ = self.segments[-1]
-        self.segments[-1] = (seg_id, arm, s, t)
-        self.segments.append((seg_id + 1, new_arm, t, None))
-        # Complete A-B cycles: the fewest segments any arm has had (ABAB -> 2).
-        self.alternations = min(
-            sum(1 for sg in self.segments if sg[1] == a) for a in self.arm_names
-        )
-        self.arm = new_arm
-        return seg_id + 1
-
-    # ------------------------------------------------------------------ output
-    def tick(
-        self,
-        now: int,
-        *,
-        probes: dict[str, Any],
-        meta: dict[str, Any],
-        final: bool = False,
-        quick: bool = False,
-    ) -> Snapshot:
-        """Window statistics, one history point, and a new snapshot (about once a second).
-
-        ``quick``: a tick a replay passes over while seeking, never shown: the history
-        point only, without the whole-run comparison."""
-        lim = now - int(self.window_s * 1e9)
-        w = self.window
-        while w and w[0].t_end < lim:
-            w.popleft()
-        self.tokens.trim(now)
-        elapsed = (now - self.t_start) / 1e9
-        width = min(self.window_s, max(elapsed, 1e-3))
-        # Token buckets still being filled by the engine are left out: the window ends at
-        # the last bucket that is surely complete.
-        t1 = now - 150_000_000
-        t1 -= t1 % self.tokens.bucket_ns
-        tok = self.tokens.tokens(t1 - int(width * 1e9), t1)
-        arm_views = []
-        if self.table is not None:
-            tb = self.table
-            te = tb.cols["t_end"]
-            kept = [r for r in (b[te[b] >= lim] for b in self.window_rows) if r.size]
-            self.window_rows = deque(kept)
-            rows = np.concatenate(kept) if kept else np.empty(0, dtype=np.int64)
-            win = window_stats_rows(tb, rows, sum(tok.values()), now, width, "", self.slo)
-            arms = tb.cols["arm"][rows]
-            for name in self.arm_names:
-                sel = rows[arms == tb.code("arm", name)]
-                aw = window_stats_rows(tb, sel, tok.get(name, 0), now, width, name, self.slo)
-                t = self.totals[name]
-                arm_views.append(ArmView(name, t.ok, t.failed, aw))
-        else:
-            recs = list(w)
-            win = window_stats(recs, sum(tok.values()), now, width, "", self.slo)
-            for name in self.arm_names:
-                aw = window_stats(
-                    [r for r in recs if r.arm == name],
-                    tok.get(name, 0),
-                    now,
-                    width,
-                    name,
-                    self.slo,
-                )
-                t = self.totals[name]
-                arm_views.append(ArmView(name, t.ok, t.failed, aw))
-        if (
-            probes.get("spec_acceptance_rate") is not None
-            or probes.get("spec_acceptance_length") is not None
-        ):
-            win = replace(
-                win,
-                acceptance_rate=probes.get("spec_acceptance_rate"),
-                acceptance_length=probes.get("spec_acceptance_length"),
-                acceptance_source=probes.get("spec_source", "server counters"),
-            )
-        if (
-            self.on_event is not None
-            and win.failed >= 5
-            and win.failed >= 0.1 * win.ended
-            and now - self._last_burst >= 30_000_000_000
-        ):
-            self._last_burst = now
-            classes = ", ".join(f"{k} {v}" for k, v in sorted(win.errors.items()))
-            self.on_event(
-                "errors",
-                f"error burst: {win.failed} of {win.ended} requests failed "
-                f"in the last {width:.0f} s ({classes})",
-                {"errors": win.errors},
-                now,
-            )
-        n_failed = sum(t.failed for t in self.totals.values())
-        new_err = n_failed - self._last_errors
-        self._last_errors = n_failed
-        marks = tuple(dict.fromkeys(self._pending_marks))
-        self._pending_marks.clear()
-        stat = list(self.statuses.values())
-        lag = max((s.send_lag_ms for s in stat), default=0.0)
-        self.history.add(
-            Point(
-                t=elapsed,
-                arm=self.arm,
-                tok_s=win.tokens_per_s,
-                ttft_p50=win.ttft_p50,
-                ttft_p95=win.ttft_p95,
-                tpot_p50=win.tpot_p50,
-                decode_p50=win.decode_p50,
-                errors=float(new_err),
-                err_rate=(win.failed / win.ended) if win.ended else None,
-                acc_rate=win.acceptance_rate,
-                acc_len=win.acceptance_length,
-                gpu_util=probes.get("gpu_util"),
-                gpu_mem_pct=probes.get("gpu_mem_pct"),
-                kv_pct=probes.get("kv_pct"),
-                queue=probes.get("queue"),
-                send_lag=lag,
-                marks=marks,
-                arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
-            )
-        )
-        if (now >= self._next_compare or final) and len(self.arm_names) >= 2 and not quick:
-            self._next_compare = now + 3_000_000_000
-            self.comparison = compare(
-                self.totals[self.arm_names[0]],
-                self.totals[self.arm_names[1]],
-                self.alternations,
-                self.kind_weights,
-            )
-        return Snapshot(
-            t=now,
-            elapsed_s=elapsed,
-            target=meta.get("target", ""),
-            model=meta.get("model", ""),
-            arm=self.arm if self.assign == "switch" else self.assign,
-            arms=tuple(self.arm_names),
-            mode=self.mode,
-            level=self.level,
-            paused=self.paused,
-            sent=sum(s.sent for s in stat),
-            ok=sum(t.ok for t in self.totals.values()),
-            failed=n_failed,
-            in_flight=sum(s.in_flight for s in stat),
-            warming_up=self.warmup and self.t_measure is None,
-            recording=meta.get("recording"),
-            window=win,
-            arm_views=tuple(arm_views),
-            recent=tuple(self.history.recent),
-            whole=tuple(self.history.whole_view()),
-            events=tuple(self.events),
-            comparison=self.comparison,
-            probes=probes,
-            done=final,
-            loop_lag_ms=max((s.loop_lag_ms for s in stat), default=0.0),
-            send_lag_ms=lag,
-            replay=meta.get("replay"),
-            insecure=bool(meta.get("insecure")),
-            output_check=meta.get("output_check"),
-            down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
-            trends=meta.get("trends") or {},
-            ladder=self._ladder_view(now) if self.steps else None,
-            costs=meta.get("costs") or {},
-        )
-
-    def summary(
-        self,
-        *,
-        t_end: int,
-        started_at: str,
-        target: dict[str, str],
-        server_spec: dict[str, dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+    def summary(self, t_end: int) -> dict[str, Any]:
+        """The run summary (the ``--summary-json`` object) at ``t_end``."""
+        s = self.settings
         active = active_time(
-            self.segments,
+            [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
             t_end,
             self.t_measure,
-            self.assign != "switch",
+            s.assign != "switch",
             self.arm_names,
-            self.t_start,
+            0,
         )
         out = build_summary(
-            started_at=started_at,
-            duration_s=(t_end - self.t_start) / 1e9,
-            target=target,
+            started_at=s.started_at,
+            duration_s=t_end / 1e9,
+            target={"url": s.target, "model": s.model, "endpoint": s.endpoint},
             totals=self.totals,
             active_s=active,
             alternations=self.alternations,
-            server_spec=server_spec,
+            server_spec=self.server_spec(),
             slo_good=self.slo.any,
-            kind_weights=self.kind_weights,
+            kind_weights=dict(s.kind_weights) if s.kind_weights else None,
         )
         lad = self.ladder_summary(t_end)
         if lad is not None:
             out["ladder"] = lad
-        from tokmon.model.alerts import cost_figures, kind_cost_figures
-
         for name, a in out["arms"].items():
             # With two arms on separate servers, both share what the GPU probe sees; with
             # one arm at a time, the power of each arm's own segments.
             pw = self.mean_power(name, t_end)
             c = cost_figures(
                 a["output_tokens_per_s"],
-                gpu_hour_price=self.gpu_hour_price,
+                gpu_hour_price=s.gpu_hour_price,
                 gpus=self.gpus,
                 power_w=pw,
             )
@@ -604,4 +805,7 @@ class Aggregator:
                 for k, v in a["by_kind"].items():
                     v["cost_per_million_tokens"] = kc.get(k, {}).get("cost_per_mtok")
                     v["joules_per_token"] = kc.get(k, {}).get("joules_per_token")
+        if self.output_check is not None:
+            out["output_check"] = self.output_check
+        out["alerts"] = alerts_from_events(self.alert_events, 0)
         return out

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tokmon.model.records import CLOCK_PREFIX, FAILURES, OUTCOMES, RequestRecord
+from tokmon.model.records import CLOCK_PREFIX, FAILURES, OUTCOMES
 
 if TYPE_CHECKING:
     from tokmon.model.table import RequestTable
@@ -112,11 +112,8 @@ class WindowStats:
     ttft_p99: float | None
     tpot_p50: float | None
     tpot_p95: float | None
-    e2e_p50: float | None
     decode_p50: float | None
     goodput_per_s: float | None
-    gap_p50: float | None
-    gap_p99: float | None
     tpot_cv: float | None
     stalls: int
     tokens_per_chunk: float | None
@@ -125,7 +122,7 @@ class WindowStats:
     acceptance_source: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Slo:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
@@ -135,17 +132,9 @@ class Slo:
     def any(self) -> bool:
         return self.ttft_ms is not None or self.tpot_ms is not None or self.e2e_ms is not None
 
-    def met(self, r: RequestRecord) -> bool:
-        if not r.ok:
-            return False
-        if self.ttft_ms is not None and (r.ttft_ms is None or r.ttft_ms > self.ttft_ms):
-            return False
-        if self.tpot_ms is not None and r.tpot_ms is not None and r.tpot_ms > self.tpot_ms:
-            return False
-        return not (self.e2e_ms is not None and (r.e2e_ms is None or r.e2e_ms > self.e2e_ms))
-
-    def met_rows(self, tb: RequestTable, idx: np.ndarray) -> np.ndarray:
-        """``met`` for rows of a table (NaN compares false: a missing figure as above)."""
+    def met(self, tb: RequestTable, idx: np.ndarray) -> np.ndarray:
+        """Which rows met every SLO: an ok request, TTFT and E2E within theirs (a missing
+        one fails), TPOT within its own where it has one (NaN compares false)."""
         c = tb.cols
         m = c["outcome"][idx] == tb.code("outcome", "ok")
         if self.ttft_ms is not None:
@@ -158,55 +147,6 @@ class Slo:
 
 
 def window_stats(
-    records: list[RequestRecord],
-    tokens: int,
-    t: int,
-    width_s: float,
-    arm: str = "",
-    slo: Slo | None = None,
-) -> WindowStats:
-    """Figures of one window from the requests that ended in it and the tokens that arrived."""
-    errors: dict[str, int] = {}
-    ttft, tpot, e2e, dec, gaps = [], [], [], [], []
-    ok = 0
-    good = 0
-    stalls = 0
-    n_tok = 0
-    n_chunks = 0
-    acc_d = acc_a = 0
-    for r in records:
-        if r.outcome != "ok":
-            errors[r.outcome] = errors.get(r.outcome, 0) + 1
-            continue
-        ok += 1
-        stalls += r.stalls
-        if r.warmup:
-            continue
-        if r.ttft_ms is not None:
-            ttft.append(r.ttft_ms)
-        if r.tpot_ms is not None:
-            tpot.append(r.tpot_ms)
-        if r.e2e_ms is not None:
-            e2e.append(r.e2e_ms)
-        if r.decode_tps is not None:
-            dec.append(r.decode_tps)
-        if r.gaps:
-            gaps.append(np.frombuffer(r.gaps, dtype="<f4"))
-        n_tok += r.output_tokens
-        n_chunks += r.chunks
-        if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
-            acc_d += r.spec_draft_tokens
-            acc_a += r.spec_accepted_tokens
-        if slo is not None and slo.any and slo.met(r):
-            good += 1
-    return _window(
-        t, width_s, arm, tokens, errors, ok, stalls, ttft, tpot, e2e, dec,
-        np.concatenate(gaps) if gaps else np.empty(0), n_tok, n_chunks, acc_d, acc_a,
-        good if slo is not None and slo.any else None,
-    )  # fmt: skip
-
-
-def window_stats_rows(
     tb: RequestTable,
     rows: np.ndarray,
     tokens: int,
@@ -215,7 +155,8 @@ def window_stats_rows(
     arm: str = "",
     slo: Slo | None = None,
 ) -> WindowStats:
-    """``window_stats`` of table rows (a replay's window), column by column."""
+    """Figures of one window from the requests that ended in it (rows of a table) and
+    the tokens that arrived."""
     c = tb.cols
     out = c["outcome"][rows]
     okm = out == tb.code("outcome", "ok")
@@ -230,79 +171,46 @@ def window_stats_rows(
         v = c[name][mi]
         return v[~np.isnan(v)]
 
-    gaps = np.empty(0)
-    if tb.gaps is not None:
-        parts = [np.frombuffer(tb.gaps[i], dtype="<f4") for i in mi.tolist() if tb.gaps[i]]
-        gaps = np.concatenate(parts) if parts else gaps
     sd, sa, _, m = _spec_rows(tb, mi)
-    good = int(slo.met_rows(tb, mi).sum()) if slo is not None and slo.any else None
-    return _window(
-        t, width_s, arm, tokens, errors, int(oks.size), int(c["stalls"][oks].sum()),
-        col("ttft_ms"), col("tpot_ms"), col("e2e_ms"), col("decode_tps"), gaps,
-        int(c["output_tokens"][mi].sum()), int(c["chunks"][mi].sum()),
-        int(sd[m].sum()), int(sa[m].sum()), good,
-    )  # fmt: skip
+    acc_d, acc_a = int(sd[m].sum()), int(sa[m].sum())
+    good = int(slo.met(tb, mi).sum()) if slo is not None and slo.any else None
+    n_tok, n_chunks = int(c["output_tokens"][mi].sum()), int(c["chunks"][mi].sum())
+    ok, failed = int(oks.size), int(rows.size - oks.size)
+    tpot = col("tpot_ms")
+    per_s = 1 / width_s if width_s > 0 else 0.0
+    return WindowStats(
+        t=t,
+        width_s=width_s,
+        arm=arm,
+        tokens_per_s=tokens * per_s,
+        requests_per_s=(ok + failed) * per_s,
+        ended=ok + failed,
+        ok=ok,
+        failed=failed,
+        errors=errors,
+        ttft_p50=pct(ttft := col("ttft_ms"), 50),
+        ttft_p95=pct(ttft, 95),
+        ttft_p99=pct(ttft, 99),
+        tpot_p50=pct(tpot, 50),
+        tpot_p95=pct(tpot, 95),
+        decode_p50=pct(col("decode_tps"), 50),
+        goodput_per_s=good * per_s if good is not None else None,
+        tpot_cv=float(tpot.std() / tpot.mean()) if tpot.size >= 2 and tpot.mean() > 0 else None,
+        stalls=int(c["stalls"][oks].sum()),
+        tokens_per_chunk=(n_tok / n_chunks) if n_chunks else None,
+        acceptance_rate=acc_a / acc_d if acc_d else None,
+        acceptance_source="response" if acc_d else "",
+    )
 
 
 def _spec_rows(
     tb: RequestTable, rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Draft, accepted and step counts of rows, and which rows count (as ``add`` has it:
-    a draft count that is not zero and an accepted count)."""
+    """Draft, accepted and step counts of rows, and which rows count: a draft count that
+    is not zero and an accepted count."""
     c = tb.cols
     sd, sa, sn = (c[k][rows] for k in ("spec_draft_tokens", "spec_accepted_tokens", "spec_drafts"))
     return sd, sa, sn, (sd != 0) & ~np.isnan(sd) & ~np.isnan(sa)
-
-
-def _window(
-    t: int,
-    width_s: float,
-    arm: str,
-    tokens: int,
-    errors: dict[str, int],
-    ok: int,
-    stalls: int,
-    ttft: Any,
-    tpot: Any,
-    e2e: Any,
-    dec: Any,
-    g: np.ndarray,
-    n_tok: int,
-    n_chunks: int,
-    acc_d: int,
-    acc_a: int,
-    good: int | None,
-) -> WindowStats:
-    failed = sum(errors.values())
-    tp = np.asarray(tpot, dtype=np.float64)
-    cv = float(tp.std() / tp.mean()) if tp.size >= 2 and tp.mean() > 0 else None
-    acc_rate = acc_d and acc_a / acc_d or None
-    return WindowStats(
-        t=t,
-        width_s=width_s,
-        arm=arm,
-        tokens_per_s=tokens / width_s if width_s > 0 else 0.0,
-        requests_per_s=(ok + failed) / width_s if width_s > 0 else 0.0,
-        ended=ok + failed,
-        ok=ok,
-        failed=failed,
-        errors=errors,
-        ttft_p50=pct(ttft, 50),
-        ttft_p95=pct(ttft, 95),
-        ttft_p99=pct(ttft, 99),
-        tpot_p50=pct(tpot, 50),
-        tpot_p95=pct(tpot, 95),
-        e2e_p50=pct(e2e, 50),
-        decode_p50=pct(dec, 50),
-        goodput_per_s=(good / width_s) if good is not None and width_s > 0 else None,
-        gap_p50=pct(g, 50),
-        gap_p99=pct(g, 99),
-        tpot_cv=cv,
-        stalls=stalls,
-        tokens_per_chunk=(n_tok / n_chunks) if n_chunks else None,
-        acceptance_rate=acc_rate if acc_d else None,
-        acceptance_source="response" if acc_d else "",
-    )
 
 
 @dataclass
@@ -360,75 +268,9 @@ class ArmTotals:
     t_last: int | None = None
     kinds: dict[str, KindTotals] = field(default_factory=dict)
 
-    def add(self, r: RequestRecord, slo: Slo | None) -> None:
-        self.by_outcome[r.outcome] = self.by_outcome.get(r.outcome, 0) + 1
-        if r.warmup:
-            self.warmup += 1
-        elif r.settle:
-            self.settle += 1
-        if r.outcome == "ok":
-            self.all_output_tokens += r.output_tokens
-            if r.error.startswith(CLOCK_PREFIX):
-                self.clock += 1
-        if not r.counted:
-            return
-        if self.t_first is None or r.t_sched < self.t_first:
-            self.t_first = r.t_sched
-        if self.t_last is None or r.t_end > self.t_last:
-            self.t_last = r.t_end
-        if r.outcome != "ok":
-            return
-        self.output_tokens += r.output_tokens
-        self.stalls += r.stalls
-        if r.kind:
-            k = self.kinds.get(r.kind)
-            if k is None:
-                k = self.kinds[r.kind] = KindTotals()
-            k.requests += 1
-            k.output_tokens += r.output_tokens
-            if r.e2e_ms is not None:
-                k.stream_s += r.e2e_ms / 1000.0
-            if r.decode_tps is not None:
-                k.decode.append(r.decode_tps)
-            if r.ttft_ms is not None:
-                k.ttft.append(r.ttft_ms)
-            if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
-                k.spec_draft += r.spec_draft_tokens
-                k.spec_accepted += r.spec_accepted_tokens
-        if r.tokens_estimated:
-            self.estimated += 1
-        st = self.stratum(r.kind, r.step)
-        if r.ttft_ms is not None:
-            self.ttft.append(r.ttft_ms)
-            self.seg_ttft.append(r.segment)
-            self.st_ttft.append(st)
-            self.t_end.append((r.t_end - (self.t_first or 0)) / 1e9)  # relative: fits float32
-        if r.tpot_ms is not None:
-            self.tpot.append(r.tpot_ms)
-            self.seg_tpot.append(r.segment)
-            self.st_tpot.append(st)
-        elif r.ttft_ms is not None:
-            if r.output_tokens < 2:
-                self.tpot_one_token += 1
-            else:
-                self.tpot_one_read += 1
-        if r.e2e_ms is not None:
-            self.e2e.append(r.e2e_ms)
-        if r.decode_tps is not None:
-            self.decode.append(r.decode_tps)
-            self.seg_decode.append(r.segment)
-            self.st_decode.append(st)
-        if r.spec_draft_tokens and r.spec_accepted_tokens is not None:
-            self.spec_draft += r.spec_draft_tokens
-            self.spec_accepted += r.spec_accepted_tokens
-            self.spec_drafts += r.spec_drafts or 0
-            self.spec_source = r.spec_source
-        if slo is not None and slo.any and slo.met(r):
-            self.good += 1
-
-    def add_rows(self, tb: RequestTable, idx: np.ndarray, slo: Slo | None) -> None:
-        """``add`` for rows ``idx`` of a table, in that order, column by column: the same
-        totals as adding each row's record (a recording's summary equals the live one)."""
+    def add(self, tb: RequestTable, idx: np.ndarray, slo: Slo | None) -> None:
+        """Rows ``idx`` of a table, in that order, column by column. Adding rows in two
+        calls gives what one call with both gives (a replay feeds as the live run did)."""
         c = tb.cols
         out = c["outcome"][idx]
         names = tb.vocab["outcome"]
@@ -457,7 +299,7 @@ class ArmTotals:
         okm = c["outcome"][ci] == ok_code
         oi = ci[okm]
         if slo is not None and slo.any:
-            self.good += int(slo.met_rows(tb, ci).sum())
+            self.good += int(slo.met(tb, ci).sum())
         if oi.size == 0:
             return
         self.output_tokens += int(c["output_tokens"][oi].sum())

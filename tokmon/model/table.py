@@ -215,6 +215,11 @@ class RequestTable:
         gaps = None if self.gaps is None else [g for g, m in zip(self.gaps, mask, strict=True) if m]
         return RequestTable(cols, self.vocab, gaps)
 
+    def slice(self, lo: int, hi: int) -> RequestTable:
+        """Rows ``lo`` to ``hi`` as views of these columns (no copy: a replay's batches)."""
+        cols = {k: v[lo:hi] for k, v in self.cols.items()}
+        return RequestTable(cols, self.vocab, None if self.gaps is None else self.gaps[lo:hi])
+
     def possible(self, max_t: int) -> np.ndarray:
         """Rows whose figures could have been measured: times within ``max_t`` of the
         start, end not before schedule, no negative or infinite duration or count. A

@@ -40,6 +40,11 @@ class Sampler:
     def close(self) -> None:
         """Release what the probe holds (e.g. NVML)."""
 
+    def ident(self) -> dict[str, Any]:
+        """Fields every sample carries, a failed one too (a server probe: its URL and arms,
+        so that the fold knows whose fields they are)."""
+        return {}
+
     def latest(self) -> dict[str, Any]:
         return self._latest
 
@@ -57,6 +62,7 @@ class Sampler:
             vals = self.sample()
         except Exception as e:  # a probe failure is a note, never a crash
             vals = {f"{self.name}_note": f"{self.name} failed: {type(e).__name__}"}
+        vals = {**self.ident(), **vals} if vals else vals
         self._latest = vals
         if self.on_sample is not None and vals:
             # A probe may stamp its own sample (the moment it read it); else now.

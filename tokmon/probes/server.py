@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tokmon.model.fold import INCONSISTENT
 from tokmon.probes.base import Sampler
 
 
@@ -130,9 +131,6 @@ MAX_BODY = 4 << 20
 MAX_SERIES = 20_000
 
 
-INCONSISTENT = "inconsistent: more tokens accepted than drafted"
-
-
 class MetricsTooLarge(ValueError):
     pass
 
@@ -238,12 +236,14 @@ class ServerMetricsProbe(Sampler):
         self.headers = headers or {}
         self.insecure = insecure
         self.history: deque[tuple[int, dict[str, Any]]] = deque()
-        self.deltas: list[tuple[int, float, float, float]] = []  # (t, Δdrafts, Δdraft_tok, Δacc)
         self._prev: tuple[int, dict[str, Any]] | None = None
         self._client: Any = None
         self._unavailable = False
         self.engine: str | None = None
         self.restarts = 0
+
+    def ident(self) -> dict[str, Any]:
+        return {"url": self.url, "arms": list(self.arms)}
 
     def _scrape(self) -> str | None:
         import httpx
@@ -315,7 +315,6 @@ class ServerMetricsProbe(Sampler):
                     cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
                     cur.get("accepted", 0) - prev[1].get("accepted", 0),
                 ]
-                self.deltas.append((t, delta[0], delta[1], delta[2]))
         self._prev = (t, cur)
         self.history.append((t, cur))
         lim = t - int(self.window_s * 1e9)
@@ -377,33 +376,6 @@ class ServerMetricsProbe(Sampler):
                 out["spec_acceptance_length"] = last["acc_len_gauge"]
             return out
         return {}
-
-    def totals(
-        self,
-        t0: int | None = None,
-        t1: int | None = None,
-        segments: list[tuple[int, int | None]] | None = None,
-    ) -> dict[str, Any] | None:
-        """Acceptance over a span (or over segments), summing positive deltas only."""
-        dn = dd = da = 0.0
-        for t, a, b, c in self.deltas:
-            if t0 is not None and t < t0:
-                continue
-            if t1 is not None and t > t1:
-                continue
-            if segments is not None and not any(
-                s <= t <= (e if e is not None else t) for s, e in segments
-            ):
-                continue
-            dn, dd, da = dn + a, dd + b, da + c
-        if dd <= 0:
-            return None
-        if da > dd:
-            return {"acceptance_rate": None, "source": f"server counters ({INCONSISTENT})"}
-        out: dict[str, Any] = {"acceptance_rate": da / dd, "source": "server counters"}
-        out["acceptance_length"] = 1 + da / dn if dn > 0 else None
-        out["draft_tokens"], out["accepted_tokens"], out["drafts"] = dd, da, dn
-        return out
 
     def close(self) -> None:
         if self._client is not None:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.model.records import Event, RequestRecord
+from tokmon.model.facts import Fact, Sample, Status, Tick, Tokens
+from tokmon.model.records import EngineStatus, Event, RequestRecord, TokenTick
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError
 
@@ -48,6 +49,10 @@ class Recording:
     lost_lines: int = 0  # lines the writer could not write (a full disk)
     sessions: int = 1  # sessions in the file (--append); the last is the one read
     offset: int | None = 0  # where a follow-mode read goes on (None: from the start)
+    # Every fact but the requests, in the order of the file, each with the number of
+    # request rows written before it: the live run's order, for the fold.
+    timeline: list[tuple[int, Fact]] = field(default_factory=list)
+    clocked: bool = False  # the file has the live run's ticks (else a replay makes them)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -204,7 +209,12 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
     rec: Recording | None = cont
     vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
     parts: list[RequestTable] = [cont.requests] if cont is not None else []
+    base = cont.requests.n if cont is not None else 0
     batch: list[bytes] = []
+    # request lines so far, which of them were kept, and the other facts by that count
+    req_lines = 0
+    kept: list[np.ndarray] = []
+    facts: list[tuple[int, Fact]] = []
     n_lines = 0
     for line, is_cut in lines:
         if is_cut:
@@ -214,8 +224,9 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
         n_lines += 1
         if line.startswith(b'{"k":"r",') and rec is not None:
             batch.append(line)  # parsed a batch at a time: millions of these
+            req_lines += 1
             if len(batch) >= BATCH:
-                rec.corrupt += _columns(batch, vocab, parts)
+                kept.append(_columns(batch, vocab, parts))
                 batch = []
             continue
         try:
@@ -249,31 +260,41 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
             _check_header(obj, path)
             earlier = rec.sessions
             rec = Recording(path=path, header=obj, sessions=earlier + 1)
-            vocab, parts, batch = {}, [], []
+            vocab, parts, batch, kept, facts, req_lines = {}, [], [], [], [], 0
             continue
         if k == "r":
-            rec.corrupt += _columns(batch, vocab, parts)  # keep the order of the file
+            kept.append(_columns(batch, vocab, parts))  # keep the order of the file
             batch = []
+            req_lines += 1
             try:
-                rec.corrupt += _append(RequestTable.from_lines([obj], vocab), parts)
+                kept.append(_append(RequestTable.from_lines([obj], vocab), parts))
             except (KeyError, TypeError, ValueError, OverflowError):
-                rec.corrupt += 1
+                kept.append(np.zeros(1, dtype=bool))
             continue
         try:
+            fact: Fact | None = None
             if k == "tok":
-                rec.ticks.extend((_t(t), str(a), int(c)) for t, a, c in obj["v"])
+                got = [(_t(t), str(a), int(c)) for t, a, c in obj["v"]]
+                rec.ticks.extend(got)
+                fact = Tokens(tuple(TokenTick(t, a, c) for t, a, c in got))
             elif k == "p":
-                rec.samples.append((_t(obj["t"]), str(obj["src"]), dict(obj["v"])))
+                smp = (_t(obj["t"]), str(obj["src"]), dict(obj["v"]))
+                rec.samples.append(smp)
+                fact = Sample(*smp)
             elif k == "e":
-                rec.events.append(
-                    Event(
-                        t=_t(obj["t"]),
-                        kind=str(obj["kind"]),
-                        message=str(obj["msg"]),
-                        data=dict(obj.get("data") or {}),
-                        wall=float(obj.get("wall") or 0),
-                    )
+                fact = Event(
+                    t=_t(obj["t"]),
+                    kind=str(obj["kind"]),
+                    message=str(obj["msg"]),
+                    data=dict(obj.get("data") or {}),
+                    wall=float(obj.get("wall") or 0),
                 )
+                rec.events.append(fact)
+            elif k == "tick":
+                fact = Tick(_t(obj["t"]), bool(obj.get("final")))
+                rec.clocked = True
+            elif k == "st":
+                fact = Status(_status(obj))
             elif k == "summary":
                 rec.summary = {kk: vv for kk, vv in obj.items() if kk != "k"}
             elif k == "end":
@@ -281,11 +302,18 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
             elif k == "gap":
                 rec.gaps.append({kk: vv for kk, vv in obj.items() if kk != "k"})
                 rec.lost_lines += int(obj.get("lines") or 0)
+            if fact is not None:
+                facts.append((req_lines, fact))
         except (KeyError, TypeError, ValueError):
             rec.corrupt += 1
     if rec is None:
         raise RecordingError(f"{path} is empty or not a tokmon recording")
-    rec.corrupt += _columns(batch, vocab, parts)
+    kept.append(_columns(batch, vocab, parts))
+    mask = np.concatenate(kept) if kept else np.zeros(0, dtype=bool)
+    rec.corrupt += int((~mask).sum())
+    # a fact's place: the request *rows* before it (a corrupt line is not a row)
+    rows_before = np.concatenate([[0], np.cumsum(mask)])
+    rec.timeline.extend((base + int(rows_before[n]), f) for n, f in facts)
     # (following, the table a replay holds must stay whole: join without freeing)
     rec.requests = (
         RequestTable.concat(parts, vocab, free=cont is None) if parts else RequestTable.empty(vocab)
@@ -299,31 +327,57 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
     return rec
 
 
-def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) -> int:
-    """Append a batch of request lines as columns; returns how many were corrupt (a batch
-    with one bad line is sorted line by line; a row with an impossible figure is one)."""
+def _status(obj: dict[str, Any]) -> EngineStatus:
+    """An engine's status line: numbers checked, as every field of a file is."""
+
+    def n(key: str) -> float:
+        v = obj.get(key, 0)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise ValueError(key)
+        return float(v)
+
+    return EngineStatus(
+        t=_t(obj.get("t", 0)),
+        in_flight=int(n("in_flight")),
+        sent=int(n("sent")),
+        paused=bool(obj.get("paused")),
+        arm=str(obj.get("arm", "")),
+        level=n("level"),
+        mode=str(obj.get("mode", "")),
+        loop_lag_ms=n("loop_lag_ms"),
+        send_lag_ms=n("send_lag_ms"),
+        done=bool(obj.get("done")),
+        worker=int(n("worker")),
+    )
+
+
+def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) -> np.ndarray:
+    """Append a batch of request lines as columns; returns which lines became rows (a
+    batch with one bad line is sorted line by line; a row with an impossible figure is
+    left out too)."""
     if not batch:
-        return 0
+        return np.zeros(0, dtype=bool)
     try:
         dicts = list(map(_loads, batch))
         return _append(RequestTable.from_lines(dicts, vocab), parts)
     except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
         pass
     good = []
-    for line in batch:
+    parsed = np.zeros(len(batch), dtype=bool)
+    for i, line in enumerate(batch):
         try:
             d = _loads(line)
             RequestTable.from_lines([d], {})
             good.append(d)
+            parsed[i] = True
         except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
             pass
-    bad = len(batch) - len(good)
     if good:
-        bad += _append(RequestTable.from_lines(good, vocab), parts)
-    return bad
+        parsed[parsed] = _append(RequestTable.from_lines(good, vocab), parts)
+    return parsed
 
 
-def _append(tb: RequestTable, parts: list[Any]) -> int:
+def _append(tb: RequestTable, parts: list[Any]) -> np.ndarray:
     if len(tb.vocab.get("arm", ())) > MAX_ARMS:
         raise RecordingError(f"more than {MAX_ARMS} arms: not a tokmon recording")
     ok = tb.possible(MAX_T_NS)
@@ -331,7 +385,7 @@ def _append(tb: RequestTable, parts: list[Any]) -> int:
         tb = tb.take(ok)
     if tb.n:
         parts.append(tb)
-    return int((~ok).sum())
+    return ok
 
 
 # The header's fields and their JSON types: a file whose header breaks them is refused
@@ -395,75 +449,3 @@ def _t(v: Any) -> int:
     if abs(t) > MAX_T_NS:
         raise ValueError("time out of range")
     return t
-
-
-def recording_summary(rec: Recording) -> dict[str, Any]:
-    """The summary rebuilt from the requests, exactly as the live run computed it."""
-    from tokmon.model.fold import Aggregator, mix_weights
-    from tokmon.model.stats import Slo
-    from tokmon.probes.server import ServerMetricsProbe
-
-    h = rec.header
-    s = h.get("settings") or {}
-    arms = rec.arms
-    slo = Slo(**(h.get("slo") or {}))
-    agg = Aggregator(
-        arms,
-        slo=slo,
-        assign=s.get("assign", "switch"),
-        t_start=0,
-        kind_weights=mix_weights(s),
-    )
-    for ev in rec.events:
-        agg.apply(ev)  # the same fold of events as the live run and the replay
-    if agg.steps:
-        for t, a, n in rec.ticks:
-            agg.add_ticks({(t, a): n})
-        for t, _src, v in rec.samples:
-            agg.note_probe(t, v)
-    agg.add_table(rec.requests, np.arange(rec.requests.n))
-    cost = h.get("cost") or {}
-    agg.gpu_hour_price = cost.get("gpu_hour_price")
-    agg.gpus = cost.get("gpus") or 1
-    for t, src, v in rec.samples:
-        if src == "gpu" and v.get("gpu_power_w") is not None:
-            agg.add_power(t, float(v["gpu_power_w"]))
-            if not cost.get("gpus") and v.get("gpu_devices"):
-                agg.gpus = len(v["gpu_devices"])
-    # Server counters: the deltas the live probes used, replayed per probe.
-    server_spec: dict[str, dict[str, Any]] = {}
-    probes: dict[str, ServerMetricsProbe] = {}
-    for t, src, v in rec.samples:
-        if src != "server" or "delta" not in v:
-            continue
-        url = str(v.get("url", ""))
-        pr = probes.get(url)
-        if pr is None:
-            pr = probes[url] = ServerMetricsProbe(url, tuple(v.get("arms", ())))
-        d = v["delta"]
-        pr.deltas.append((t, float(d[0]), float(d[1]), float(d[2])))
-    for arm in arms:
-        for pr in probes.values():
-            if arm not in pr.arms:
-                continue
-            if len(pr.arms) == 1 or agg.assign != "switch":
-                tot = pr.totals(t0=agg.t_measure) if len(pr.arms) == 1 else None
-            else:
-                segs = [
-                    (max(a, agg.t_measure or a), e) for _, nm, a, e in agg.segments if nm == arm
-                ]
-                tot = pr.totals(segments=segs)
-            if tot is not None:
-                server_spec[arm] = tot
-    t_end = rec.t_end if rec.t_end is not None else rec.last_t
-    target = (rec.summary or {}).get("target") or h.get("target") or {}
-    out = agg.summary(
-        t_end=t_end, started_at=h.get("started_at", ""), target=target, server_spec=server_spec
-    )
-    live = rec.summary or {}
-    if isinstance(live.get("output_check"), dict):
-        out["output_check"] = live["output_check"]  # measured live, not recomputable
-    from tokmon.model.summary import alerts_from_events
-
-    out["alerts"] = alerts_from_events(rec.events, 0)
-    return out

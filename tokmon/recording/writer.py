@@ -8,9 +8,11 @@ import sys
 import threading
 import time
 import zlib
+from dataclasses import asdict
 from typing import IO, Any
 
 from tokmon.engine.h1 import stamp_sources
+from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import Event, RequestRecord
 from tokmon.model.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError
@@ -178,32 +180,36 @@ class Recorder:
 
     # ------------------------------------------------------------------ content
     def records(self, records: list[RequestRecord]) -> None:
+        """Finished requests (their times on the monotonic clock)."""
+        self.request_lines([record_to_line(r, self.t0, self.chunks) for r in records])
+
+    def request_lines(self, lines: list[dict[str, Any]]) -> None:
+        """Finished requests as their lines (times since the start, ``record_to_line``)."""
         if not self.active:
             return
-        for r in records:
-            self._write(record_to_line(r, self.t0, self.chunks))
-        self.requests += len(records)
+        for d in lines:
+            self._write(d)
+        self.requests += len(lines)
 
-    def ticks(self, ticks: dict[tuple[int, str], int]) -> None:
-        if self.active and ticks:
-            self._write({"k": "tok", "v": [[t - self.t0, arm, n] for (t, arm), n in ticks.items()]})
-
-    def sample(self, src: str, t: int, values: dict[str, Any]) -> None:
-        if self.active:
-            self._write({"k": "p", "src": src, "t": t - self.t0, "v": values})
-
-    def event(self, ev: Event) -> None:
-        if self.active:
+    def fact(self, f: Fact) -> None:
+        """Any other fact of the run (``tokmon.model.facts``), its time since the start."""
+        if not self.active:
+            return
+        if isinstance(f, Event):
+            self._write({"k": "e", "t": f.t, "kind": f.kind, "msg": f.message, "data": f.data,
+                         "wall": f.wall})  # fmt: skip
+        elif isinstance(f, Tokens):
+            self._write({"k": "tok", "v": [[b.t, b.arm, b.tokens] for b in f.buckets]})
+        elif isinstance(f, Sample):
+            self._write({"k": "p", "src": f.src, "t": f.t, "v": f.values})
+        elif isinstance(f, Status):
+            self._write({"k": "st", **asdict(f.status)})
+        elif isinstance(f, Tick):
             self._write(
-                {
-                    "k": "e",
-                    "t": ev.t - self.t0,
-                    "kind": ev.kind,
-                    "msg": ev.message,
-                    "data": ev.data,
-                    "wall": ev.wall,
-                }
+                {"k": "tick", "t": f.t, "final": True} if f.final else {"k": "tick", "t": f.t}
             )
+        elif isinstance(f, Requests):
+            raise TypeError("requests are written as their lines (request_lines)")
 
     def summary(self, summary: dict[str, Any]) -> None:
         if self._raw is not None:  # written even while paused: the file's session ends
@@ -218,8 +224,6 @@ class Recorder:
         ``gap`` line marks the part not recorded)."""
         if self.active:
             self._paused_at = time.perf_counter_ns()
-            self._write({"k": "e", "t": self._paused_at - self.t0, "kind": "recording",
-                         "msg": "recording paused", "data": {}, "wall": time.time()})  # fmt: skip
             self.flush()
             self.active = False
             return f"recording paused: {self.path}"

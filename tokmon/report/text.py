@@ -16,7 +16,8 @@ import numpy as np
 from tokmon.model.summary import fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import drift
-from tokmon.recording.reader import Recording, recording_summary
+from tokmon.recording.play import fold_of, summary_of
+from tokmon.recording.reader import Recording
 from tokmon.textsafe import clean_text, csv_cell, dumps
 
 FORMATS = ("text", "md", "json", "csv", "html")
@@ -210,7 +211,7 @@ def capacity(rec: Recording, summary: dict[str, Any], target_rate: float | None)
 
 def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, Any]:
     return {
-        "summary": (summary := recording_summary(rec)),
+        "summary": (summary := summary_of(rec)),
         "capacity": capacity(rec, summary, target_rate),
         "segments": segments(rec),
         "drift": drifts(rec),
@@ -247,7 +248,7 @@ def environment_block(rec: Recording) -> dict[str, Any]:
 
 def render(rec: Recording, fmt: str, target_rate: float | None = None) -> str:
     if fmt == "json":
-        return dumps(recording_summary(rec), indent=2) + "\n"
+        return dumps(summary_of(rec), indent=2) + "\n"
     if fmt == "csv":
         return export_csv(rec)
     data = report_data(rec, target_rate)
@@ -398,19 +399,13 @@ def escape(s: str) -> str:
 
 def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
     """Two recordings side by side: the first arm of ``b`` against the first arm of ``a``."""
-    from tokmon.model.fold import Aggregator
     from tokmon.model.summary import compare
 
-    tots = []
-    for rec in (a, b):
-        arms = rec.arms
-        agg = Aggregator(arms)
-        agg.add_table(rec.requests, np.arange(rec.requests.n))
-        tots.append(agg.totals[arms[0]])
+    tots = [fold_of(rec).totals[rec.arms[0]] for rec in (a, b)]
     tots[0].name = f"{a.path}:{tots[0].name}"
     tots[1].name = f"{b.path}:{tots[1].name}"
     comp = compare(tots[0], tots[1], 0)
-    sa, sb = recording_summary(a), recording_summary(b)
+    sa, sb = summary_of(a), summary_of(b)
     if fmt == "json":
         return dumps({"a": sa, "b": sb, "comparison": comp}, indent=2) + "\n"
     lines = [

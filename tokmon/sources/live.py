@@ -1,13 +1,16 @@
-"""A live session: starts the engine processes, folds their records into statistics,
-and hands out frozen snapshots. It is a dashboard *source*; the headless printer uses it
-the same way.
+"""A live session: starts the engine processes and the probes, turns what they send into
+facts, folds each fact and writes it to the recording in one step (so the file holds the
+facts in the order the fold took them), and hands out frozen snapshots. It is a
+dashboard *source*; the headless printer uses it the same way.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection, wait
 from time import perf_counter_ns
@@ -15,21 +18,25 @@ from typing import Any
 
 from tokmon.engine.worker import engine_main
 from tokmon.model.config import RunConfig
-from tokmon.model.fold import Aggregator, mix_weights
+from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
+from tokmon.model.fold import Fold, FoldSettings, mix_weights
 from tokmon.model.records import (
     BeginStep,
     Command,
     EngineBatch,
     EngineFailure,
+    EngineStatus,
     Event,
     Pause,
     SetLevel,
     Stop,
     SwitchArm,
+    TokenTick,
 )
 from tokmon.model.snapshot import Snapshot
 from tokmon.model.stats import Slo
-from tokmon.model.summary import alerts_from_events
+from tokmon.model.table import RequestTable, record_to_line
+from tokmon.textsafe import dumps
 
 WINDOW_S = 10.0
 
@@ -66,24 +73,28 @@ class LiveSession:
         self.header = header or {}
         self.lock = threading.RLock()
         self.arm_names = [a.name for a in cfg.arms]
-        self.agg = Aggregator(
-            self.arm_names,
-            window_s=window_s,
-            slo=self.slo,
-            assign=cfg.assign,
-            mode=cfg.mode,
-            level=float(cfg.concurrency if cfg.mode == "concurrency" else cfg.rate),
-            warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
-            kind_weights=mix_weights(cfg.redacted()),
+        self.fold = Fold(
+            FoldSettings(
+                arms=tuple(self.arm_names),
+                window_s=window_s,
+                slo=self.slo,
+                assign=cfg.assign,
+                mode=cfg.mode,
+                level=float(cfg.concurrency if cfg.mode == "concurrency" else cfg.rate),
+                warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
+                kind_weights=mix_weights(cfg.redacted()),
+                gpu_hour_price=gpu_hour_price,
+                gpus=gpus,
+                drift_alert_pct_h=drift_alert,
+                target=target,
+                model=model,
+                endpoint=cfg.arms[0].endpoint or "chat",
+                insecure=cfg.insecure,
+                server_metrics=any(getattr(p, "name", "") == "server" for p in self.probes),
+            ),
+            derive=True,
         )
-        self.agg.on_event = lambda kind, msg, data, t: self._event(kind, msg, data, t=t)
         self.ladder = ladder
-        self.agg.gpu_hour_price = gpu_hour_price
-        self.agg.gpus = gpus or 1
-        self._gpus_given = gpus is not None
-        from tokmon.model.alerts import AlertEngine
-
-        self.alerts = AlertEngine(drift_alert_pct_h=drift_alert, window_s=window_s)
         self.t_start = 0
         self.t_stop: int | None = None
         self.wall_start = 0.0
@@ -91,7 +102,6 @@ class LiveSession:
         self.procs: list[Any] = []
         self.cmd_conns: list[Connection] = []
         self.out_conns: list[Connection] = []
-        self._snap: Snapshot | None = None
         self._reader: threading.Thread | None = None
         self._done = threading.Event()
         self._next_tick = 0
@@ -100,8 +110,8 @@ class LiveSession:
         self.engine_errors: list[str] = []  # why an engine process died, one line each
         self.on_finished: Any = None  # called with the summary when the run has ended
         self.final: dict[str, Any] | None = None  # that summary, computed once
-        self.output_check: dict[str, Any] | None = None
-        self._all_alerts: list[Event] = []
+        self._statuses: dict[int, EngineStatus] = {}  # the engines' latest, not yet folded
+        self._folded: dict[int, EngineStatus] = {}
         self.check_n = check_outputs_n
         self._checking = False
 
@@ -111,11 +121,17 @@ class LiveSession:
         self.t_start = perf_counter_ns()
         self.wall_start = time.time()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
-        self.agg.t_start = self.t_start
-        self.agg.segments = [(0, self.agg.arm, self.t_start, None)]
+        self.fold.settings = replace(
+            self.fold.settings, started_at=self.started_at, wall_start=self.wall_start
+        )
         if self.recorder is not None:
             self.recorder.open(
-                {**self.header, "started_at": self.started_at, "wall_start": self.wall_start},
+                {
+                    **self.header,
+                    "started_at": self.started_at,
+                    "wall_start": self.wall_start,
+                    "fold": self.fold.settings.to_json(),
+                },
                 self.t_start,
             )
         n = max(1, self.cfg.workers)
@@ -149,16 +165,7 @@ class LiveSession:
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
 
     def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
-        if self.ladder is not None:
-            with self.lock:
-                self.agg.note_probe(t, values)
-        if src == "gpu" and values.get("gpu_power_w") is not None:
-            with self.lock:
-                self.agg.add_power(t, float(values["gpu_power_w"]))
-                if not self._gpus_given and values.get("gpu_devices"):
-                    self.agg.gpus = len(values["gpu_devices"])
-        if self.recorder is not None:
-            self.recorder.sample(src, t, values)
+        self._feed(Sample(t - self.t_start, src, _plain(values)))
 
     def start_output_check(self) -> str:
         """Greedy outputs of every arm compared, in a thread (never in the engine)."""
@@ -178,7 +185,6 @@ class LiveSession:
                 if self.cfg.api_key:
                     hdr["authorization"] = f"Bearer {self.cfg.api_key}"
                 res = check_outputs(list(self.cfg.arms), n, headers=hdr, insecure=self.cfg.insecure)
-                self.output_check = res
                 self._event("check", "output check: " + describe_output_check(res), {"result": res})
             except Exception as e:  # reported, never fatal
                 self._event("check", f"output check failed: {type(e).__name__}: {e}")
@@ -203,10 +209,10 @@ class LiveSession:
                     return
                 now = perf_counter_ns()
                 with self.lock:
-                    if arm is not None and arm != self.agg.arm:
+                    if arm is not None and arm != self.fold.arm:
                         self._switch_to(arm, now)
-                    a = arm or self.agg.arm
-                    # the step's event is what begins it in the figures (Aggregator.apply)
+                    a = arm or self.fold.arm
+                    # the step's event is what begins it in the figures (the fold)
                     self._event(
                         "step",
                         f"ladder step {i + 1}/{n}: {lad.param} {v}"
@@ -229,7 +235,8 @@ class LiveSession:
                 if self._done.wait(lad.step_s) or self.stopping:
                     return
             with self.lock:
-                figs = [st.figures(perf_counter_ns()) for st in self.agg.steps if st.step == i]
+                now = perf_counter_ns() - self.t_start
+                figs = [st.figures(now) for st in self.fold.steps if st.step == i]
             for f in figs:
                 reason = stop_reason(lad, f)
                 if reason and i + 1 < n:
@@ -286,12 +293,12 @@ class LiveSession:
                 pass
 
     def _level_str(self, level: float | None = None) -> str:
-        lv = self.agg.level if level is None else level
+        lv = self.fold.level if level is None else level
         return f"{lv:g} streams" if self.cfg.mode == "concurrency" else f"{lv:g} req/s"
 
     def _switch_to(self, arm: str, now: int) -> None:
         """Tell the engines, then fold the switch in through its event."""
-        seg = self.agg.segments[-1][0] + 1  # the id Aggregator.switch will give it
+        seg = self.fold.next_segment()
         self._send(SwitchArm(arm, seg, now))
         self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
 
@@ -306,7 +313,7 @@ class LiveSession:
                         else f"arms are assigned per request ({self.cfg.assign})"
                     )
                 target = args[0] if args else None
-                cur = self.agg.arm
+                cur = self.fold.arm
                 i = self.arm_names.index(cur)
                 new = (
                     target
@@ -318,7 +325,7 @@ class LiveSession:
                 self._switch_to(new, now)
                 return f"arm → {new}"
             if name == "pause":
-                paused = not self.agg.paused  # the event below sets it (Aggregator.apply)
+                paused = not self.fold.paused  # the event below sets it (the fold)
                 self._send(Pause(paused))
                 self._event("pause", "paused sending" if paused else "resumed sending")
                 return "paused" if paused else "resumed"
@@ -328,11 +335,11 @@ class LiveSession:
                     new_level = float(args[1])
                 else:
                     step = self.level_step or (
-                        max(1.0, round(self.agg.level * 0.25))
+                        max(1.0, round(self.fold.level * 0.25))
                         if self.cfg.mode == "concurrency"
-                        else max(0.1, self.agg.level * 0.25)
+                        else max(0.1, self.fold.level * 0.25)
                     )
-                    new_level = self.agg.level + sign * step
+                    new_level = self.fold.level + sign * step
                 if self.cfg.mode == "concurrency":
                     new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
                 else:
@@ -357,7 +364,12 @@ class LiveSession:
             if name == "record":
                 if self.recorder is None:
                     return "start tokmon with --record FILE to record"
-                return self.recorder.toggle()
+                if self.recorder.active:  # (the event is the file's last line until resumed)
+                    self._event("recording", "recording paused")
+                    return self.recorder.toggle()
+                out = self.recorder.toggle()
+                self._event("recording", "recording resumed")
+                return out
             if name == "check":
                 return self.start_output_check()
         return None
@@ -385,15 +397,26 @@ class LiveSession:
     def _event(
         self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
     ) -> None:
-        ev = Event(
-            t=t or perf_counter_ns(), kind=kind, message=message, data=data or {}, wall=time.time()
+        """An event from the session (a command, the ladder, a probe): ``t`` on the
+        monotonic clock, now if not given."""
+        at = (t or perf_counter_ns()) - self.t_start
+        self._feed(
+            Event(t=at, kind=kind, message=message, data=_plain(data or {}), wall=time.time())
         )
+
+    def _feed(self, fact: Fact, lines: list[dict[str, Any]] | None = None) -> None:
+        """Fold a fact and record it, with the events the fold derived from it, under one
+        lock: the recording holds the facts in the order the fold took them."""
         with self.lock:
-            self.agg.apply(ev)
-            if ev.kind == "alert":
-                self._all_alerts.append(ev)
-        if self.recorder is not None:
-            self.recorder.event(ev)
+            derived = self.fold.apply(fact)
+            rec = self.recorder
+            if rec is not None:
+                if lines is not None:
+                    rec.request_lines(lines)
+                else:
+                    rec.fact(fact)
+                for ev in derived:
+                    rec.fact(ev)
 
     # ------------------------------------------------------------------ ingest
     def _read_loop(self) -> None:
@@ -443,111 +466,54 @@ class LiveSession:
         self._done.set()
 
     def _ingest(self, b: EngineBatch) -> None:
+        t0 = self.t_start
+        chunks = self.recorder is not None and self.recorder.chunks
         with self.lock:
-            self.agg.add_records(b.records)
-            self.agg.add_ticks(b.ticks)
-            self.agg.statuses[b.worker] = b.status
-        if self.recorder is not None:
-            self.recorder.records(b.records)
-            self.recorder.ticks(b.ticks)
+            if b.records:
+                # the lines a recording holds are the facts the fold takes (one conversion)
+                lines = [record_to_line(r, t0, chunks) for r in b.records]
+                self._feed(Requests(RequestTable.from_lines(lines, self.fold.vocab)), lines)
+            if b.ticks:
+                self._feed(Tokens(tuple(TokenTick(t - t0, a, n) for (t, a), n in b.ticks.items())))
+            self._statuses[b.worker] = b.status
 
     def _tick(self, now: int, final: bool = False) -> None:
-        """Once a second: window statistics, a history point, and a new snapshot."""
+        """Once a second: the engines' status where it changed, then the clock's tick."""
         self._next_tick = now + 1_000_000_000
-        probes = self._probe_fields()
-        meta = {
-            "target": self.target,
-            "model": self.model,
-            "insecure": self.cfg.insecure,
-            "output_check": self.output_check,
-            "recording": self.recorder.path
-            if self.recorder is not None and self.recorder.active
-            else None,
-        }
-        from tokmon.model.alerts import cost_figures, kind_cost_figures
-
         with self.lock:
-            tr = {k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()}
-            meta["trends"] = tr
-            if self._snap is not None:
-                costs: dict[str, dict[str, Any]] = {}
-                for v in self._snap.arm_views:
-                    c: dict[str, Any] = cost_figures(
-                        v.window.tokens_per_s if v.window else None,
-                        gpu_hour_price=self.agg.gpu_hour_price,
-                        gpus=self.agg.gpus,
-                        power_w=probes.get("gpu_power_w"),
-                    )
-                    t = self.agg.totals.get(v.name)
-                    if t is not None and len(t.kinds) > 1:
-                        c["by_kind"] = kind_cost_figures(c, t.kinds)
-                    costs[v.name] = c
-                meta["costs"] = costs
-            self._snap = self.agg.tick(now, probes=probes, meta=meta, final=final)
-            point = self.agg.history.recent[-1]
-            warming = self._snap.warming_up
-        if warming:  # the ramp of a warm-up is not a change of the server
-            return
-        for kind, msg, data in self.alerts.add(point, probes.get("self_rss_mib")):
-            self._event(kind, msg, data)
-
-    def _server_probe(self, arm: str) -> Any:
-        for pr in self.probes:
-            if getattr(pr, "name", "") == "server" and arm in getattr(pr, "arms", ()):
-                return pr
-        return None
-
-    def _probe_fields(self) -> dict[str, Any]:
-        """Latest probe fields; server fields from the active arm's server."""
-        out: dict[str, Any] = {}
-        for pr in self.probes:
-            if getattr(pr, "name", "") == "server":
-                continue
-            try:
-                out.update(pr.latest())
-            except Exception:
-                pass
-        srv = self._server_probe(self.agg.arm)
-        if srv is not None:
-            out.update(srv.latest())
-        elif not any(getattr(p, "name", "") == "server" for p in self.probes):
-            out["server_note"] = "server metrics off"
-        return out
-
-    def _server_spec(self) -> dict[str, dict[str, Any]]:
-        """Acceptance per arm from server counters over the measured part of the run."""
-        out: dict[str, dict[str, Any]] = {}
-        for arm in self.arm_names:
-            pr = self._server_probe(arm)
-            if pr is None:
-                continue
-            t_measure = self.agg.t_measure
-            if len(pr.arms) == 1 or self.cfg.assign != "switch":
-                tot = pr.totals(t0=t_measure) if len(pr.arms) == 1 else None
-            else:
-                segs = [(max(s, t_measure or s), e) for _, a, s, e in self.agg.segments if a == arm]
-                tot = pr.totals(segments=segs)
-            if tot is not None:
-                out[arm] = tot
-        return out
+            for w, st in self._statuses.items():
+                st = replace(st, t=st.t - self.t_start)
+                if (
+                    replace(st, t=0) != replace(self._folded.get(w, st), t=0)
+                    or w not in self._folded
+                ):
+                    self._folded[w] = st
+                    self._feed(Status(st))
+            self._feed(Tick(now - self.t_start, final))
 
     # ------------------------------------------------------------------ outputs
     def snapshot(self) -> Snapshot | None:
-        return self._snap
+        snap = self.fold.snapshot
+        rec = self.recorder
+        if snap is not None and rec is not None and rec.active:
+            return replace(snap, recording=rec.path)
+        return snap
+
+    @property
+    def alerts(self) -> Any:
+        return self.fold.alerts
+
+    @property
+    def output_check(self) -> dict[str, Any] | None:
+        return self.fold.output_check
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
-            s = self.agg.summary(
-                t_end=self.t_stop or perf_counter_ns(),
-                started_at=self.started_at,
-                target={
-                    "url": self.target,
-                    "model": self.model,
-                    "endpoint": self.cfg.arms[0].endpoint or "chat",
-                },
-                server_spec=self._server_spec(),
-            )
-        if self.output_check is not None:
-            s["output_check"] = self.output_check
-        s["alerts"] = alerts_from_events(list(self._all_alerts), self.t_start)
-        return s
+            return self.fold.summary((self.t_stop or perf_counter_ns()) - self.t_start)
+
+
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    """What a recording gives back of a dict (strict JSON: tuples as lists, NaN as None),
+    so that the live fold takes exactly what a replay will."""
+    out: dict[str, Any] = json.loads(dumps(d, compact=True))
+    return out

@@ -1,0 +1,130 @@
+"""A recording folded again: the same facts, in the same order, through the same fold as
+the live run, so a replay shows what the live run showed and a report says what its
+summary said."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokmon.model.facts import Fact, Requests, Tick
+from tokmon.model.fold import Fold, FoldSettings
+from tokmon.model.records import Event
+from tokmon.recording.reader import Recording
+
+COARSE_NS = 10_000_000_000  # while seeking, before the part on screen: one tick in ten
+
+
+def settings_of(rec: Recording) -> FoldSettings:
+    return FoldSettings.from_header(rec.header, rec.arms)
+
+
+def end_of(rec: Recording) -> int:
+    return rec.t_end if rec.t_end is not None else rec.last_t
+
+
+def fold_of(rec: Recording) -> Fold:
+    """The whole recording folded, as the live run had folded it at its end.
+
+    Ticks draw and change no total, so they are passed over, and the requests between
+    two events are folded as one batch (a million requests in a few calls)."""
+    fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
+    tb = rec.requests
+    lo = 0
+    for rows, fact in rec.timeline:
+        if isinstance(fact, Tick):
+            continue
+        if isinstance(fact, Event) and rows > lo:
+            fold.apply(Requests(tb.slice(lo, rows)))
+            lo = rows
+        fold.apply(fact)
+    if lo < tb.n:
+        fold.apply(Requests(tb.slice(lo, tb.n)))
+    return fold
+
+
+def summary_of(rec: Recording) -> dict[str, Any]:
+    """The run's summary: what the live run's ``--summary-json`` said."""
+    out = fold_of(rec).summary(end_of(rec))
+    live = rec.summary or {}
+    if "output_check" not in out and isinstance(live.get("output_check"), dict):
+        out["output_check"] = live["output_check"]  # measured live, not recomputable
+    return out
+
+
+def legacy_timeline(rec: Recording) -> list[tuple[int, Fact]]:
+    """A file written before ticks were recorded: a tick each second, placed by time
+    (the live run's exact instants are not known; its figures are close, not equal)."""
+    out: list[tuple[int, Fact]] = []
+    t_end = rec.requests.cols["t_end"]
+    k = 1
+    for rows, fact in rec.timeline:
+        t = getattr(fact, "t", None)
+        if t is None:  # token buckets
+            t = max((b.t for b in getattr(fact, "buckets", ())), default=0)
+        while k * 1_000_000_000 <= t:
+            out.append((rows, Tick(k * 1_000_000_000)))
+            k += 1
+        out.append((rows, fact))
+    last = max(end_of(rec), int(t_end.max()) if t_end.size else 0)
+    while k * 1_000_000_000 < last:
+        out.append((rec.requests.n, Tick(k * 1_000_000_000)))
+        k += 1
+    out.append((rec.requests.n, Tick(last, final=True)))
+    return out
+
+
+class Player:
+    """Walks a recording's timeline through a fold, a tick at a time."""
+
+    def __init__(self, rec: Recording) -> None:
+        self.rec = rec
+        self.reset()
+
+    def reset(self) -> None:
+        rec = self.rec
+        self.fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
+        self.timeline = rec.timeline if rec.clocked else legacy_timeline(rec)
+        self.i = 0  # next entry of the timeline
+        self.row = 0  # next request row
+        self.pos = 0  # time of the last tick played
+        ticks = [f.t for _, f in self.timeline if isinstance(f, Tick)]
+        self.end_t = max(ticks[-1] if ticks else 0, 0)
+        self._coarse_next = 0
+
+    def extend(self) -> None:
+        """Follow mode: the recording grew (a plain file with ticks); the new facts join
+        the part not yet played."""
+        self.timeline = self.rec.timeline
+        for _, f in reversed(self.timeline):
+            if isinstance(f, Tick):
+                self.end_t = max(self.end_t, f.t)
+                break
+
+    def _feed_rows(self, upto: int) -> None:
+        if upto > self.row:
+            self.fold.apply(Requests(self.rec.requests.slice(self.row, upto)))
+            self.row = upto
+
+    def play_until(self, t: int, fine_from: int = 0) -> bool:
+        """Every fact up to the last tick at or before ``t``; ticks before ``fine_from``
+        only one in ten are drawn (a seek). Returns whether a tick was drawn."""
+        drew = False
+        tl = self.timeline
+        while self.i < len(tl):
+            rows, fact = tl[self.i]
+            if isinstance(fact, Tick):
+                if fact.t > t:
+                    break
+                self._feed_rows(rows)
+                if fact.t < fine_from and fact.t < self._coarse_next and not fact.final:
+                    self.fold.skip_tick(fact.t)
+                else:
+                    self.fold.apply(fact)
+                    self._coarse_next = fact.t + COARSE_NS
+                    drew = True
+                self.pos = fact.t
+            else:
+                self._feed_rows(rows)
+                self.fold.apply(fact)
+            self.i += 1
+        return drew
