@@ -570,6 +570,9 @@ class Fold:
                 acceptance_length=acc_len,
                 acceptance_source=_str(probes.get("spec_source"), "server counters"),
             )
+        # events derived at a tick are folded after its snapshot: the recording holds them
+        # after the tick, and a replay must draw the tick as the live run drew it
+        later: list[tuple[str, str, dict[str, Any]]] = []
         if (
             self.derive
             and win.failed >= 5
@@ -578,13 +581,13 @@ class Fold:
         ):
             self._last_burst = now
             classes = ", ".join(f"{k} {v}" for k, v in sorted(win.errors.items()))
-            self._derived(
-                out,
-                "errors",
-                f"error burst: {win.failed} of {win.ended} requests failed "
-                f"in the last {width:.0f} s ({classes})",
-                {"errors": dict(win.errors)},
-                now,
+            later.append(
+                (
+                    "errors",
+                    f"error burst: {win.failed} of {win.ended} requests failed "
+                    f"in the last {width:.0f} s ({classes})",
+                    {"errors": dict(win.errors)},
+                )
             )
         n_failed = sum(t.failed for t in self.totals.values())
         new_err = n_failed - self._last_errors
@@ -624,9 +627,9 @@ class Fold:
             )
         warming = s.warmup and self.t_measure is None
         if not warming:  # the ramp of a warm-up is not a change of the server
-            for kind, msg, data in self.alerts.add(point, _num(probes.get("self_rss_mib"))):
-                if self.derive:
-                    self._derived(out, kind, msg, data, now)
+            alerts = self.alerts.add(point, _num(probes.get("self_rss_mib")))
+            if self.derive:
+                later += alerts
         costs: dict[str, dict[str, Any]] = {}
         for v in arm_views:
             c: dict[str, Any] = cost_figures(
@@ -672,6 +675,8 @@ class Fold:
             ladder=self._ladder_view(now) if self.steps else None,
             costs=costs,
         )
+        for kind, msg, data in later:
+            self._derived(out, kind, msg, data, now)
 
     def _ladder_view(self, now: int) -> dict[str, Any]:
         cur = self.steps[-1]

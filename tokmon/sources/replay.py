@@ -38,6 +38,8 @@ class ReplaySource:
         self._thread: threading.Thread | None = None
         self.player = Player(self.rec)
         self.pos = 0
+        self._shown: Snapshot | None = None
+        self._shown_key: tuple[Any, ...] = ()
         self._events()
 
     def _events(self) -> None:
@@ -90,7 +92,11 @@ class ReplaySource:
             snap = self.player.fold.snapshot
             if snap is None:
                 return None
-            return replace(
+            key = (id(snap), self.speed, self.playing, self.pos, self.end_t, self.rec.truncated)
+            if key == self._shown_key:  # the same object: the dashboard draws no frame
+                return self._shown
+            self._shown_key = key
+            self._shown = replace(
                 snap,
                 target=snap.target or self.path,
                 done=snap.done and not self.follow,
@@ -102,6 +108,7 @@ class ReplaySource:
                     "truncated": self.rec.truncated,
                 },
             )
+            return self._shown
 
     def seek_to(self, t: int) -> None:
         t = max(0, min(self.end_t, t))

@@ -123,6 +123,8 @@ class Dashboard(Screen[None]):
     def on_resize(self, event: Any) -> None:
         # Small terminals (80×24 over SSH): one-row sparklines so that nothing overlaps.
         self.set_class(self.size.height < 34, "compact")
+        # what fits depends on the size (a second line per arm): draw again
+        self.app.last_snapshot = None  # type: ignore[attr-defined]
 
     def compose(self) -> ComposeResult:
         yield InfoPanel(id="header")
