@@ -508,7 +508,7 @@ async def test_ctrl_c_in_the_dashboard_drains_then_stops():
 
 
 def test_headless_status_never_repeats_a_snapshot(capsys):
-    from tokmon import cli
+    from tokmon.cli import run as cli
 
     class Snap:
         t = 1

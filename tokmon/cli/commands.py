@@ -1,0 +1,342 @@
+"""The other commands (demo, sim, replay, report, export) and ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from tokmon.cli.parser import EXIT_USAGE, UsageError, build_parser, config_argv, load_config
+from tokmon.cli.run import build_run, run_session
+from tokmon.textsafe import say, write_out, write_text
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tokmon.sim.model import PROFILES
+    from tokmon.sim.server import serve
+
+    if args.list_profiles:
+        for p in PROFILES.values():
+            say(
+                f"{p.name:<10} {p.description}: single stream {p.single_stream_tps():.0f} tok/s"
+                if p.step_base_ms
+                else f"{p.name:<10} {p.description}"
+            )
+        return 0
+    cfg = sim_config(
+        args.profile,
+        args.set,
+        args.spec == "on",
+        args.seed,
+        args.model_name,
+        args.time_scale,
+        args.faults,
+        args.schedule,
+        args.alter_outputs,
+    )
+
+    def ready(port: int) -> None:
+        say(
+            f"tokmon sim: serving {cfg.model_name} ({cfg.profile.name}, spec "
+            f"{'on' if cfg.spec else 'off'}) on http://{args.host}:{port}/v1",
+            err=True,
+            flush=True,
+        )
+
+    try:
+        asyncio.run(serve(cfg, args.host, args.port, ready))
+    except OSError as e:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def sim_config(
+    profile: str,
+    overrides: str,
+    spec: bool,
+    seed: int | None,
+    model: str,
+    time_scale: float,
+    faults: str,
+    schedule: str | None,
+    alter: float,
+) -> Any:
+    from tokmon.sim.faults import Faults
+    from tokmon.sim.model import parse_profile
+    from tokmon.sim.server import SimConfig
+
+    try:
+        prof = parse_profile(profile, overrides)
+    except ValueError as e:
+        raise UsageError(f"--profile: {e}") from None
+    try:
+        fl = Faults.parse(faults)
+    except ValueError as e:
+        raise UsageError(f"--faults: {e}") from None
+    sched = None
+    if schedule:
+        try:
+            a, b, c = schedule.split(",")
+            sched = (float(a), float(b), int(c))
+        except ValueError:
+            raise UsageError("--schedule: expected TTFT_MS,GAP_MS,TOKENS_PER_CHUNK") from None
+        if not (0 <= sched[0] < 1e6 and 0 <= sched[1] < 1e6) or sched[2] < 1:
+            raise UsageError("--schedule: values must be >= 0 and TOKENS >= 1")
+    return SimConfig(
+        profile=prof,
+        spec=spec,
+        seed=seed,
+        model_name=model,
+        time_scale=time_scale,
+        faults=fl,
+        schedule=sched,
+        alter_outputs=alter,
+    )
+
+
+DEMO_FAULTS = "http_500=0.004,http_429=0.004,stream_error=0.003,stall=0.004,stall_s=1.5"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tokmon.sim.process import SimProcess
+
+    faults = "" if args.no_faults else DEMO_FAULTS
+    base = sim_config(
+        args.profile, "", False, args.seed, "sim-27b", args.time_scale, faults, None, 0
+    )
+    spec = sim_config(
+        args.profile,
+        "",
+        True,
+        None if args.seed is None else args.seed + 1,
+        "sim-27b",
+        args.time_scale,
+        faults,
+        None,
+        0,
+    )
+    sims = [SimProcess(base), SimProcess(spec)]
+    try:
+        for s in sims:
+            s.start()
+        ns = build_parser().parse_args(
+            [
+                "run",
+                "--url",
+                sims[0].url,
+                "--arm",
+                f"baseline:url={sims[0].url}",
+                "--arm",
+                f"spec:url={sims[1].url}",
+                "--concurrency",
+                str(args.concurrency),
+                "--prompt-tokens",
+                "64:512",
+                "--max-tokens",
+                "128:384",
+                "--mix",
+                "code=0.35,structured=0.15,chat=0.3,creative=0.2",
+                "--warmup",
+                "4",
+                "--settle",
+                "2s",
+                "--check-outputs",
+                "6",
+                "--gpu-hour-price",
+                "2.5",
+            ]
+            + (["--duration", args.duration] if args.duration else [])
+            + (
+                []
+                if str(args.alternate).lower() in ("off", "0", "none")
+                else ["--alternate", args.alternate]
+            )
+            + (["--seed", str(args.seed)] if args.seed is not None else [])
+        )
+        ns.headless = args.headless
+        ns.summary_json = args.summary_json
+        ns.record = args.record
+        ns.status_interval = args.status_interval
+        ns.theme = args.theme
+        ns.fps = args.fps
+        cfg, info = build_run(ns, [])
+        return run_session(ns, cfg, info)
+    finally:
+        for s in sims:
+            s.stop()
+
+
+# ----------------------------------------------------------------------------- recordings
+
+
+def _write_out(path: str | None, text: str) -> None:
+    if path is None:
+        write_out(text)
+        return
+    try:
+        write_text(path, text)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    say(
+        f"tokmon: wrote {path}",
+        err=True,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tokmon.recording.reader import read_recording
+    from tokmon.report.text import render
+
+    rec = read_recording(args.file)
+    if args.compare:
+        from tokmon.report.text import compare_recordings
+
+        other = read_recording(args.compare)
+        _write_out(args.output, compare_recordings(rec, other, args.format))
+    else:
+        _write_out(args.output, render(rec, args.format, args.target_rate))
+    if rec.truncated:
+        say(
+            f"tokmon report: note: {args.file} was cut (the writer did not finish); "
+            "figures cover the complete lines",
+            err=True,
+        )
+    if rec.corrupt:
+        say(
+            f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped",
+            err=True,
+        )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tokmon.recording.reader import read_recording
+    from tokmon.report.text import export_columns, export_csv
+
+    rec = read_recording(args.file)
+    if args.format == "csv":
+        _write_out(args.output, export_csv(rec))
+        return 0
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError(
+            "Parquet export needs pyarrow: pip install pyarrow (or use --format csv)"
+        ) from None
+    if not args.output:
+        raise UsageError("Parquet export needs -o FILE")
+    pq.write_table(pa.table(export_columns(rec)), args.output)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tokmon.sources.replay import SPEEDS, ReplaySource
+
+    src = ReplaySource(
+        args.file, speed=min(SPEEDS, key=lambda s: abs(s - args.speed)), follow=args.follow
+    )
+    src.start()
+    try:
+        from tokmon.ui.app import run_app
+
+        run_app(src, theme=args.theme, fps=args.fps)
+    finally:
+        src.close()
+    return 0
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # A config file gives defaults below the command line.
+    file_arms: list[Any] = []
+    if argv and argv[0] == "run":
+        cfg_path = None
+        for i, a in enumerate(argv):
+            if a == "--config":
+                if i + 1 >= len(argv):
+                    parser.error("--config needs a file")
+                cfg_path = argv[i + 1]
+            elif a.startswith("--config="):
+                cfg_path = a.partition("=")[2]
+        if cfg_path is not None:
+            try:
+                defaults, file_arms = load_config(cfg_path)
+                argv = ["run", *config_argv(parser.run_parser, defaults, cfg_path), *argv[1:]]
+            except UsageError as e:
+                say(f"tokmon run: error: {e}", err=True)
+                return EXIT_USAGE
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    from tokmon.engine.preflight import PreflightError
+    from tokmon.recording import RecordingError
+
+    try:
+        if getattr(args, "theme", None):
+            from tokmon.ui.themes import ThemeError, check_theme
+
+            try:
+                check_theme(args.theme)
+            except ThemeError as e:
+                raise UsageError(f"--theme: {e}") from None
+        if args.command == "run":
+            cfg, info = build_run(args, file_arms)
+            return run_session(args, cfg, info)
+        if args.command == "demo":
+            return cmd_demo(args)
+        if args.command == "sim":
+            return cmd_sim(args)
+        if args.command == "replay":
+            return cmd_replay(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "export":
+            return cmd_export(args)
+    except (UsageError, PreflightError) as e:
+        say(
+            f"tokmon {args.command}: error: {e}",
+            err=True,
+        )
+        return EXIT_USAGE
+    except RecordingError as e:
+        say(
+            f"tokmon {args.command}: error: {e}",
+            err=True,
+        )
+        return EXIT_USAGE
+    except RuntimeError as e:
+        say(
+            f"tokmon {args.command}: error: {e}",
+            err=True,
+        )
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        say(
+            "tokmon: interrupted",
+            err=True,
+        )
+        return 130
+    except Exception as e:  # a bug: one line for the user, the details in a file
+        import tempfile
+        import traceback
+
+        fd, path = tempfile.mkstemp(prefix="tokmon-crash-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exc(file=f)
+        say(
+            f"tokmon {args.command}: internal error ({type(e).__name__}: {e}); details in {path}",
+            err=True,
+        )
+        return 70
+    return 0

@@ -1,0 +1,169 @@
+"""Every option of ``tokmon run``, once: its flags, default, type and help.
+
+The argparse options and the keys a ``--config`` TOML file may set are both derived from
+this table, so a default or a help text is written in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def number(lo: float, hi: float, integer: bool = False, lo_open: bool = False) -> Any:
+    """An argparse type: a finite number in [lo, hi] (or (lo, hi] with ``lo_open``).
+
+    NaN, infinities and out-of-range values are refused with one line: a --top-p of nan
+    would send invalid JSON, a --slo-target of nan would switch the SLO gate off."""
+
+    def conv(text: str) -> float | int:
+        try:
+            v: float | int = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a whole number' if integer else 'a number'}, got {text!r}"
+            ) from None
+        if not math.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
+            low = f"more than {lo:g}" if lo_open else f"at least {lo:g}"
+            raise argparse.ArgumentTypeError(f"must be {low} and at most {hi:g}, got {text}")
+        return v
+
+    conv.__name__ = "integer" if integer else "number"
+    return conv
+
+
+@dataclass(frozen=True)
+class Option:
+    flags: tuple[str, ...]
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None  # "store_true" or "append"
+    metavar: str | None = None
+    group: str = "run"
+    config: bool = True  # may be set in a --config file
+    text: bool = False  # a name, a path or a URL: a number there is a mistake
+
+    @property
+    def dest(self) -> str:
+        return next(f for f in self.flags if f.startswith("--"))[2:].replace("-", "_")
+
+    def add_to(self, p: Any) -> None:
+        kw: dict[str, Any] = {"help": self.help}
+        if self.action == "store_true":
+            kw["action"] = "store_true"
+        elif self.action == "append":
+            kw.update(action="append", default=[])
+        else:
+            kw["default"] = self.default
+        if self.choices is not None:
+            kw["choices"] = list(self.choices)
+        for k in ("type", "metavar"):
+            if getattr(self, k) is not None:
+                kw[k] = getattr(self, k)
+        p.add_argument(*self.flags, **kw)
+
+
+RUN_OPTIONS: tuple[Option, ...] = (
+    # options
+    Option(('--url', '-u',), 'base URL of the API, e.g. http://127.0.0.1:8000/v1 (env TOKMON_URL)', group='run', text=True),
+    Option(('--endpoint',), '/v1/chat/completions (messages) or /v1/completions (a prompt)', default='chat', choices=('chat', 'completions'), group='run', text=True),
+    Option(('--model', '-m',), "model name (default: the server's first)", group='run', text=True),
+    Option(('--config',), 'TOML file of defaults (CLI flags win)', group='run', config=False),
+    Option(('--api-key-file',), 'read the API key from FILE (else TOKMON_API_KEY or OPENAI_API_KEY)', metavar='FILE', group='run', text=True),
+    # load
+    Option(('--concurrency', '-c',), 'closed loop: this many streams always in flight (default 4)', type=number(1, 100000, integer=True), group='load'),
+    Option(('--rate', '-r',), 'open loop: requests per second (instead of --concurrency)', type=number(0, 1000000.0, lo_open=True), group='load'),
+    Option(('--arrival',), 'arrival process under --rate', default='poisson', choices=('poisson', 'constant', 'gamma'), group='load', text=True),
+    Option(('--burstiness',), 'gamma shape under --arrival gamma (<1 burstier, >1 smoother)', default=1.0, type=number(0, 1000, lo_open=True), group='load'),
+    Option(('--max-concurrency',), 'cap on streams in flight under --rate (waits show as send lag)', default=1024, type=number(1, 100000, integer=True), group='load'),
+    Option(('--duration', '-d',), 'run length: 30s, 10m, 2h', group='load'),
+    Option(('--requests', '-n',), 'stop after this many requests', type=number(1, 1000000000000, integer=True), group='load'),
+    Option(('--warmup',), 'warm-up: N requests or a duration (20s); recorded, excluded from summaries', default='0', group='load'),
+    Option(('--workers',), 'engine processes sharing the load', default=1, type=number(1, 64, integer=True), group='load'),
+    Option(('--ladder',), 'steps of concurrency=1,2,4,8 / rate=1,2,4 / prompt-tokens=128,1k,4k / max-tokens=…, each for --step-duration, for every arm in turn', metavar='PARAM=V1,V2,…', group='load', text=True),
+    Option(('--step-duration',), 'length of one ladder step', default='30s', group='load'),
+    Option(('--step-warmup',), 'start of each step kept out of its figures', default='5s', group='load'),
+    Option(('--ladder-stop',), 'end the ladder when a step passes these (the server is saturated)', metavar='errors=5%,ttft_p95=MS', group='load'),
+    # requests
+    Option(('--prompt-tokens',), 'synthetic prompt length: 512, 256:2048 (uniform), normal:512,128', default='128', group='requests'),
+    Option(('--max-tokens',), 'output length, same syntax', default='256', group='requests'),
+    Option(('--prompts',), 'prompt file: JSON Lines with prompt or messages (and kind), or ShareGPT JSON', group='requests', text=True),
+    Option(('--mix',), 'task kinds by weight: code=0.3,chat=0.5,creative=0.2', group='requests', text=True),
+    Option(('--ignore-eos',), 'ask for exactly max-tokens tokens', action="store_true", group='requests'),
+    Option(('--temperature',), "sampling temperature sent with each request (default: the server's)", type=number(0, 100), group='requests'),
+    Option(('--top-p',), "nucleus sampling sent with each request (default: the server's)", type=number(0, 1), group='requests'),
+    Option(('--seed',), 'seed for the workload (and request seed)', type=number(0, 4294967295, integer=True), group='requests'),
+    Option(('--extra-body',), 'JSON object merged into every request body', group='requests'),
+    Option(('--header',), 'extra request header (repeatable); its value is redacted in every output unless named with --show-header', action="append", metavar='K:V', group='requests'),
+    Option(('--show-header',), 'a --header whose value may appear in recordings and reports (repeatable)', action="append", metavar='NAME', group='requests', config=False),
+    Option(('--continuous-usage',), 'ask for per-chunk usage (vLLM, SGLang): exact tokens per chunk', action="store_true", group='requests'),
+    Option(('--stall-threshold',), 'a chunk gap longer than this is a stall', default='1s', group='requests'),
+    Option(('--connect-timeout',), 'to open a connection', default='10s', group='requests'),
+    Option(('--first-token-timeout',), 'from the send to the first token', default='120s', group='requests'),
+    Option(('--idle-timeout',), 'longest gap between chunks', default='60s', group='requests'),
+    Option(('--total-timeout',), 'for a whole request', default='15m', group='requests'),
+    Option(('--insecure',), 'do not verify HTTPS certificates', action="store_true", group='requests'),
+    # arms (A/B)
+    Option(('--arm',), 'an arm: url=, model=, endpoint=, body={json}, header=K:V (repeatable)', action="append", metavar='NAME:key=value,...', group='arms', config=False),
+    Option(('--alternate',), 'switch arms automatically every DURATION', group='arms'),
+    Option(('--settle',), 'requests sent this soon after a switch are kept out of the comparison', default='0s', group='arms'),
+    Option(('--check-outputs',), 'at start (and on key o): N greedy prompts to every arm, outputs compared', default=0, type=number(0, 10000, integer=True), metavar='N', group='arms'),
+    Option(('--assign',), 'switch: one arm at a time; alternate/random: each request picks its arm', default='switch', choices=('switch', 'alternate', 'random'), group='arms', text=True),
+    # output
+    Option(('--headless',), 'no dashboard: status lines and a summary', action="store_true", group='output'),
+    Option(('--summary-json',), 'write the summary as JSON', metavar='FILE', group='output', text=True),
+    Option(('--status-interval',), 'headless status line period', default='5s', group='output'),
+    Option(('--slo',), 'SLOs in ms for goodput: ttft=500,tpot=50,e2e=10000', group='output'),
+    Option(('--fail-on-slo',), 'exit 1 when the goodput fraction is below --slo-target', action="store_true", group='output'),
+    Option(('--slo-target',), 'share of requests that must meet the SLOs for --fail-on-slo to pass', default=0.95, type=number(0, 1, lo_open=True), group='output'),
+    Option(('--theme',), 'dashboard theme: a name or a .toml path', group='display', text=True),
+    Option(('--fps',), 'dashboard redraws per second (max)', default=4.0, type=number(0.1, 60), group='display'),
+    Option(('--window',), 'width of the sliding window', default='10s', group='output'),
+    Option(('--drift-alert',), 'alert when a metric drifts (significantly) faster than this', default='5%/h', group='output'),
+    Option(('--alerts-exit',), 'exit 3 if any alert fired (soak tests in CI)', action="store_true", group='output'),
+    Option(('--gpu-hour-price',), 'price of one GPU-hour: cost per million output tokens, live and in the summary', type=number(0, 1000000.0), metavar='PRICE', group='output'),
+    Option(('--gpu-count',), 'GPUs the server uses (default: the GPUs sampled, else 1)', type=number(1, 100000, integer=True), group='output'),
+    Option(('--record',), 'record the session to FILE (JSON Lines; .gz to compress)', metavar='FILE', group='output', text=True),
+    Option(('--record-chunks',), 'also record every chunk gap of every request', action="store_true", group='output'),
+    Option(('--overwrite',), '--record may replace an existing file', action="store_true", group='output', config=False),
+    Option(('--append',), '--record may add this session to an existing file (reports read the last one)', action="store_true", group='output', config=False),
+    # probes
+    Option(('--metrics-url',), 'server Prometheus endpoint (default: /metrics next to each --url)', group='probes', text=True),
+    Option(('--no-server-metrics',), 'do not scrape /metrics', action="store_true", group='probes'),
+    Option(('--metrics-interval',), 'how often /metrics is scraped: each scrape costs the server CPU (the README gives the measured cost)', default='2s', group='probes'),
+    Option(('--gpu-interval',), 'NVML sampling period', default='0.5s', group='probes'),
+    Option(('--gpus',), 'GPU indices to sample, e.g. 0,2', group='probes'),
+    Option(('--no-gpu',), 'do not sample the GPU', action="store_true", group='probes'),
+    Option(('--server-pid',), "the server's process id, for its own GPU memory (local servers)", type=number(1, 2147483648, integer=True), group='probes', config=False),
+    Option(('--dcgm-url',), "a DCGM exporter's /metrics (GPU on another host) instead of NVML", group='probes', text=True),
+)  # fmt: skip
+
+GROUPS = {"load": "load", "requests": "requests", "arms": "arms (A/B)", "output": "output",
+          "display": "output", "probes": "probes"}  # fmt: skip
+# The keys a --config file may set, and those whose value must be text.
+CONFIG_KEYS = frozenset(o.dest for o in RUN_OPTIONS if o.config)
+TEXT_KEYS = frozenset(o.dest for o in RUN_OPTIONS if o.text)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    groups: dict[str, Any] = {}
+    for o in RUN_OPTIONS:
+        if o.group == "run":
+            o.add_to(p)
+            continue
+        title = GROUPS[o.group]
+        if title not in groups:
+            groups[title] = p.add_argument_group(title)
+        o.add_to(groups[title])
+
+
+def add_display_options(p: Any) -> None:
+    """The dashboard's look, for run, demo and replay alike."""
+    for o in RUN_OPTIONS:
+        if o.group == "display":
+            o.add_to(p)

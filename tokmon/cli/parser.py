@@ -1,0 +1,309 @@
+"""The command line's grammar: the subcommands and their options, and a --config file
+read as command-line words.
+
+argparse (the standard library) rather than a CLI framework: it starts in milliseconds,
+which matters for a tool whose engine processes re-import the package, and it covers
+subcommands, defaults and help as well as the frameworks do here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tokmon import __version__
+from tokmon.cli.options import CONFIG_KEYS, TEXT_KEYS, add_display_options, add_run_options, number
+from tokmon.textsafe import say
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A bad option value or input file: one line, exit 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    run_parser: argparse.ArgumentParser
+
+    def error(self, message: str) -> NoReturn:
+        say(f"{self.prog}: error: {message} (see {self.prog} --help)", err=True)
+        raise SystemExit(EXIT_USAGE)
+
+
+class _Help(argparse.HelpFormatter):
+    """Each option's default once: added only where the help does not say it already, and
+    only where there is one to say (not None, False or an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        d = action.default
+        if (
+            "default" in text
+            or d is None
+            or d is False
+            or d == []
+            or d == ""
+            or d is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        shown = str(d).replace("%", "%%")  # argparse %-formats the help
+        return f"{text} (default {shown})" if text else f"default {shown}"
+
+
+def _fmt() -> Any:
+    return lambda prog: _Help(prog, max_help_position=32, width=100)
+
+
+def build_parser() -> Parser:
+    top = Parser(
+        prog="tokmon",
+        description="A live monitor for LLM inference servers.",
+        formatter_class=_fmt(),
+    )
+    top.add_argument("--version", action="version", version=f"tokmon {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    run = sub.add_parser(
+        "run",
+        help="drive a streaming workload against a server and watch it",
+        formatter_class=_fmt(),
+        description="Drive a streaming workload against an OpenAI-compatible "
+        "server; measure every request.",
+    )
+    top.run_parser = run
+    add_run_options(run)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run tokmon against its built-in simulator (no GPU needed)",
+        formatter_class=_fmt(),
+        description="Start two simulated servers (speculative decoding off and "
+        "on) and monitor them as arms 'baseline' and 'spec'.",
+    )
+    demo.add_argument("--headless", action="store_true", help="status lines, no dashboard")
+    demo.add_argument(
+        "--duration", "-d", default=None, help="stop after this long (default: never)"
+    )
+    demo.add_argument(
+        "--concurrency", "-c", type=number(1, 4096, integer=True), default=8, help="streams"
+    )
+    demo.add_argument("--profile", default="27b-h100", help="simulator profile")
+    demo.add_argument(
+        "--time-scale",
+        type=number(0, 1000, lo_open=True),
+        default=1.0,
+        help="the simulated servers run this many times faster",
+    )
+    demo.add_argument(
+        "--alternate", default="30s", help="switch arms every DURATION ('off' for never)"
+    )
+    demo.add_argument("--no-faults", action="store_true", help="no injected faults")
+    demo.add_argument(
+        "--seed",
+        type=number(0, 2**32 - 1, integer=True),
+        default=None,
+        help="the same workload and simulated servers every time",
+    )
+    demo.add_argument("--summary-json", default=None, metavar="FILE", help="as tokmon run")
+    demo.add_argument("--record", default=None, metavar="FILE", help="as tokmon run")
+    demo.add_argument("--status-interval", default="5s", help="headless status line period")
+    add_display_options(demo)
+
+    rp = sub.add_parser(
+        "replay",
+        help="replay a recording in the dashboard",
+        formatter_class=_fmt(),
+        description="Open a recording in the dashboard: space plays/pauses, "
+        "←/→ seek, [ ] jump between events, < > speed, e end.",
+    )
+    rp.add_argument("file")
+    rp.add_argument("--speed", type=number(1, 100), default=1.0, help="1 to 100")
+    rp.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep reading a file that a running tokmon is still writing",
+    )
+    add_display_options(rp)
+
+    rep = sub.add_parser(
+        "report",
+        help="turn a recording into a report",
+        formatter_class=_fmt(),
+        description="Summary per arm and segment, the A/B comparison, drift, "
+        "errors and the environment, from a recording.",
+    )
+    rep.add_argument("file")
+    rep.add_argument(
+        "--format",
+        "-F",
+        default="text",
+        choices=["text", "md", "json", "csv", "html"],
+        help="json equals the live --summary-json; html is one self-contained file",
+    )
+    rep.add_argument("-o", "--output", default=None, help="write to this file (default: stdout)")
+    rep.add_argument(
+        "--target-rate",
+        type=number(0, 1e9, lo_open=True),
+        default=None,
+        metavar="R",
+        help="with SLOs in the run: how many GPUs R requests/s would need",
+    )
+    rep.add_argument(
+        "--compare",
+        default=None,
+        metavar="OTHER",
+        help="a second recording: its first arm against this one's",
+    )
+
+    ex = sub.add_parser(
+        "export",
+        help="per-request data of a recording as CSV or Parquet",
+        description="One row per request, every field of the recording (chunk gaps "
+        "excepted), for a spreadsheet, pandas or DuckDB. Text that begins like a formula "
+        "is written as text. Parquet needs pyarrow.",
+        formatter_class=_fmt(),
+    )
+    ex.add_argument("file")
+    ex.add_argument(
+        "--format", "-F", default="csv", choices=["csv", "parquet"], help="output format"
+    )
+    ex.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="write to this file (default: stdout; Parquet needs one)",
+    )
+
+    sim = sub.add_parser(
+        "sim",
+        help="serve the built-in simulated OpenAI-compatible server",
+        formatter_class=_fmt(),
+        description="A simulated inference server (continuous batching, "
+        "speculative decoding, vLLM metrics, fault injection).",
+    )
+    sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    sim.add_argument(
+        "--port", type=number(0, 65535, integer=True), default=8000, help="port (0: any free one)"
+    )
+    sim.add_argument("--profile", default="27b-h100", help="model/GPU class (see --list-profiles)")
+    sim.add_argument("--set", default="", metavar="FIELD=V,...", help="override profile fields")
+    sim.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
+    sim.add_argument("--spec", default="off", choices=["on", "off"], help="speculative decoding")
+    sim.add_argument(
+        "--seed",
+        type=number(0, 2**32 - 1, integer=True),
+        default=None,
+        help="the same outputs and timings every time",
+    )
+    sim.add_argument("--model-name", default="sim-27b", help="the id /v1/models answers")
+    sim.add_argument(
+        "--time-scale",
+        type=number(0, 1000, lo_open=True),
+        default=1.0,
+        help="run this many times faster",
+    )
+    sim.add_argument(
+        "--faults",
+        default="",
+        metavar="NAME=V,...",
+        help="injected faults, a share of requests each: http_500, http_429, "
+        "stream_error, drop, malformed, overlong, stall (with stall_s=SECONDS); and "
+        "drift=%%/h, kv_creep=%%/h, slowdown=%% (e.g. http_500=0.01,stall=0.02)",
+    )
+    sim.add_argument(
+        "--schedule",
+        default=None,
+        metavar="TTFT_MS,GAP_MS,TOKENS",
+        help="fixed per-request schedule instead of the batching model",
+    )
+    sim.add_argument(
+        "--alter-outputs",
+        type=number(0, 1),
+        default=0.0,
+        help="share of greedy outputs this server changes (output-check tests)",
+    )
+    return top
+
+
+def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
+    from tokmon.model.arms import ArmError, arm_from_mapping
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise UsageError(f"--config: cannot read {path}: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"--config: {path} is not valid TOML: {e}") from None
+    arms_tbl = data.pop("arms", {})
+    defaults: dict[str, Any] = {}
+    for k, v in data.items():
+        key = k.replace("-", "_")
+        if key not in CONFIG_KEYS:
+            raise UsageError(f"--config: unknown key {k!r} in {path}")
+        defaults[key] = v
+    arms = []
+    if not isinstance(arms_tbl, dict):
+        raise UsageError(f"--config: 'arms' in {path} must be a table of tables")
+    for name, tbl in arms_tbl.items():
+        if not isinstance(tbl, dict):
+            raise UsageError(f"--config: arms.{name} must be a table")
+        try:
+            arms.append(arm_from_mapping(name, tbl))
+        except ArmError as e:
+            raise UsageError(f"--config: {e}") from None
+    return defaults, arms
+
+
+def config_argv(parser: argparse.ArgumentParser, defaults: dict[str, Any], path: str) -> list[str]:
+    """A config file's keys as command-line words, so that every value goes through the
+    very checks its option does (a TOML string "false" is not a boolean; a list is not a
+    number). They come before the command line's own words, which win."""
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    out: list[str] = []
+    for key, v in defaults.items():
+        act = actions.get(key)
+        if act is None:
+            raise UsageError(f"--config: {key!r} in {path} is not an option of tokmon run")
+        opt = next((o for o in act.option_strings if o.startswith("--")), act.option_strings[0])
+        where = f"--config: {key} in {path}"
+        if isinstance(act, argparse._StoreTrueAction):
+            if not isinstance(v, bool):
+                raise UsageError(f"{where} must be true or false, got {v!r}")
+            out += [opt] if v else []
+        elif isinstance(act, argparse._AppendAction):
+            items = v if isinstance(v, list) else [v]
+            if not all(isinstance(x, str) for x in items):
+                raise UsageError(f"{where} must be a string or a list of strings")
+            for x in items:
+                out += [opt, x]
+        elif key == "extra_body" and isinstance(v, dict):
+            out += [opt, json.dumps(v)]
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise UsageError(f"{where} must be a single value, got {v!r}")
+        elif key in TEXT_KEYS and not isinstance(v, str):
+            raise UsageError(f"{where} must be text (a quoted string), got {v!r}")
+        else:
+            out += [opt, str(v)]
+    return out
+
+
+def api_key(path: str | None = None) -> str | None:
+    """From --api-key-file, else TOKMON_API_KEY, else OPENAI_API_KEY; never a flag value."""
+    if path:
+        try:
+            key = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(
+                f"--api-key-file: cannot read {path}: {getattr(e, 'strerror', None) or e}"
+            ) from None
+        if not key:
+            raise UsageError(f"--api-key-file: {path} is empty")
+        return key
+    return os.environ.get("TOKMON_API_KEY") or os.environ.get("OPENAI_API_KEY") or None

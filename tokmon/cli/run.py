@@ -1,0 +1,626 @@
+"""``tokmon run``: the options turned into a run (pre-flight, arms, probes, recorder),
+the session driven (dashboard or headless), and the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tokmon import __version__
+from tokmon.cli.parser import UsageError, api_key
+from tokmon.textsafe import add_secret, dumps, say, write_text
+
+
+def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
+    from tokmon.model.workload import WorkloadError, parse_duration
+
+    if text is None:
+        return None
+    try:
+        v = parse_duration(text)
+    except WorkloadError as e:
+        raise UsageError(f"{name}: {e}") from None
+    if not allow_zero and v <= 0:
+        raise UsageError(f"{name}: must be longer than zero")
+    return v
+
+
+def parse_slo(text: str | None) -> Any:
+    from tokmon.model.stats import Slo
+
+    got: dict[str, float] = {}
+    if not text:
+        return Slo()
+    for part in text.split(","):
+        k, eq, v = part.partition("=")
+        k = k.strip()
+        if not eq or k not in ("ttft", "tpot", "e2e"):
+            raise UsageError(f"--slo: expected ttft=MS,tpot=MS,e2e=MS, got {part!r}")
+        try:
+            x = float(v)
+        except ValueError:
+            raise UsageError(f"--slo: {k} is not a number: {v!r}") from None
+        if x <= 0:
+            raise UsageError(f"--slo: {k} must be positive")
+        got[f"{k}_ms"] = x
+    return Slo(**got)
+
+
+def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """Validate every option and resolve the targets; returns (RunConfig, info)."""
+    from tokmon.engine.h1 import prepare
+    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model, server_version
+    from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
+    from tokmon.model.config import RunConfig, Timeouts, redact_header
+    from tokmon.model.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
+
+    url = args.url or os.environ.get("TOKMON_URL")
+    ladder = None
+    if getattr(args, "ladder", None):
+        from tokmon.model.ladder import LadderError, parse_ladder
+
+        try:
+            ladder = parse_ladder(
+                args.ladder,
+                dur("--step-duration", args.step_duration, False) or 30.0,
+                dur("--step-warmup", args.step_warmup) or 0.0,
+                args.ladder_stop,
+                dur("--duration", args.duration, allow_zero=False),
+            )
+        except LadderError as e:
+            raise UsageError(str(e)) from None
+        if args.requests is not None:
+            raise UsageError("--ladder and --requests exclude each other: a ladder runs by time")
+        if ladder.param == "concurrency":
+            if args.rate is not None:
+                raise UsageError("--ladder concurrency=… and --rate exclude each other")
+            args.concurrency = int(ladder.values[0])
+        elif ladder.param == "rate":
+            if args.concurrency is not None:
+                raise UsageError("--ladder rate=… and --concurrency exclude each other")
+            args.rate = float(ladder.values[0])
+    if args.concurrency is not None and args.rate is not None:
+        raise UsageError("--concurrency and --rate exclude each other: pick one")
+    mode = "rate" if args.rate is not None else "concurrency"
+    conc = 4 if args.concurrency is None else args.concurrency
+    # (each option's range is checked by its type, config values included; a ladder's
+    # first step sets --concurrency or --rate here, so those two are checked again)
+    if mode == "concurrency" and not 1 <= conc <= 100_000:
+        raise UsageError(f"--concurrency must be between 1 and 100000, got {conc}")
+    if mode == "rate" and not (args.rate > 0 and args.rate <= 1e6):
+        raise UsageError(
+            f"--rate must be a positive number of requests/s (at most 1e6), got {args.rate}"
+        )
+    duration = dur("--duration", args.duration, allow_zero=False)
+    warm_req, warm_s = 0, 0.0
+    w = str(args.warmup).strip()
+    if w.isdigit():
+        warm_req = int(w)
+    else:
+        warm_s = dur("--warmup", w) or 0.0
+    try:
+        ptoks = LengthDist.parse(args.prompt_tokens)
+    except WorkloadError as e:
+        raise UsageError(f"--prompt-tokens: {e}") from None
+    try:
+        mtoks = LengthDist.parse(args.max_tokens)
+    except WorkloadError as e:
+        raise UsageError(f"--max-tokens: {e}") from None
+    prompts: tuple[Any, ...] = ()
+    if args.prompts:
+        try:
+            prompts = tuple(load_prompt_file(args.prompts))
+        except WorkloadError as e:
+            raise UsageError(str(e)) from None
+    mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
+    if args.mix:
+        try:
+            mix = tuple(parse_mix(args.mix).items())
+        except WorkloadError as e:
+            raise UsageError(str(e)) from None
+    extra: dict[str, Any] = {}
+    if args.extra_body:
+        try:
+            extra = json.loads(args.extra_body)
+        except ValueError as e:
+            raise UsageError(f"--extra-body is not valid JSON: {e}") from None
+        if not isinstance(extra, dict):
+            raise UsageError("--extra-body must be a JSON object")
+    headers: dict[str, str] = {}
+    for h in args.header if isinstance(args.header, list) else [args.header]:
+        k, colon, v = str(h).partition(":")
+        if not colon or not k.strip():
+            raise UsageError(f"--header must be K:V, got {h!r}")
+        headers[k.strip()] = v.strip()
+    arms: list[Arm] = list(file_arms)
+    try:
+        arms += [parse_arm(a) for a in args.arm]
+        check_unique(arms)
+    except ArmError as e:
+        raise UsageError(str(e)) from None
+    if not arms:
+        arms = [Arm(name="default")]
+    shown = tuple(str(x) for x in (getattr(args, "show_header", None) or []))
+    for k, v in headers.items():
+        if redact_header(k, v, shown) != v:
+            add_secret(v)  # scrubbed from every output from now on
+    key = api_key(getattr(args, "api_key_file", None))
+    add_secret(key)
+    # Credentials in a URL are Basic authentication for every request, and never written.
+    if url:
+        url, basic = split_credentials(url)
+        if basic:
+            if key:
+                raise UsageError("credentials in --url and an API key exclude each other: give one")
+            headers.setdefault("authorization", basic)
+    for i, a in enumerate(arms):
+        if a.url:
+            clean, basic = split_credentials(a.url)
+            if basic:
+                if key:
+                    raise UsageError(
+                        f"arm {a.name}: credentials in its url and an API key exclude each other"
+                    )
+                arms[i] = dataclasses.replace(
+                    a, url=clean, headers={"authorization": basic, **a.headers}
+                )
+        for k, v in arms[i].headers.items():
+            if redact_header(k, v, shown) != v:
+                add_secret(v)
+    try:  # what the engine will send: a URL it can reach, headers it can write
+        for a in arms:
+            if a.url or url:
+                prepare(a.url or url or "", {**headers, **a.headers})
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not url and any(not a.url for a in arms):
+        raise UsageError(
+            "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
+        )
+    auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
+    resolved: list[Arm] = []
+    models_cache: dict[str, dict[str, Any]] = {}
+    for a in arms:
+        a_url = a.url or url or ""
+        try:
+            if a_url not in models_cache:
+                models_cache[a_url] = fetch_models(
+                    a_url, {**auth, **headers, **a.headers}, insecure=args.insecure
+                )
+            model = resolve_model(a_url, a.model or args.model or "", models_cache[a_url])
+        except PreflightError as e:
+            prefix = f"arm {a.name}: " if len(arms) > 1 else ""
+            raise PreflightError(prefix + str(e)) from None
+        resolved.append(
+            Arm(
+                name=a.name,
+                url=a_url,
+                model=model,
+                endpoint=a.endpoint or args.endpoint,
+                body=a.body,
+                headers=a.headers,
+            )
+        )
+    timeouts = Timeouts(
+        connect_s=dur("--connect-timeout", args.connect_timeout, False) or 10.0,
+        first_token_s=dur("--first-token-timeout", args.first_token_timeout, False) or 120.0,
+        idle_s=dur("--idle-timeout", args.idle_timeout, False) or 60.0,
+        total_s=dur("--total-timeout", args.total_timeout, False) or 900.0,
+    )
+    alternate = dur("--alternate", args.alternate, allow_zero=False) if args.alternate else None
+    cfg = RunConfig(
+        arms=tuple(resolved),
+        mode=mode,
+        concurrency=conc,
+        rate=args.rate or 1.0,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        max_concurrency=args.max_concurrency,
+        duration_s=duration,
+        requests=args.requests,
+        prompt_tokens=ptoks,
+        max_tokens=mtoks,
+        prompts=prompts,
+        mix=mix,
+        ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        extra_body=extra,
+        headers=headers,
+        api_key=key,
+        warmup_requests=warm_req,
+        warmup_s=warm_s,
+        settle_s=dur("--settle", args.settle) or 0.0,
+        assign=args.assign,
+        alternate_s=alternate,
+        stall_ms=(dur("--stall-threshold", args.stall_threshold, False) or 1.0) * 1000,
+        timeouts=timeouts,
+        insecure=args.insecure,
+        # With a request budget, a worker with no stream of its own would hold its share
+        # of the budget forever: at most one worker per stream and per request. (Without
+        # one, an idle worker waits for + or a ladder step to give it streams.)
+        workers=args.workers
+        if args.requests is None
+        else min(args.workers, args.requests, conc if mode == "concurrency" else args.workers),
+        continuous_usage=args.continuous_usage,
+        shown_headers=shown,
+    )
+    versions: dict[str, str] = {}
+    for a_url in models_cache:
+        ver = server_version(a_url, {**auth, **headers}, args.insecure)
+        if ver:
+            versions[a_url] = ver
+    info = {
+        "ladder": ladder,
+        "models": models_cache,
+        "versions": versions,
+        "target": url or resolved[0].url,
+        "model": resolved[0].model,
+    }
+    return cfg, info
+
+
+def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int:
+    from tokmon.sources.live import LiveSession
+
+    slo = parse_slo(getattr(args, "slo", None))
+    window = dur("--window", getattr(args, "window", "10s"), allow_zero=False) or 10.0
+    status_every = dur("--status-interval", args.status_interval, allow_zero=False) or 5.0
+    probes = build_probes(args, cfg, window)
+    recorder, header = make_recorder(args, cfg, info, slo, probes)
+    session = LiveSession(
+        cfg,
+        target=info["target"],
+        model=info["model"],
+        slo=slo,
+        window_s=window,
+        probes=probes,
+        recorder=recorder,
+        header=header,
+        check_outputs_n=max(0, getattr(args, "check_outputs", 0) or 0),
+        drift_alert=parse_drift_alert(getattr(args, "drift_alert", "5%/h")),
+        gpu_hour_price=getattr(args, "gpu_hour_price", None),
+        gpus=getattr(args, "gpu_count", None),
+        ladder=info.get("ladder"),
+    )
+    headless = args.headless or not sys.stdout.isatty()
+    if recorder is not None:
+        # a write failure shows at once: an event on the dashboard, a line on stderr
+        def on_record_error(msg: str) -> None:
+            session.note("recording", msg)
+            if headless:
+                say(f"tokmon: {msg}", err=True, flush=True)
+
+        recorder.on_error = on_record_error
+    written: list[bool] = []
+    if args.summary_json:
+        path = args.summary_json
+
+        def write_summary(summary: dict[str, Any]) -> None:
+            # when the run ends, not when the dashboard closes (an SSH session may close
+            # first); a failure is reported below, where the summary is written again
+            with contextlib.suppress(OSError):
+                write_text(path, dumps(summary, indent=2) + "\n")
+                written.append(True)
+
+        session.on_finished = write_summary
+    interrupted = False
+    try:
+        session.start()
+        if headless:
+            interrupted = run_headless(session, status_every)
+        else:
+            from tokmon.ui.app import run_app
+
+            interrupted = run_app(session, theme=args.theme, fps=args.fps)
+        session.command("stop", True)
+        session.wait(10.0)
+    finally:
+        session.close()
+    summary = session.final or session.summary()
+    say(_summary_text(summary))
+    code = 0
+    if args.summary_json and not written:
+        try:
+            write_text(args.summary_json, dumps(summary, indent=2) + "\n")
+        except OSError as e:
+            say(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", err=True)
+            code = 1
+    for why in session.failures():
+        say(f"tokmon: {why}", err=True)
+        code = 1
+    if recorder is not None and (recorder.lost_lines or recorder.error):
+        lost = f"{recorder.lost_lines} line(s) lost" if recorder.lost_lines else "not all written"
+        say(
+            f"tokmon: the recording {args.record} is incomplete ({lost}: "
+            f"{recorder.error or 'the disk was full'}); the summary above counts everything",
+            err=True,
+        )
+        code = 1
+    # (requests cancelled by a stop are the user's, not the server's)
+    answered = sum(
+        a["requests"]["ok"]
+        + a["requests"]["failed"]
+        - a["requests"]["by_outcome"].get("cancelled", 0)
+        for a in summary["arms"].values()
+    )
+    if answered and not any(a["requests"]["ok"] for a in summary["arms"].values()):
+        say(f"tokmon: none of the {answered} requests succeeded", err=True)
+        code = code or 1
+    if code:
+        return code
+    if interrupted:
+        return 130
+    if getattr(args, "alerts_exit", False) and summary.get("alerts"):
+        say(f"tokmon: {len(summary['alerts'])} alert(s) fired", err=True)
+        return 3
+    if getattr(args, "fail_on_slo", False) and slo.any:
+        met = sum(a.get("slo_met") or 0 for a in summary["arms"].values())
+        counted = sum(
+            (
+                a["requests"]["ok"]
+                + a["requests"]["failed"]
+                - a["requests"]["warmup"]
+                - a["requests"]["settle"]
+            )
+            for a in summary["arms"].values()
+        )
+        frac = met / counted if counted else 0.0
+        if frac < args.slo_target:
+            say(
+                f"tokmon: {frac:.1%} of requests met the SLOs, below the target "
+                f"{args.slo_target:.0%}",
+                err=True,
+            )
+            return 1
+    return 0
+
+
+def parse_drift_alert(text: str | None) -> float:
+    t = str(text or "5%/h").strip().lower().replace(" ", "")
+    for suffix in ("%/h", "%/hour", "%"):
+        if t.endswith(suffix):
+            t = t[: -len(suffix)]
+            break
+    try:
+        v = float(t)
+    except ValueError:
+        raise UsageError(f"--drift-alert: expected a rate like 5%/h, got {text!r}") from None
+    if not v > 0:
+        raise UsageError("--drift-alert must be positive")
+    return v
+
+
+def make_recorder(
+    args: argparse.Namespace, cfg: Any, info: dict[str, Any], slo: Any, probes: list[Any]
+) -> tuple[Any, dict[str, Any]]:
+    """The recorder for --record, and the header that writes the environment down."""
+    if not getattr(args, "record", None):
+        return None, {}
+    from tokmon.model.config import redact_header
+    from tokmon.recording.writer import Recorder, environment
+
+    secrets = [cfg.api_key or ""] + [
+        v
+        for h in (cfg.headers, *[a.headers for a in cfg.arms])
+        for k, v in h.items()
+        if redact_header(k, v, cfg.shown_headers) != v
+    ]
+    path = Path(args.record)
+    append, overwrite = getattr(args, "append", False), getattr(args, "overwrite", False)
+    if append and overwrite:
+        raise UsageError("--append and --overwrite exclude each other")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"--record: {args.record} is not a regular file")
+    if path.exists() and path.stat().st_size and not (append or overwrite):
+        raise UsageError(
+            f"--record: {args.record} exists — give --overwrite to replace it, or --append "
+            "to add this session to it"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"--record: cannot write {args.record}: {e.strerror or e}") from None
+    recorder = Recorder(
+        args.record, secrets=tuple(secrets), chunks=getattr(args, "record_chunks", False)
+    )
+    recorder.mode = "wb" if overwrite else "ab"
+    gpu_info: dict[str, Any] = {}
+    for pr in probes:
+        if hasattr(pr, "info") and hasattr(pr, "_init"):
+            pr._init()
+            gpu_info = pr.info
+    header = {
+        "tokmon_version": __version__,
+        "command": _redact_argv(sys.argv, cfg.shown_headers),
+        "settings": cfg.redacted(),
+        "slo": {k: v for k, v in vars(slo).items() if v is not None},
+        "cost": {
+            "gpu_hour_price": getattr(args, "gpu_hour_price", None),
+            "gpus": getattr(args, "gpu_count", None),
+        },
+        "target": {
+            "url": info["target"],
+            "model": info["model"],
+            "endpoint": cfg.arms[0].endpoint or "chat",
+        },
+        "host": environment(),
+        "gpu": gpu_info,
+        "servers": {
+            u: {"models": m, "version": info["versions"].get(u)} for u, m in info["models"].items()
+        },
+    }
+    return recorder, header
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def _redact_argv(argv: list[str], shown: tuple[str, ...] = ()) -> list[str]:
+    """The command line as it may be written down: URL credentials and the values of
+    headers (``--header K:V``) replaced, unless a header is named by --show-header."""
+    from tokmon.model.config import redact_header
+
+    out: list[str] = []
+    header_next = False
+    for a in argv:
+        a = _USERINFO.sub("<redacted>@", a)
+        if header_next or a.startswith("--header="):
+            prefix = "--header=" if a.startswith("--header=") else ""
+            k, colon, v = a[len(prefix) :].partition(":")
+            if colon:
+                a = f"{prefix}{k}:{redact_header(k.strip(), v, shown)}"
+        header_next = a in ("--header", "-H")
+        out.append(a)
+    return out
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its user:password part, and the Basic authorization it stands for.
+
+    One rule for every request tokmon sends (pre-flight, streams, /metrics, output
+    checks): credentials in a URL are HTTP Basic authentication, and the URL is never
+    written anywhere with them."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    add_secret(unquote(password))
+    add_secret(userinfo)
+    return urlunsplit(parts._replace(netloc=hostport)), f"Basic {token}"
+
+
+def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]:
+    from tokmon.probes.gpu import DcgmProbe, NvmlProbe
+    from tokmon.probes.host import HostProbe
+    from tokmon.probes.server import ServerMetricsProbe, metrics_url_for
+
+    probes: list[Any] = [HostProbe()]
+    gpus = None
+    if getattr(args, "gpus", None):
+        try:
+            gpus = [int(x) for x in str(args.gpus).split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus must be indices like 0,2, got {args.gpus!r}") from None
+    if getattr(args, "dcgm_url", None):
+        probes.append(DcgmProbe(args.dcgm_url, gpus=gpus))
+    elif not getattr(args, "no_gpu", False):
+        interval = dur("--gpu-interval", getattr(args, "gpu_interval", "0.5s"), allow_zero=False)
+        from tokmon.probes.gpu import pid_listening_on
+
+        server_pid = getattr(args, "server_pid", None) or pid_listening_on(cfg.arms[0].url)
+        probes.append(NvmlProbe(interval or 0.5, gpus=gpus, server_pid=server_pid))
+    if not getattr(args, "no_server_metrics", False):
+        by_url: dict[str, list[str]] = {}
+        for a in cfg.arms:
+            url = getattr(args, "metrics_url", None) or metrics_url_for(a.url)
+            by_url.setdefault(url, []).append(a.name)
+        m_interval = (
+            dur("--metrics-interval", getattr(args, "metrics_interval", "2s"), allow_zero=False)
+            or 2.0
+        )
+        key = cfg.api_key
+        # the same authorization as the streams: Bearer key, or the URL's Basic credentials
+        hdr = {k: v for k, v in cfg.headers.items() if k.lower() == "authorization"}
+        if key:
+            hdr = {"authorization": f"Bearer {key}"}
+        for url, arms in by_url.items():
+            probes.append(
+                ServerMetricsProbe(
+                    url,
+                    tuple(arms),
+                    interval=m_interval,
+                    window_s=window,
+                    headers=hdr,
+                    insecure=cfg.insecure,
+                )
+            )
+    return probes
+
+
+def _summary_text(summary: dict[str, Any]) -> str:
+    from tokmon.model.summary import summary_table
+
+    return summary_table(summary)
+
+
+def run_headless(session: Any, every: float) -> bool:
+    """Status lines to stderr until the run ends; Ctrl-C drains, a second Ctrl-C stops.
+    True when the run was interrupted (the exit code is then 130)."""
+    interrupted = {"n": 0}
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted["n"] += 1
+        if interrupted["n"] == 1:
+            say(
+                "\ntokmon: stopping — draining in-flight requests (Ctrl-C again to stop now)",
+                err=True,
+            )
+            session.command("stop")
+        else:
+            session.command("stop", True)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        session.command("stop", True)
+
+    old_int = signal.signal(signal.SIGINT, on_sigint)
+    old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    last_t = None
+    try:
+        next_print = time.monotonic() + every
+        while not session.wait(0.2):
+            if time.monotonic() >= next_print:
+                next_print = max(next_print + every, time.monotonic())
+                s = session.snapshot()
+                # a starved process may wake twice before a new snapshot: no repeat
+                if s is not None and s.t != last_t:
+                    last_t = s.t
+                    say(status_line(s), err=True, flush=True)
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    return interrupted["n"] > 0
+
+
+def status_line(s: Any) -> str:
+    from tokmon.model.summary import fmt_ms
+
+    w = s.window
+    parts = [
+        f"[{s.elapsed_s:7.1f}s]",
+        f"arm {s.arm}",
+        f"ok {s.ok}",
+        f"failed {s.failed}",
+        f"in flight {s.in_flight}",
+    ]
+    if w is not None:
+        parts += [
+            f"{w.tokens_per_s:8.1f} tok/s",
+            f"TTFT p50 {fmt_ms(w.ttft_p50)} p95 {fmt_ms(w.ttft_p95)} ms",
+            f"TPOT p50 {fmt_ms(w.tpot_p50)} ms",
+        ]
+    if s.warming_up:
+        parts.append("(warming up)")
+    for arm, secs in s.down.items():
+        parts.append(f"SERVER DOWN ({arm}) for {secs:.0f}s")
+    return " · ".join(parts)
