@@ -68,11 +68,22 @@ class AlertEngine:
         self, p: Point, self_rss_mib: float | None = None
     ) -> list[tuple[str, str, dict[str, Any]]]:
         """One point (one second); returns new alerts as (kind, message, data)."""
+        self.note(p, self_rss_mib)
+        if p.t < self._next:
+            return []
+        return self.check()
+
+    def note(self, p: Point, self_rss_mib: float | None = None) -> None:
+        """A point kept without checking (a replay seeking: checked once at the end)."""
         self.points.append(p)
         if self_rss_mib is not None:
             self._rss.append((p.t, self_rss_mib))
-        if p.t < self._next:
+
+    def check(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every check on the points so far; returns new alerts."""
+        if not self.points:
             return []
+        p = self.points[-1]
         self._next = p.t + self.every_s
         out: list[tuple[str, str, dict[str, Any]]] = []
         out += self._drift()

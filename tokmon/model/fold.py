@@ -298,6 +298,32 @@ class Fold:
         """A tick passed over while a replay seeks: the window moves on, nothing is drawn."""
         self._trim(t)
 
+    def seek_tick(self, t: int) -> None:
+        """A tick drawn while a replay seeks: all but the whole-run A/B comparison (a
+        bootstrap over every request), which ``compare_now`` makes once, at the end."""
+        self._tick(t, False, [], quick=True)
+
+    def compare_now(self) -> None:
+        """The A/B comparison and the trends at the last tick (after a seek)."""
+        if self.snapshot is None:
+            return
+        if len(self.arm_names) >= 2:
+            self._compare(self.t_last)
+        if not self.snapshot.warming_up:
+            self.alerts.check()
+        trends = {k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()}
+        self.snapshot = replace(self.snapshot, comparison=self.comparison, trends=trends)
+
+    def _compare(self, now: int) -> None:
+        self._next_compare = now + COMPARE_EVERY_NS
+        s = self.settings
+        self.comparison = compare(
+            self.totals[self.arm_names[0]],
+            self.totals[self.arm_names[1]],
+            self.alternations,
+            dict(s.kind_weights) if s.kind_weights else None,
+        )
+
     def _derived(self, out: list[Event], kind: str, msg: str, data: dict[str, Any], t: int) -> None:
         ev = Event(t=t, kind=kind, message=msg, data=data, wall=self.settings.wall_start + t / 1e9)
         self._event(ev)
@@ -534,7 +560,7 @@ class Fold:
         self.tokens.trim(now)
         return list(w)
 
-    def _tick(self, now: int, final: bool, out: list[Event]) -> None:
+    def _tick(self, now: int, final: bool, out: list[Event], quick: bool = False) -> None:
         """Window figures, one history point, alerts and a new snapshot."""
         s = self.settings
         self.t_last = now
@@ -617,19 +643,17 @@ class Fold:
             arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
         )
         self.history.add(point)
-        if (now >= self._next_compare or final) and len(self.arm_names) >= 2:
-            self._next_compare = now + COMPARE_EVERY_NS
-            self.comparison = compare(
-                self.totals[self.arm_names[0]],
-                self.totals[self.arm_names[1]],
-                self.alternations,
-                dict(s.kind_weights) if s.kind_weights else None,
-            )
+        if (now >= self._next_compare or final) and len(self.arm_names) >= 2 and not quick:
+            self._compare(now)
         warming = s.warmup and self.t_measure is None
         if not warming:  # the ramp of a warm-up is not a change of the server
-            alerts = self.alerts.add(point, _num(probes.get("self_rss_mib")))
-            if self.derive:
-                later += alerts
+            rss = _num(probes.get("self_rss_mib"))
+            if quick:  # (a seek checks once, at its end: the checks read the whole run)
+                self.alerts.note(point, rss)
+            else:
+                alerts = self.alerts.add(point, rss)
+                if self.derive:
+                    later += alerts
         costs: dict[str, dict[str, Any]] = {}
         for v in arm_views:
             c: dict[str, Any] = cost_figures(

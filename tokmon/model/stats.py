@@ -94,6 +94,13 @@ def pct(values: list[float] | np.ndarray, q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
+def pcts(values: np.ndarray, *qs: float) -> list[float | None]:
+    """Several percentiles of the same values in one pass (one sort, not one each)."""
+    if values.size == 0:
+        return [None] * len(qs)
+    return [float(x) for x in np.percentile(values, qs)]
+
+
 @dataclass(frozen=True, slots=True)
 class WindowStats:
     """What the last window held, for one arm or for all arms (``arm == ""``)."""
@@ -177,6 +184,7 @@ def window_stats(
     n_tok, n_chunks = int(c["output_tokens"][mi].sum()), int(c["chunks"][mi].sum())
     ok, failed = int(oks.size), int(rows.size - oks.size)
     tpot = col("tpot_ms")
+    ttft, tpot_q = pcts(col("ttft_ms"), 50, 95, 99), pcts(tpot, 50, 95)
     per_s = 1 / width_s if width_s > 0 else 0.0
     return WindowStats(
         t=t,
@@ -188,12 +196,12 @@ def window_stats(
         ok=ok,
         failed=failed,
         errors=errors,
-        ttft_p50=pct(ttft := col("ttft_ms"), 50),
-        ttft_p95=pct(ttft, 95),
-        ttft_p99=pct(ttft, 99),
-        tpot_p50=pct(tpot, 50),
-        tpot_p95=pct(tpot, 95),
-        decode_p50=pct(col("decode_tps"), 50),
+        ttft_p50=ttft[0],
+        ttft_p95=ttft[1],
+        ttft_p99=ttft[2],
+        tpot_p50=tpot_q[0],
+        tpot_p95=tpot_q[1],
+        decode_p50=pcts(col("decode_tps"), 50)[0],
         goodput_per_s=good * per_s if good is not None else None,
         tpot_cv=float(tpot.std() / tpot.mean()) if tpot.size >= 2 and tpot.mean() > 0 else None,
         stalls=int(c["stalls"][oks].sum()),

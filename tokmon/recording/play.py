@@ -11,7 +11,7 @@ from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import Event
 from tokmon.recording.reader import Recording
 
-COARSE_NS = 10_000_000_000  # while seeking, before the part on screen: one tick in ten
+COARSE_NS = 10_000_000_000  # while seeking, before the part on screen: a tick in ten at least
 
 
 def settings_of(rec: Recording) -> FoldSettings:
@@ -105,10 +105,15 @@ class Player:
             self.fold.apply(Requests(self.rec.requests.slice(self.row, upto)))
             self.row = upto
 
-    def play_until(self, t: int, fine_from: int = 0) -> bool:
-        """Every fact up to the last tick at or before ``t``; ticks before ``fine_from``
-        only one in ten are drawn (a seek). Returns whether a tick was drawn."""
+    def play_until(self, t: int, fine_from: int = 0, seeking: bool = False) -> bool:
+        """Every fact up to the last tick at or before ``t``, as the live run folded them.
+
+        ``seeking``: the ticks are drawn without the A/B comparison (made once, at the
+        end), and before ``fine_from`` only one every ``coarse`` (enough for the whole-run
+        view: a seek to the end of a day's run takes seconds). Returns whether a tick was
+        drawn."""
         drew = False
+        coarse = max(COARSE_NS, self.end_t // 1000)
         tl = self.timeline
         while self.i < len(tl):
             rows, fact = tl[self.i]
@@ -119,12 +124,17 @@ class Player:
                 if fact.t < fine_from and fact.t < self._coarse_next and not fact.final:
                     self.fold.skip_tick(fact.t)
                 else:
-                    self.fold.apply(fact)
-                    self._coarse_next = fact.t + COARSE_NS
+                    if seeking and not fact.final:
+                        self.fold.seek_tick(fact.t)
+                    else:
+                        self.fold.apply(fact)
+                    self._coarse_next = fact.t + coarse
                     drew = True
                 self.pos = fact.t
             else:
                 self._feed_rows(rows)
                 self.fold.apply(fact)
             self.i += 1
+        if seeking and drew:
+            self.fold.compare_now()
         return drew

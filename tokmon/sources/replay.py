@@ -83,7 +83,7 @@ class ReplaySource:
             self._events()
             if offset is None or not self.rec.clocked:  # (no ticks: they are made anew)
                 self.player = Player(self.rec)
-                self.player.play_until(self.pos, fine_from=max(0, self.pos - FINE_NS))
+                self.player.play_until(self.pos, fine_from=max(0, self.pos - FINE_NS), seeking=True)
             else:
                 self.player.extend()
 
@@ -115,7 +115,7 @@ class ReplaySource:
         with self.lock:
             if t < self.player.pos:
                 self.player = Player(self.rec)
-            self.player.play_until(t, fine_from=max(0, t - FINE_NS))
+            self.player.play_until(t, fine_from=max(0, t - FINE_NS), seeking=True)
             self.pos = t
 
     def command(self, name: str, *args: Any) -> str | None:
