@@ -9,6 +9,7 @@ from tokmon.model.history import Point
 from tokmon.model.records import Event
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import WindowStats
+from tokmon.model.views import ComparisonView, ProbeView, RatioView
 
 
 def window(arm: str = "", tok: float = 1200.0, ttft: float | None = 85.0) -> WindowStats:
@@ -108,21 +109,17 @@ class FakeSource:
             recent=tuple(pts),
             whole=tuple(pts),
             events=events,
-            comparison={
-                "baseline": "baseline",
-                "other": "spec",
-                "method": "segments",
-                "decode_tokens_per_s": {"ratio": 2.31, "ci95": [2.12, 2.5]},
-                "tpot_ms": {"ratio": 0.44, "ci95": [0.4, 0.48]},
-                "ttft_ms": {"ratio": 1.02, "ci95": [0.97, 1.08]},
-            },
-            probes={
-                "kv_pct": 70.0,
-                "queue": 2.0,
-                "running": 8.0,
-                "engine": "vllm",
-                "gpu_note": "no NVML library",
-            },
+            comparison=ComparisonView(
+                baseline="baseline",
+                other="spec",
+                method="segments",
+                decode=RatioView(2.31, 2.12, 2.5),
+                tpot=RatioView(0.44, 0.4, 0.48),
+                ttft=RatioView(1.02, 0.97, 1.08),
+            ),
+            probes=ProbeView(
+                kv_pct=70.0, queue=2.0, running=8.0, engine="vllm", gpu_note="no NVML library"
+            ),
             done=False,
         )
 

@@ -7,6 +7,7 @@ from fake_nvml import make
 from tokmon.model.alerts import AlertEngine, cost_figures
 from tokmon.model.history import Point
 from tokmon.model.trend import sen_slope
+from tokmon.model.views import Cost
 
 
 def soak(values, seconds, engine=None, **extra):
@@ -70,13 +71,13 @@ def test_sen_slope():
 
 def test_cost_arithmetic():
     c = cost_figures(1000.0, gpu_hour_price=2.5, gpus=1, power_w=700.0)
-    assert c["cost_per_mtok"] == pytest.approx(2.5 / 3600 / 1000 * 1e6)  # 0.694
-    assert c["joules_per_token"] == pytest.approx(0.7)
-    assert c["tokens_per_joule"] == pytest.approx(1000 / 700)
+    assert c.cost_per_mtok == pytest.approx(2.5 / 3600 / 1000 * 1e6)  # 0.694
+    assert c.joules_per_token == pytest.approx(0.7)
+    assert c.tokens_per_joule == pytest.approx(1000 / 700)
     c = cost_figures(500.0, gpu_hour_price=2.0, gpus=4, power_w=None)
-    assert c["cost_per_mtok"] == pytest.approx(8.0 / 3600 / 500 * 1e6)
-    assert c["joules_per_token"] is None
-    assert cost_figures(None, gpu_hour_price=2.0, gpus=1, power_w=100)["cost_per_mtok"] is None
+    assert c.cost_per_mtok == pytest.approx(8.0 / 3600 / 500 * 1e6)
+    assert c.joules_per_token is None
+    assert cost_figures(None, gpu_hour_price=2.0, gpus=1, power_w=100).cost_per_mtok is None
 
 
 def test_energy_and_cost_from_fake_nvml(make_sim):
@@ -201,7 +202,7 @@ def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
 
     from tokmon.model.alerts import kind_cost_figures
 
-    arm = {"cost_per_mtok": 2.0, "joules_per_token": 0.5}
+    arm = Cost(cost_per_mtok=2.0, joules_per_token=0.5)
     # code: 1,000 tokens in 10 s of streams; chat: 1,000 tokens in 30 s
     kc = kind_cost_figures(
         arm,
@@ -210,12 +211,12 @@ def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
             "chat": K(stream_s=30.0, output_tokens=1000),
         },
     )
-    assert kc["code"]["cost_per_mtok"] == pytest.approx(2.0 * 0.25 / 0.5)  # 1.0
-    assert kc["chat"]["cost_per_mtok"] == pytest.approx(2.0 * 0.75 / 0.5)  # 3.0
-    assert kc["chat"]["joules_per_token"] == pytest.approx(0.75)
+    assert kc["code"].cost_per_mtok == pytest.approx(2.0 * 0.25 / 0.5)  # 1.0
+    assert kc["chat"].cost_per_mtok == pytest.approx(2.0 * 0.75 / 0.5)  # 3.0
+    assert kc["chat"].joules_per_token == pytest.approx(0.75)
     # the kinds' costs add up to the arm's: nothing is priced twice or left out
-    assert 1000 * kc["code"]["cost_per_mtok"] + 1000 * kc["chat"]["cost_per_mtok"] == pytest.approx(
-        2000 * arm["cost_per_mtok"]
+    assert 1000 * kc["code"].cost_per_mtok + 1000 * kc["chat"].cost_per_mtok == pytest.approx(
+        2000 * 2.0
     )
 
 
@@ -240,14 +241,14 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     s = LiveSession(cfg, target=sim.url, model="sim-27b", gpu_hour_price=2.5)
     s.start()
     assert s.wait(40)
-    live = s.snapshot().costs["a"]["by_kind"]
+    live = dict(s.snapshot().costs["a"].by_kind)
     s.close()
     a = s.summary()["arms"]["a"]
     bk = a["by_kind"]
     assert bk["code"]["cost_per_million_tokens"] < 0.75 * bk["creative"]["cost_per_million_tokens"]
     total = sum(v["cost_per_million_tokens"] * v["output_tokens"] for v in bk.values())
     assert total == pytest.approx(a["cost_per_million_tokens"] * a["output_tokens"], rel=1e-6)
-    assert live["code"]["cost_per_mtok"] < live["creative"]["cost_per_mtok"]
+    assert live["code"].cost_per_mtok < live["creative"].cost_per_mtok
     from tokmon.model.summary import summary_table
 
     assert "/Mtok" in summary_table(s.summary())

@@ -188,11 +188,11 @@ def test_replay_of_a_ladder_shows_what_the_live_run_showed(make_sim, tmp_path):
         src.command("end")
         snap = src.snapshot()
         assert snap is not None and snap.ladder is not None
-        done = snap.ladder["done"]
-        assert [f["value"] for f in done] == [st["value"] for st in live["steps"]] == ["1", "3"]
+        done = snap.ladder.done
+        assert [f.value for f in done] == [st["value"] for st in live["steps"]] == ["1", "3"]
         for f, st in zip(done, live["steps"], strict=True):
             for key in ("requests", "ok", "tokens_per_s", "ttft_p50", "ttft_p95", "decode_p50"):
-                assert f[key] == st[key], (key, f[key], st[key])
+                assert getattr(f, key) == st[key], (key, getattr(f, key), st[key])
         assert snap.level == 3.0  # the last step's streams
         assert src.summary()["ladder"] == live
     finally:

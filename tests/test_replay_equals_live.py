@@ -179,9 +179,9 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
     assert checked == len(snaps)
     last = snaps[-1]
     assert last.done and last.ok > 0 and last.failed > 0
-    assert last.probes.get("gpu_power_w") == 300.0 and "kv_pct" in last.probes
+    assert last.probes.gpu_power_w == 300.0 and last.probes.kv_pct is not None
     if plan == "ladder":
-        assert last.ladder is not None and len(last.ladder["done"]) == 4  # 2 steps × 2 arms
+        assert last.ladder is not None and len(last.ladder.done) == 4  # 2 steps × 2 arms
         assert last.level == 3.0
     if plan == "ladder":
         # every panel of the live dashboard shows in the replay, the ladder table included

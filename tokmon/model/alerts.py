@@ -14,6 +14,7 @@ import numpy as np
 from tokmon.model.changepoint import cusum
 from tokmon.model.history import Point
 from tokmon.model.trend import sen_slope
+from tokmon.model.views import Cost
 
 # metric key on Point -> (label, direction that is bad: +1 rising is bad, -1 falling is bad)
 DRIFT_METRICS = {
@@ -258,25 +259,17 @@ class AlertEngine:
 
 def cost_figures(
     tok_s: float | None, *, gpu_hour_price: float | None, gpus: int, power_w: float | None
-) -> dict[str, float | None]:
+) -> Cost:
     """Cost per million output tokens and energy per token at the measured throughput."""
-    out: dict[str, float | None] = {
-        "cost_per_mtok": None,
-        "joules_per_token": None,
-        "tokens_per_joule": None,
-    }
-    if tok_s and tok_s > 0:
-        if gpu_hour_price is not None:
-            out["cost_per_mtok"] = gpu_hour_price * gpus / 3600.0 / tok_s * 1e6
-        if power_w is not None and power_w > 0:
-            out["joules_per_token"] = power_w / tok_s
-            out["tokens_per_joule"] = tok_s / power_w
-    return out
+    if not tok_s or tok_s <= 0:
+        return Cost()
+    cost = gpu_hour_price * gpus / 3600.0 / tok_s * 1e6 if gpu_hour_price is not None else None
+    if power_w is None or power_w <= 0:
+        return Cost(cost)
+    return Cost(cost, power_w / tok_s, tok_s / power_w)
 
 
-def kind_cost_figures(
-    arm: dict[str, float | None], kinds: dict[str, Any]
-) -> dict[str, dict[str, float | None]]:
+def kind_cost_figures(arm: Cost, kinds: dict[str, Any]) -> dict[str, Cost]:
     """Cost and energy per token of each task kind, from the arm's figures.
 
     Kinds share one server, so the arm's GPU time is split by the stream time each kind
@@ -287,17 +280,15 @@ def kind_cost_figures(
     """
     total_s = sum(k.stream_s for k in kinds.values())
     total_tok = sum(k.output_tokens for k in kinds.values())
-    out: dict[str, dict[str, float | None]] = {}
+    out: dict[str, Cost] = {}
     if total_s <= 0 or total_tok <= 0:
         return out
     for name, k in kinds.items():
         if k.output_tokens <= 0:
             continue
         f = (k.stream_s / total_s) / (k.output_tokens / total_tok)
-        out[name] = {
-            "cost_per_mtok": None if arm.get("cost_per_mtok") is None else arm["cost_per_mtok"] * f,
-            "joules_per_token": None
-            if arm.get("joules_per_token") is None
-            else arm["joules_per_token"] * f,
-        }
+        out[name] = Cost(
+            None if arm.cost_per_mtok is None else arm.cost_per_mtok * f,
+            None if arm.joules_per_token is None else arm.joules_per_token * f,
+        )
     return out

@@ -22,12 +22,13 @@ import numpy as np
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
-from tokmon.model.ladder import StepTotals, knee
+from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
 from tokmon.model.summary import active_time, alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
+from tokmon.model.views import ArmCost, ComparisonView, Cost, LadderView, ProbeView
 
 MARK_KINDS = {
     "arm": "arm",
@@ -258,6 +259,7 @@ class Fold:
         self.segments = [Segment(0, self.arm, 0)]
         self.alternations = 0
         self.comparison: dict[str, Any] | None = None
+        self._cmp_view: tuple[dict[str, Any], ComparisonView] | None = None
         self._next_compare = 0
         self._pending_marks: list[str] = []
         self._last_errors = 0
@@ -311,8 +313,17 @@ class Fold:
             self._compare(self.t_last)
         if not self.snapshot.warming_up:
             self.alerts.check()
-        trends = {k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()}
-        self.snapshot = replace(self.snapshot, comparison=self.comparison, trends=trends)
+        self.snapshot = replace(
+            self.snapshot, comparison=self._comparison_view(), trends=dict(self.alerts.trends)
+        )
+
+    def _comparison_view(self) -> ComparisonView | None:
+        c = self.comparison
+        if c is None:
+            return None
+        if self._cmp_view is None or self._cmp_view[0] is not c:
+            self._cmp_view = (c, ComparisonView.of(c))
+        return self._cmp_view[1]
 
     def _compare(self, now: int) -> None:
         self._next_compare = now + COMPARE_EVERY_NS
@@ -654,18 +665,19 @@ class Fold:
                 alerts = self.alerts.add(point, rss)
                 if self.derive:
                     later += alerts
-        costs: dict[str, dict[str, Any]] = {}
+        costs: dict[str, ArmCost] = {}
         for v in arm_views:
-            c: dict[str, Any] = cost_figures(
+            c = cost_figures(
                 v.window.tokens_per_s if v.window else None,
                 gpu_hour_price=s.gpu_hour_price,
                 gpus=self.gpus,
                 power_w=_num(probes.get("gpu_power_w")),
             )
             tot = self.totals.get(v.name)
-            if tot is not None and len(tot.kinds) > 1:
-                c["by_kind"] = kind_cost_figures(c, tot.kinds)
-            costs[v.name] = c
+            kinds = (
+                kind_cost_figures(c, tot.kinds) if tot is not None and len(tot.kinds) > 1 else {}
+            )
+            costs[v.name] = ArmCost(c, tuple(kinds.items()))
         self.snapshot = Snapshot(
             t=now,
             elapsed_s=now / 1e9,
@@ -687,36 +699,36 @@ class Fold:
             recent=tuple(self.history.recent),
             whole=tuple(self.history.whole_view()),
             events=tuple(self.events),
-            comparison=self.comparison,
-            probes=probes,
+            comparison=self._comparison_view(),
+            probes=ProbeView.of(probes),
             done=final,
             loop_lag_ms=max((x.loop_lag_ms for x in stat), default=0.0),
             send_lag_ms=lag,
             insecure=s.insecure,
             output_check=self.output_check,
             down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
-            trends={k: (v.pct_per_hour, v.lo, v.hi) for k, v in self.alerts.trends.items()},
+            trends=dict(self.alerts.trends),
             ladder=self._ladder_view(now) if self.steps else None,
             costs=costs,
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)
 
-    def _ladder_view(self, now: int) -> dict[str, Any]:
+    def _ladder_view(self, now: int) -> LadderView:
         cur = self.steps[-1]
         figs = [st.figures(now) for st in self.steps if st.t1 is not None]
-        arms = list(dict.fromkeys(f["arm"] for f in figs))
-        return {
-            "param": self.ladder_param,
-            "step": cur.step,
-            "value": cur.value,
-            "arm": cur.arm,
-            "running": cur.t1 is None,
-            "since_s": (now - cur.t0) / 1e9,
-            "done": figs,
-            "knee": {a: knee([f for f in figs if f["arm"] == a]) for a in arms},
-            "stopped": self.ladder_stopped,
-        }
+        arms = list(dict.fromkeys(f.arm for f in figs))
+        return LadderView(
+            param=self.ladder_param,
+            step=cur.step,
+            value=cur.value,
+            arm=cur.arm,
+            running=cur.t1 is None,
+            since_s=(now - cur.t0) / 1e9,
+            done=tuple(figs),
+            knee=tuple((a, knee([f for f in figs if f.arm == a])) for a in arms),
+            stopped=self.ladder_stopped,
+        )
 
     # ------------------------------------------------------------------ the summary
     def mean_power(self, arm: str, t_end: int) -> float | None:
@@ -756,16 +768,17 @@ class Fold:
             return None
         s = self.settings
         figs = [st.figures(t_end) for st in self.steps]
+        steps = [asdict(f) for f in figs]
         if s.gpu_hour_price is not None:
-            for f in figs:  # what a million tokens costs at each step's throughput
-                f["cost_per_million_tokens"] = cost_figures(
-                    f["tokens_per_s"], gpu_hour_price=s.gpu_hour_price, gpus=self.gpus, power_w=None
-                )["cost_per_mtok"]
-        arms = list(dict.fromkeys(f["arm"] for f in figs))
+            for d in steps:  # what a million tokens costs at each step's throughput
+                d["cost_per_million_tokens"] = cost_figures(
+                    d["tokens_per_s"], gpu_hour_price=s.gpu_hour_price, gpus=self.gpus, power_w=None
+                ).cost_per_mtok
+        arms = list(dict.fromkeys(f.arm for f in figs))
         out: dict[str, Any] = {
             "param": self.ladder_param,
-            "steps": figs,
-            "knee": {a: knee([f for f in figs if f["arm"] == a]) for a in arms},
+            "steps": steps,
+            "knee": {a: knee_json(knee([f for f in figs if f.arm == a])) for a in arms},
             "stopped_early": self.ladder_stopped,
         }
         if len(arms) >= 2:
@@ -826,14 +839,15 @@ class Fold:
                 power_w=pw,
             )
             a["mean_gpu_power_w"] = None if pw is None else round(pw, 3)
-            a["cost_per_million_tokens"] = c["cost_per_mtok"]
-            a["joules_per_token"] = c["joules_per_token"]
-            a["tokens_per_joule"] = c["tokens_per_joule"]
+            a["cost_per_million_tokens"] = c.cost_per_mtok
+            a["joules_per_token"] = c.joules_per_token
+            a["tokens_per_joule"] = c.tokens_per_joule
             if a.get("by_kind"):
                 kc = kind_cost_figures(c, self.totals[name].kinds)
                 for k, v in a["by_kind"].items():
-                    v["cost_per_million_tokens"] = kc.get(k, {}).get("cost_per_mtok")
-                    v["joules_per_token"] = kc.get(k, {}).get("joules_per_token")
+                    kk = kc.get(k, Cost())
+                    v["cost_per_million_tokens"] = kk.cost_per_mtok
+                    v["joules_per_token"] = kk.joules_per_token
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["alerts"] = alerts_from_events(self.alert_events, 0)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.views import StepFigures
 from tokmon.model.workload import LengthDist, WorkloadError, parse_count
 
 PARAMS = ("concurrency", "rate", "prompt-tokens", "max-tokens")
@@ -105,58 +106,66 @@ class StepTotals:
     gpu_mem_max: float | None = None
     kv_max: float | None = None
 
-    def figures(self, t_end: int) -> dict[str, Any]:
+    def figures(self, t_end: int) -> StepFigures:
         dur = ((self.t1 or t_end) - self.t0) / 1e9
         ended = self.ok + self.failed
 
         def p(x: list[float], q: float) -> float | None:
             return round(float(np.percentile(x, q)), 4) if x else None
 
-        return {
-            "step": self.step,
-            "value": self.value,
-            "arm": self.arm,
-            "duration_s": round(dur, 3),
-            "tokens_per_s": self.tokens / dur if dur > 0 else None,
-            "requests": ended,
-            "ok": self.ok,
-            "failed": self.failed,
-            "error_rate": self.failed / ended if ended else None,
-            "ttft_p50": p(self.ttft, 50),
-            "ttft_p95": p(self.ttft, 95),
-            "tpot_p50": p(self.tpot, 50),
-            "decode_p50": p(self.decode, 50),
-            "gpu_mem_max_pct": self.gpu_mem_max,
-            "kv_max_pct": self.kv_max,
-        }
+        return StepFigures(
+            step=self.step,
+            value=self.value,
+            arm=self.arm,
+            duration_s=round(dur, 3),
+            tokens_per_s=self.tokens / dur if dur > 0 else None,
+            requests=ended,
+            ok=self.ok,
+            failed=self.failed,
+            error_rate=self.failed / ended if ended else None,
+            ttft_p50=p(self.ttft, 50),
+            ttft_p95=p(self.ttft, 95),
+            tpot_p50=p(self.tpot, 50),
+            decode_p50=p(self.decode, 50),
+            gpu_mem_max_pct=self.gpu_mem_max,
+            kv_max_pct=self.kv_max,
+        )
 
 
-def knee(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+def knee(steps: list[StepFigures]) -> StepFigures | None:
     """Where latency takes off: the last step before TTFT p95 at least doubles (from the
     first step) while throughput grows by less than 10% a step."""
-    pts = [s for s in steps if s["tokens_per_s"] and s["ttft_p95"] is not None]
+    pts = [s for s in steps if s.tokens_per_s and s.ttft_p95 is not None]
     if len(pts) < 3:
         return None
-    base = pts[0]["ttft_p95"]
+    base = pts[0].ttft_p95
     for i in range(1, len(pts)):
-        gain = pts[i]["tokens_per_s"] / pts[i - 1]["tokens_per_s"] - 1
-        if pts[i]["ttft_p95"] > 2 * base and gain < 0.10:
-            return {
-                "step": pts[i - 1]["step"],
-                "value": pts[i - 1]["value"],
-                "tokens_per_s": pts[i - 1]["tokens_per_s"],
-                "ttft_p95": pts[i - 1]["ttft_p95"],
-            }
+        prev, cur = pts[i - 1], pts[i]
+        assert prev.tokens_per_s and cur.tokens_per_s and base is not None and cur.ttft_p95
+        if cur.ttft_p95 > 2 * base and cur.tokens_per_s / prev.tokens_per_s - 1 < 0.10:
+            return prev
     return None
 
 
-def stop_reason(ladder: Ladder, fig: dict[str, Any]) -> str | None:
-    if ladder.stop_error_rate is not None and (fig["error_rate"] or 0) > ladder.stop_error_rate:
-        return f"error rate {fig['error_rate']:.1%} > {ladder.stop_error_rate:.1%}"
+def knee_json(f: StepFigures | None) -> dict[str, Any] | None:
+    """The knee as the summary writes it."""
+    if f is None:
+        return None
+    return {
+        "step": f.step,
+        "value": f.value,
+        "tokens_per_s": f.tokens_per_s,
+        "ttft_p95": f.ttft_p95,
+    }
+
+
+def stop_reason(ladder: Ladder, fig: StepFigures) -> str | None:
+    if ladder.stop_error_rate is not None and (fig.error_rate or 0) > ladder.stop_error_rate:
+        return f"error rate {fig.error_rate or 0:.1%} > {ladder.stop_error_rate:.1%}"
     if (
         ladder.stop_ttft_p95_ms is not None
-        and fig["ttft_p95"] is not None
-        and fig["ttft_p95"] > ladder.stop_ttft_p95_ms
+        and fig.ttft_p95 is not None
+        and fig.ttft_p95 > ladder.stop_ttft_p95_ms
     ):
-        return f"TTFT p95 {fig['ttft_p95']:.0f} ms > {ladder.stop_ttft_p95_ms:g} ms"
+        return f"TTFT p95 {fig.ttft_p95:.0f} ms > {ladder.stop_ttft_p95_ms:g} ms"
     return None

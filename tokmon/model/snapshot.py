@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tokmon.model.alerts import Trend
 from tokmon.model.history import Point
 from tokmon.model.records import Event
 from tokmon.model.stats import WindowStats
+from tokmon.model.views import ArmCost, ComparisonView, LadderView, ProbeView
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +42,8 @@ class Snapshot:
     recent: tuple[Point, ...]
     whole: tuple[Point, ...]
     events: tuple[Event, ...]
-    comparison: dict[str, Any] | None
-    probes: dict[str, Any] = field(default_factory=dict)
+    comparison: ComparisonView | None
+    probes: ProbeView = field(default_factory=ProbeView)
     done: bool = False
     loop_lag_ms: float = 0.0
     send_lag_ms: float = 0.0
@@ -50,9 +52,9 @@ class Snapshot:
     insecure: bool = False
     output_check: dict[str, Any] | None = None
     down: dict[str, float] = field(default_factory=dict)  # arm -> seconds its server is down
-    trends: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # %/h, CI
-    costs: dict[str, dict[str, Any]] = field(default_factory=dict)  # per arm, live
-    ladder: dict[str, Any] | None = None  # current step, progress and the steps so far
+    trends: dict[str, Trend] = field(default_factory=dict)  # %/h with its interval
+    costs: dict[str, ArmCost] = field(default_factory=dict)  # per arm, live
+    ladder: LadderView | None = None  # current step, progress and the steps so far
 
 
 class Source(Protocol):

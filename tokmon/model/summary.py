@@ -219,7 +219,7 @@ def active_time(
         return dict.fromkeys(arms, max(0.0, (t_end - t0) / 1e9))
     out = dict.fromkeys(arms, 0.0)
     for _, arm, s, e in segments:
-        e2 = t_end if e is None else e
+        e2 = t_end if e is None else min(e, t_end)
         s2 = max(s, t0)
         if e2 > s2:
             out[arm] = out.get(arm, 0.0) + (e2 - s2) / 1e9

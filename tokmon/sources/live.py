@@ -112,6 +112,7 @@ class LiveSession:
         self.final: dict[str, Any] | None = None  # that summary, computed once
         self._statuses: dict[int, EngineStatus] = {}  # the engines' latest, not yet folded
         self._folded: dict[int, EngineStatus] = {}
+        self._ended = False  # the final tick is folded: no more facts
         self.check_n = check_outputs_n
         self._checking = False
 
@@ -240,7 +241,7 @@ class LiveSession:
             for f in figs:
                 reason = stop_reason(lad, f)
                 if reason and i + 1 < n:
-                    self._end_ladder(f"saturated at {lad.param} {v} ({f['arm']}): {reason}")
+                    self._end_ladder(f"saturated at {lad.param} {v} ({f.arm}): {reason}")
                     return
         self._end_ladder(None)
 
@@ -257,7 +258,7 @@ class LiveSession:
     def _alternator(self) -> None:
         assert self.cfg.alternate_s
         while not self._done.wait(self.cfg.alternate_s):
-            if self.stopping:
+            if self.stopping or self._ended:
                 return
             self.command("switch")
 
@@ -408,6 +409,8 @@ class LiveSession:
         """Fold a fact and record it, with the events the fold derived from it, under one
         lock: the recording holds the facts in the order the fold took them."""
         with self.lock:
+            if self._ended:
+                return
             derived = self.fold.apply(fact)
             rec = self.recorder
             if rec is not None:
@@ -446,14 +449,18 @@ class LiveSession:
             now = perf_counter_ns()
             if now >= self._next_tick:
                 self._tick(now)
-        self.t_stop = perf_counter_ns()
-        self._tick(self.t_stop, final=True)
-        for pr in self.probes:
+        for pr in self.probes:  # (each takes a last sample: counters cover the whole run)
             try:
                 pr.stop()
             except Exception:
                 pass
-        final = self.final = self.summary()
+        with self.lock:
+            # The run ends here: the final tick and the summary see the same facts, and a
+            # fact that comes later (a switch of the alternation thread) is not the run's.
+            self.t_stop = perf_counter_ns()
+            self._tick(self.t_stop, final=True)
+            final = self.final = self.summary()
+            self._ended = True
         if self.recorder is not None:
             self.recorder.summary(final)
             self.recorder.end(self.t_stop)

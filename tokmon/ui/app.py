@@ -431,10 +431,10 @@ class DashboardApp(App[None]):
         if s.paused:
             t.append(" · PAUSED", style="bold reverse")
         lad = s.ladder
-        if lad is not None and lad["running"]:
-            when = "warming up" if lad["since_s"] < 0 else f"{lad['since_s']:.0f} s measured"
+        if lad is not None and lad.running:
+            when = "warming up" if lad.since_s < 0 else f"{lad.since_s:.0f} s measured"
             t.append(
-                f" · ladder step {lad['step'] + 1}: {lad['param']} {lad['value']} ({when})",
+                f" · ladder step {lad.step + 1}: {lad.param} {lad.value} ({when})",
                 style="bold",
             )
         if s.warming_up:
@@ -444,11 +444,11 @@ class DashboardApp(App[None]):
         if s.done:
             t.append(" · finished (q to quit)", style="bold")
         pr = s.probes
-        if pr.get("self_cpu_pct") is not None:
+        if pr.self_cpu_pct is not None:
             # If tokmon itself is the bottleneck, it shows here.
-            busy = pr["self_cpu_pct"] > 80 or s.loop_lag_ms > 20
+            busy = pr.self_cpu_pct > 80 or s.loop_lag_ms > 20
             t.append(
-                f" · tokmon CPU {pr['self_cpu_pct']:.0f}% · host {pr.get('host_cpu_pct', 0):.0f}%",
+                f" · tokmon CPU {pr.self_cpu_pct:.0f}% · host {pr.host_cpu_pct or 0:.0f}%",
                 style="bold reverse" if busy else "dim",
             )
         if s.loop_lag_ms > 20:
@@ -487,25 +487,25 @@ class DashboardApp(App[None]):
             acc1 = f"~{w.tokens_per_chunk:.2f} tok/chunk"
             acc2 = "estimate from chunks"
         pr = s.probes
-        gpu1 = "n/a" if pr.get("gpu_util") is None else f"util {pr['gpu_util']:.0f}%"
-        if pr.get("gpu_mem_used_gib") is not None:
-            gpu1 += f" · {pr['gpu_mem_used_gib']:.1f} GiB"
+        gpu1 = "n/a" if pr.gpu_util is None else f"util {pr.gpu_util:.0f}%"
+        if pr.gpu_mem_used_gib is not None:
+            gpu1 += f" · {pr.gpu_mem_used_gib:.1f} GiB"
         gpu2 = (
-            pr.get("gpu_note", "no GPU probe")
-            if pr.get("gpu_util") is None
+            pr.gpu_note or "no GPU probe"
+            if pr.gpu_util is None
             else (
-                f"{pr.get('gpu_power_w', 0):.0f} W · {pr.get('gpu_temp_c', 0):.0f}°C"
-                if pr.get("gpu_power_w") is not None
+                f"{pr.gpu_power_w:.0f} W · {pr.gpu_temp_c or 0:.0f}°C"
+                if pr.gpu_power_w is not None
                 else ""
             )
         )
-        kv1 = "n/a" if pr.get("kv_pct") is None else f"KV {pr['kv_pct']:.0f}%"
-        if pr.get("queue") is not None:
-            kv1 += f" · queue {pr['queue']:.0f}"
+        kv1 = "n/a" if pr.kv_pct is None else f"KV {pr.kv_pct:.0f}%"
+        if pr.queue is not None:
+            kv1 += f" · queue {pr.queue:.0f}"
         kv2 = (
-            pr.get("server_note", "no server metrics")
-            if pr.get("kv_pct") is None
-            else (f"running {pr.get('running', 0):.0f} · {pr.get('engine', '')}")
+            pr.server_note or "no server metrics"
+            if pr.kv_pct is None
+            else (f"running {pr.running or 0:.0f} · {pr.engine or ''}")
         )
         out = {
             "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
@@ -538,8 +538,8 @@ class DashboardApp(App[None]):
             tr = s.trends.get(metric)
             if tr is not None and key in out:
                 l1, l2 = out[key]
-                sig = "*" if (tr[1] > 0 or tr[2] < 0) else ""
-                out[key] = (f"{l1} {tr[0]:+.1f}%/h{sig}", l2)
+                sig = "*" if tr.significant else ""
+                out[key] = (f"{l1} {tr.pct_per_hour:+.1f}%/h{sig}", l2)
         return out
 
     def _compare_text(self, s: Snapshot, detail: bool = False) -> Text:
@@ -565,72 +565,61 @@ class DashboardApp(App[None]):
                     style="dim",
                 )
         lad = s.ladder
-        if lad is not None and lad["done"]:
+        if lad is not None and lad.done:
             # The curve, point by point: throughput against latency at each step.
-            t.append(f"ladder {lad['param']}: tok/s TTFT95  dec  KV\n", style="bold")
-            for f in lad["done"][-6:]:
-                k = lad["knee"].get(f["arm"])
-                mark = " ← knee" if k is not None and k["step"] == f["step"] else ""
-                arm = f" {f['arm'][:6]}" if len(s.arms) > 1 else ""
-                kv = "—" if f["kv_max_pct"] is None else f"{f['kv_max_pct']:.0f}%"
+            t.append(f"ladder {lad.param}: tok/s TTFT95  dec  KV\n", style="bold")
+            for f in lad.done[-6:]:
+                k = lad.knee_of(f.arm)
+                mark = " ← knee" if k is not None and k.step == f.step else ""
+                arm = f" {f.arm[:6]}" if len(s.arms) > 1 else ""
+                kv = "—" if f.kv_max_pct is None else f"{f.kv_max_pct:.0f}%"
                 t.append(
-                    f"  {f['value']:>6}{arm} {(f['tokens_per_s'] or 0):>7.0f} "
-                    f"{fmt_ms(f['ttft_p95']):>6} {_num(f['decode_p50']):>5} {kv:>4}{mark}\n"
+                    f"  {f.value:>6}{arm} {(f.tokens_per_s or 0):>7.0f} "
+                    f"{fmt_ms(f.ttft_p95):>6} {_num(f.decode_p50):>5} {kv:>4}{mark}\n"
                 )
         c = s.comparison
         if c is not None:
             t.append(
-                f"{c['other'][:8]}/{c['baseline'][:8]} ratio [95% CI] by {c['method']}\n",
+                f"{c.other[:8]}/{c.baseline[:8]} ratio [95% CI] by {c.method}\n",
                 style="bold",
             )
-            for key, name in (
-                ("decode_tokens_per_s", "decode"),
-                ("tpot_ms", "TPOT"),
-                ("ttft_ms", "TTFT"),
-            ):
-                r = c.get(key)
+            for r, name in ((c.decode, "decode"), (c.tpot, "TPOT"), (c.ttft, "TTFT")):
                 if r is None:
                     t.append(f"  {name:<7}collecting data…\n", style="dim")
                 else:
-                    lo, hi = r["ci95"]
-                    sig = lo > 1 or hi < 1
                     t.append(
-                        f"  {name:<7}×{r['ratio']:.2f} [{lo:.2f}, {hi:.2f}]",
-                        style="bold" if sig else "",
+                        f"  {name:<7}×{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}]",
+                        style="bold" if r.significant else "",
                     )
-                    t.append("\n" if sig else " n.s.\n", style="dim")
-            bk = c.get("by_kind") or {}
-            shown = [
-                (k, v["decode_tokens_per_s"]) for k, v in bk.items() if v["decode_tokens_per_s"]
-            ]
-            if len(shown) > 1:
+                    t.append("\n" if r.significant else " n.s.\n", style="dim")
+            if len(c.decode_by_kind) > 1:
                 t.append(
                     "decode by kind: "
-                    + " · ".join(f"{k} ×{d['ratio']:.2f}" for k, d in shown)
+                    + " · ".join(f"{k} ×{d.ratio:.2f}" for k, d in c.decode_by_kind)
                     + "\n"
                 )
         elif len(s.arms) < 2:
             t.append("one arm: add --arm to compare\n", style="dim")
         if any(
-            c.get("cost_per_mtok") is not None or c.get("joules_per_token") is not None
-            for c in s.costs.values()
+            a.cost.cost_per_mtok is not None or a.cost.joules_per_token is not None
+            for a in s.costs.values()
         ):
             parts = []
-            for name, c in s.costs.items():
+            for name, a in s.costs.items():
                 bits = []
-                if c.get("cost_per_mtok") is not None:
-                    bits.append(f"{c['cost_per_mtok']:.2f}/Mtok")
-                if c.get("joules_per_token") is not None:
-                    bits.append(f"{c['joules_per_token']:.2f} J/tok")
+                if a.cost.cost_per_mtok is not None:
+                    bits.append(f"{a.cost.cost_per_mtok:.2f}/Mtok")
+                if a.cost.joules_per_token is not None:
+                    bits.append(f"{a.cost.joules_per_token:.2f} J/tok")
                 if bits:
                     parts.append(f"{name[:8]} " + " ".join(bits))
             t.append("cost " + " · ".join(parts) + "\n")
-            for name, c in s.costs.items():
-                kc = {k: v for k, v in (c.get("by_kind") or {}).items() if v.get("cost_per_mtok")}
+            for name, a in s.costs.items():
+                kc = [(k, v.cost_per_mtok) for k, v in a.by_kind if v.cost_per_mtok]
                 if len(kc) > 1:  # what each kind of task costs: code is cheap with a draft
                     t.append(
                         f"  {name[:8]} by kind: "
-                        + " · ".join(f"{k} {v['cost_per_mtok']:.2f}" for k, v in kc.items())
+                        + " · ".join(f"{k} {v:.2f}" for k, v in kc)
                         + "/Mtok\n",
                         style="dim",
                     )

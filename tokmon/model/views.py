@@ -1,0 +1,152 @@
+"""Typed views the Snapshot carries to the dashboard: the probes' latest fields, the A/B
+comparison, the ladder, cost. Built by the fold from its figures (and from probe fields,
+which come from servers and files: every number checked), read by attribute in the UI."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeView:
+    """The latest probe fields the dashboard shows (None: not measured)."""
+
+    gpu_util: float | None = None
+    gpu_mem_used_gib: float | None = None
+    gpu_mem_pct: float | None = None
+    gpu_power_w: float | None = None
+    gpu_temp_c: float | None = None
+    gpu_note: str | None = None
+    kv_pct: float | None = None
+    queue: float | None = None
+    running: float | None = None
+    engine: str | None = None
+    server_note: str | None = None
+    self_cpu_pct: float | None = None
+    host_cpu_pct: float | None = None
+    self_rss_mib: float | None = None
+
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> ProbeView:
+        kw: dict[str, Any] = {}
+        for name in cls.__slots__:  # type: ignore[attr-defined]
+            v = fields.get(name)
+            kw[name] = _text(v) if name in _TEXT_FIELDS else _num(v)
+        return cls(**kw)
+
+
+_TEXT_FIELDS = frozenset({"gpu_note", "engine", "server_note"})
+
+
+@dataclass(frozen=True, slots=True)
+class RatioView:
+    """A ratio other/baseline with its 95% interval."""
+
+    ratio: float
+    lo: float
+    hi: float
+
+    @property
+    def significant(self) -> bool:
+        return self.lo > 1 or self.hi < 1
+
+    @classmethod
+    def of(cls, d: Any) -> RatioView | None:
+        if not isinstance(d, dict):
+            return None
+        lo, hi = d["ci95"]
+        return cls(float(d["ratio"]), float(lo), float(hi))
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonView:
+    """The whole-run A/B comparison (the summary's ``comparison``, typed)."""
+
+    baseline: str
+    other: str
+    method: str
+    decode: RatioView | None
+    tpot: RatioView | None
+    ttft: RatioView | None
+    decode_by_kind: tuple[tuple[str, RatioView], ...] = ()
+
+    @classmethod
+    def of(cls, c: dict[str, Any]) -> ComparisonView:
+        kinds = []
+        for k, v in (c.get("by_kind") or {}).items():
+            r = RatioView.of(v.get("decode_tokens_per_s"))
+            if r is not None:
+                kinds.append((k, r))
+        return cls(
+            baseline=c["baseline"],
+            other=c["other"],
+            method=c["method"],
+            decode=RatioView.of(c.get("decode_tokens_per_s")),
+            tpot=RatioView.of(c.get("tpot_ms")),
+            ttft=RatioView.of(c.get("ttft_ms")),
+            decode_by_kind=tuple(kinds),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What a million output tokens cost and the energy per token, at a throughput."""
+
+    cost_per_mtok: float | None = None
+    joules_per_token: float | None = None
+    tokens_per_joule: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArmCost:
+    cost: Cost
+    by_kind: tuple[tuple[str, Cost], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepFigures:
+    """One ladder step, measured (after its warm-up)."""
+
+    step: int
+    value: str
+    arm: str
+    duration_s: float
+    tokens_per_s: float | None
+    requests: int
+    ok: int
+    failed: int
+    error_rate: float | None
+    ttft_p50: float | None
+    ttft_p95: float | None
+    tpot_p50: float | None
+    decode_p50: float | None
+    gpu_mem_max_pct: float | None
+    kv_max_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LadderView:
+    param: str | None
+    step: int
+    value: str
+    arm: str
+    running: bool
+    since_s: float
+    done: tuple[StepFigures, ...]
+    knee: tuple[tuple[str, StepFigures | None], ...]  # per arm
+    stopped: str | None
+
+    def knee_of(self, arm: str) -> StepFigures | None:
+        return dict(self.knee).get(arm)
