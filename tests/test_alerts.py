@@ -42,17 +42,6 @@ def test_drift_alert_and_interval():
     assert len(drift) == 1 and "tokens/s" in drift[0]
 
 
-def test_step_change_flagged_after_it_happened_not_before():
-    rng = np.random.default_rng(3)
-    noise = rng.normal(0, 20, 1800)
-    eng, fired = soak(lambda i: (1000 if i < 900 else 800) + noise[i], 1800)
-    cps = [(i, d) for i, m, d in fired if d["alert"] == "change_point" and d["metric"] == "tok_s"]
-    assert len(cps) == 1
-    when, d = cps[0]
-    assert 900 <= when <= 900 + 80  # within a few 10 s windows (measured: 6), never before
-    assert abs(d["at_s"] - 900) <= 30 and d["change_pct"] == pytest.approx(-20, abs=4)
-
-
 def test_saturation_when_queue_grows_and_throughput_is_flat():
     rng = np.random.default_rng(4)
     noise = rng.normal(0, 10, 600)
@@ -255,51 +244,35 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
 
 
 @pytest.mark.slow
-def test_step_change_on_the_simulator_flagged_after_it_not_before(make_sim):
-    """The simulator slows by 40% mid-run (live, through /admin/faults): the change point
-    is flagged a few windows after the step, and nothing is flagged before it."""
-    import threading
+def test_a_step_at_45_s_is_flagged_by_75_s_and_placed_at_45(make_sim):
+    """The issue's scripted server: decoding slows by a third at 45 s of a 100-second run
+    at 4 streams (TTFT unchanged). Decode speed and tokens/s are flagged between 45 and
+    75 s and placed at 45 ± 5 s; TTFT, which did not change, raises nothing."""
     import time
-
-    import httpx
 
     from tokmon.model.arms import Arm
     from tokmon.model.config import RunConfig
     from tokmon.model.workload import LengthDist
-    from tokmon.sim.model import parse_profile
+    from tokmon.sim.faults import Faults
 
-    prof = parse_profile("27b-h100", "step_base_ms=12,step_per_seq_ms=0,jitter=0.05")
-    sim = make_sim(profile=prof, seed=6)
+    sim = make_sim(schedule=(50.0, 10.0, 1), faults=Faults(step=50.0, step_at=45.0), seed=6)
     cfg = RunConfig(
         arms=(Arm("a", url=sim.url, model="sim-27b"),),
         concurrency=4,
-        duration_s=40.0,
-        max_tokens=LengthDist("fixed", 24),
+        duration_s=100.0,
+        max_tokens=LengthDist("fixed", 64),
         ignore_eos=True,
-        seed=3,
     )
     s = _sim_session(sim, cfg)
-    s.alerts.window_s = 2.0
-    step_at: list[float] = []
-
-    def slow_down() -> None:
-        time.sleep(18.0)
-        httpx.post(sim.url.replace("/v1", "/admin/faults"), json={"slowdown": 40})
-        step_at.append(time.monotonic())
-
-    t0 = time.monotonic()
-    threading.Thread(target=slow_down, daemon=True).start()
+    start = time.monotonic()
     s.start()
-    assert s.wait(90)
+    assert s.wait(150)
     s.close()
-    at = step_at[0] - t0
-    cps = [a for a in s.alerts.alerts if a["alert"] == "change_point"]
-    assert cps, "no change point flagged"
-    assert all(a["t_s"] > at for a in cps)  # nothing raised before the step
-    where = [(a["metric"], a["at_s"], a["t_s"]) for a in cps]
-    assert all(abs(a["at_s"] - at) <= 3 * s.alerts.window_s for a in cps), (at, where)
-    first = min(cps, key=lambda a: a["t_s"])
-    print(f"step at {at:.1f} s: flagged {first['t_s'] - at:.1f} s later, {first['message']}")
-    assert first["t_s"] - at <= 8 * s.alerts.window_s  # within a few windows
-    decode = [a for a in cps if a["metric"] in ("decode_p50", "tok_s")]
-    assert decode and all(a["change_pct"] < -20 for a in decode)  # 1/1.4: about −29%
+    step = sim.sim.t0 + 45.0 - start  # the step on the session's clock (within ~0.1 s)
+    cps = [a for a in s.summary()["alerts"] if a["alert"] == "change_point"]
+    print([(a["metric"], round(a["at_s"], 1), round(a["found_s"], 1)) for a in cps])
+    assert {a["metric"] for a in cps} == {"decode", "tok_s"}  # nothing on TTFT
+    for a in cps:
+        assert step <= a["found_s"] <= step + 30, a["message"]
+        assert abs(a["at_s"] - step) <= 5, a["message"]
+        assert a["change_pct"] < -20  # a third slower: about −33%

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.changepoint import cusum
 from tokmon.model.history import Point
 from tokmon.model.trend import sen_slope
 from tokmon.model.views import Cost
@@ -33,6 +32,9 @@ class Trend:
     pct_per_hour: float
     lo: float
     hi: float
+    # the interval is narrower than the alert threshold: the figure can tell a drift that
+    # matters from none (before that the dashboard says "too short to tell")
+    known: bool = True
 
     @property
     def significant(self) -> bool:
@@ -51,7 +53,6 @@ class AlertEngine:
         saturation_span_s: float = 180.0,
     ) -> None:
         self.drift_alert = drift_alert_pct_h
-        self.min_change_pct = 5.0  # smaller steps are noted in reports, not alerted
         self.min_span_s = min_span_s
         self.window_s = window_s
         self.every_s = every_s
@@ -62,7 +63,7 @@ class AlertEngine:
         self.fired: set[str] = set()
         self.alerts: list[dict[str, Any]] = []
         self._next = 0.0
-        self._cp_at: dict[str, list[float]] = {}  # where each change was reported
+        self.regime_t0 = 0.0  # trends are fitted within the regime (seconds)
         self._rss: deque[tuple[float, float]] = deque(maxlen=100_000)
 
     def add(
@@ -88,7 +89,6 @@ class AlertEngine:
         self._next = p.t + self.every_s
         out: list[tuple[str, str, dict[str, Any]]] = []
         out += self._drift()
-        out += self._change_points()
         out += self._saturation()
         out += self._leak()
         for _, msg, data in out:
@@ -96,8 +96,14 @@ class AlertEngine:
         return out
 
     # ------------------------------------------------------------------ checks
+    def new_regime(self, t_s: float) -> None:
+        """The user changed what runs (an arm, the load, a ladder step): a trend is never
+        fitted across that."""
+        self.regime_t0 = t_s
+        self.trends.clear()
+
     def _series(self, key: str, pts: list[Point] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        pts = list(self.points) if pts is None else pts
+        pts = [q for q in self.points if q.t >= self.regime_t0] if pts is None else pts
         # Points a second apart share most of their sliding window: keep one per window so
         # that the slope's interval is not made narrow by counting the same data ten times.
         xs, ys = [], []
@@ -126,7 +132,8 @@ class AlertEngine:
         if r is None:
             return None
         k = 3600.0 * 100.0 / abs(med)
-        return Trend(key, r[0] * k, r[1] * k, r[2] * k)
+        lo, hi = r[1] * k, r[2] * k
+        return Trend(key, r[0] * k, lo, hi, known=hi - lo < self.drift_alert)
 
     def _drift(self) -> list[tuple[str, str, dict[str, Any]]]:
         out = []
@@ -138,6 +145,7 @@ class AlertEngine:
             name = f"drift:{key}"
             if (
                 tr.significant
+                and tr.known
                 and abs(tr.pct_per_hour) >= self.drift_alert
                 and tr.pct_per_hour * bad > 0
                 and name not in self.fired
@@ -157,60 +165,10 @@ class AlertEngine:
                 )
         return out
 
-    def _window_medians(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        b: dict[int, list[float]] = {}
-        # The first two windows fill the pipeline (every stream starts at once): a ramp,
-        # not a change of the server.
-        start = self.points[0].t + 2 * self.window_s if self.points else 0.0
-        for q in self.points:
-            if q.t < start:
-                continue
-            v = getattr(q, key)
-            if v is not None:
-                b.setdefault(int(q.t // self.window_s), []).append(v)
-        ks = sorted(b)
-        return (
-            np.array([(k + 1) * self.window_s for k in ks]),
-            np.array([float(np.median(b[k])) for k in ks]),
-        )
-
-    def _change_points(self) -> list[tuple[str, str, dict[str, Any]]]:
-        out = []
-        for key, label, min_pct in (
-            ("tok_s", "tokens/s", self.min_change_pct),
-            ("decode_p50", "decode p50", self.min_change_pct),
-            # a tail of 10 s of requests wanders more than a median: a larger step only
-            ("ttft_p95", "TTFT p95", 2 * self.min_change_pct),
-        ):
-            t, m = self._window_medians(key)
-            seen = self._cp_at.setdefault(key, [])
-            for c in cusum(t, m, min_len=6):
-                # The detector runs again over the whole series at every check: a change
-                # it found before (give or take a few windows) is not news.
-                if abs(c.change_pct) < min_pct or any(
-                    abs(c.t - s) <= 3 * self.window_s for s in seen
-                ):
-                    continue
-                seen.append(c.t)
-                out.append(
-                    (
-                        "alert",
-                        f"change point: {label} {c.before:.1f} → {c.after:.1f} "
-                        f"({c.change_pct:+.0f}%) at {c.t:.0f} s",
-                        {
-                            "alert": "change_point",
-                            "metric": key,
-                            "at_s": c.t,
-                            "change_pct": c.change_pct,
-                        },
-                    )
-                )
-        return out
-
     def _saturation(self) -> list[tuple[str, str, dict[str, Any]]]:
         """The queue keeps growing while throughput stays flat: more load adds only wait."""
         span = self.saturation_span_s
-        pts = [q for q in self.points if q.t >= self.points[-1].t - span]
+        pts = [q for q in self.points if q.t >= max(self.points[-1].t - span, self.regime_t0)]
         if not pts or pts[-1].t - pts[0].t < span / 2 or "saturation" in self.fired:
             return []
         for qkey, label in (("queue", "server queue"), ("send_lag", "client send lag")):

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
+from tokmon.model.changepoint import WATCHED, ChangePoint, StepWatch
+from tokmon.model.changepoint import H as CUSUM_H
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
@@ -30,6 +32,8 @@ from tokmon.model.summary import active_time, alerts_from_events, build_summary,
 from tokmon.model.table import RequestTable
 from tokmon.model.views import ArmCost, ComparisonView, Cost, LadderView, ProbeView
 
+# events that start a regime: the user changed what runs (never a change point)
+REGIME_KINDS = frozenset({"arm", "step", "level", "pause"})
 MARK_KINDS = {
     "arm": "arm",
     "marker": "marker",
@@ -42,6 +46,27 @@ MARK_KINDS = {
 COMPARE_EVERY_NS = 3_000_000_000  # the whole-run A/B comparison: a bootstrap, not every tick
 SERVER_OFF = {"server_note": "server metrics off"}
 INCONSISTENT = "inconsistent: more tokens accepted than drafted"
+
+
+def _change_alert(arm: str, cp: ChangePoint, basis: str) -> tuple[str, str, dict[str, Any]]:
+    label = WATCHED[cp.metric][0]
+    return (
+        "alert",
+        f"change point: {label} of {arm} {cp.before:.1f} → {cp.after:.1f} "
+        f"({cp.change_pct:+.0f}%) from {cp.t:.0f} s, found at {cp.t_found:.0f} s "
+        f"(CUSUM {cp.score:.0f} > {CUSUM_H:g}, {basis})",
+        {
+            "alert": "change_point",
+            "metric": cp.metric,
+            "arm": arm,
+            "at_s": cp.t,
+            "found_s": cp.t_found,
+            "before": cp.before,
+            "after": cp.after,
+            "change_pct": cp.change_pct,
+            "score": cp.score,
+        },
+    )
 
 
 def _num(v: Any) -> float | None:
@@ -274,6 +299,11 @@ class Fold:
         self.ladder_stopped: str | None = None
         self.output_check: dict[str, Any] | None = None
         self.alerts = AlertEngine(drift_alert_pct_h=s.drift_alert_pct_h, window_s=s.window_s)
+        # step changes, on the requests themselves, within the regime the user set
+        self.watch = StepWatch()
+        self.watch.new_regime(0.0)
+        self.regimes: list[float] = [0.0]  # when each regime began (s)
+        self.change_points: list[tuple[str, ChangePoint]] = []  # (arm, change), all found
         self.snapshot: Snapshot | None = None
         self.t_last = 0
 
@@ -296,9 +326,16 @@ class Fold:
             self._tick(fact.t, fact.final, out)
         return out
 
+    def close_seconds(self, t: int) -> None:
+        """A tick of a report: the step detector's seconds close as they did live."""
+        self.t_last = t
+        for arm, cp, _ in self.watch.close(t / 1e9):
+            self.change_points.append((arm, cp))
+
     def skip_tick(self, t: int) -> None:
         """A tick passed over while a replay seeks: the window moves on, nothing is drawn."""
         self._trim(t)
+        self.close_seconds(t)
 
     def seek_tick(self, t: int) -> None:
         """A tick drawn while a replay seeks: all but the whole-run A/B comparison (a
@@ -354,6 +391,17 @@ class Fold:
                 tot = self.totals[name] = ArmTotals(name)
             tot.add(tb, rows[arms == code], self.slo)
         counted = rows[~c["warmup"] & ~c["settle"]]
+        ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
+        if ok.size:
+            arm_ok = c["arm"][ok]
+            for code in np.unique(arm_ok):
+                sel = ok[arm_ok == code]
+                self.watch.requests(
+                    tb.vocab["arm"][code],
+                    c["t_end"][sel] / 1e9,
+                    c["decode_tps"][sel],
+                    c["ttft_ms"][sel],
+                )
         if counted.size:
             t0 = int(c["t_sched"][counted].min())
             if self.t_measure is None or t0 < self.t_measure:
@@ -434,6 +482,8 @@ class Fold:
 
     def _tokens(self, t: int, arm: str, n: int) -> None:
         self.tokens.add(t, arm, n)
+        if self.t_measure is not None or not self.settings.warmup:
+            self.watch.token_bucket(arm, t / 1e9, n)
         for st in reversed(self.steps):
             if st.arm == arm and st.t0 <= t and (st.t1 is None or t < st.t1):
                 st.tokens += n
@@ -500,6 +550,8 @@ class Fold:
         figures mean."""
         d = ev.data
         arm = d.get("arm")
+        if ev.kind in REGIME_KINDS:
+            self._new_regime(ev.t)
         if ev.kind == "arm":
             if isinstance(arm, str) and arm in self.arm_names and arm != self.arm:
                 self._switch(arm, ev.t)
@@ -536,6 +588,12 @@ class Fold:
         mark = MARK_KINDS.get(ev.kind)
         if mark:
             self._pending_marks.append(mark)
+
+    def _new_regime(self, t: int) -> None:
+        """The user changed what runs: detectors and trends start again from here."""
+        self.watch.new_regime(t / 1e9)
+        self.alerts.new_regime(t / 1e9)
+        self.regimes.append(t / 1e9)
 
     def _switch(self, new_arm: str, t: int) -> None:
         """End the current segment and start one for ``new_arm``."""
@@ -657,6 +715,10 @@ class Fold:
         if (now >= self._next_compare or final) and len(self.arm_names) >= 2 and not quick:
             self._compare(now)
         warming = s.warmup and self.t_measure is None
+        for arm, cp, basis in self.watch.close(now / 1e9):
+            self.change_points.append((arm, cp))
+            if self.derive:
+                later.append(_change_alert(arm, cp, basis))
         if not warming:  # the ramp of a warm-up is not a change of the server
             rss = _num(probes.get("self_rss_mib"))
             if quick:  # (a seek checks once, at its end: the checks read the whole run)

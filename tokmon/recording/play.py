@@ -25,26 +25,27 @@ def end_of(rec: Recording) -> int:
 def fold_of(rec: Recording) -> Fold:
     """The whole recording folded, as the live run had folded it at its end.
 
-    Ticks draw and change no total, so they are passed over, and the requests between
-    two events are folded as one batch (a million requests in a few calls)."""
+    A tick only closes the step detector's seconds here (nothing is drawn), and the
+    requests between two ticks are folded as one batch."""
     fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
     tb = rec.requests
     lo = 0
     for rows, fact in rec.timeline:
-        if isinstance(fact, Tick):
-            continue
-        if isinstance(fact, Event) and rows > lo:
+        if rows > lo and isinstance(fact, (Event, Tick)):
             fold.apply(Requests(tb.slice(lo, rows)))
             lo = rows
-        fold.apply(fact)
+        if isinstance(fact, Tick):
+            fold.close_seconds(fact.t)
+        else:
+            fold.apply(fact)
     if lo < tb.n:
         fold.apply(Requests(tb.slice(lo, tb.n)))
     return fold
 
 
-def summary_of(rec: Recording) -> dict[str, Any]:
+def summary_of(rec: Recording, fold: Fold | None = None) -> dict[str, Any]:
     """The run's summary: what the live run's ``--summary-json`` said."""
-    out = fold_of(rec).summary(end_of(rec))
+    out = (fold or fold_of(rec)).summary(end_of(rec))
     live = rec.summary or {}
     if "output_check" not in out and isinstance(live.get("output_check"), dict):
         out["output_check"] = live["output_check"]  # measured live, not recomputable

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.fold import Fold
 from tokmon.model.summary import fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import drift
@@ -88,61 +89,59 @@ def counted_ok_by_arm(rec: Recording) -> dict[str, np.ndarray]:
     }
 
 
-def drifts(rec: Recording) -> dict[str, dict[str, Any]]:
+MIN_DRIFT_SPAN_S = 600.0  # a regime shorter than this cannot bound a drift of a few %/h
+
+
+def drifts(
+    rec: Recording, regimes: list[float], limit_pct_h: float
+) -> dict[str, list[dict[str, Any]]]:
+    """Drift per arm and per regime (a trend is never fitted across a change the user
+    made); a regime too short for its interval to be narrower than ``limit_pct_h`` gets
+    no figure, only "too short to tell"."""
     c = rec.requests.cols
-    out: dict[str, dict[str, Any]] = {}
+    bounds = [*regimes, float("inf")]
+    out: dict[str, list[dict[str, Any]]] = {}
     for arm, rows in counted_ok_by_arm(rec).items():
         t = c["t_end"][rows] / 1e9
-        d: dict[str, Any] = {}
-        for key, col in (
-            ("decode_tokens_per_s", "decode_tps"),
-            ("ttft_ms", "ttft_ms"),
-            ("tpot_ms", "tpot_ms"),
-        ):
-            v = c[col][rows]
-            m = ~np.isnan(v)
-            if m.any():
-                d[key] = drift(t[m], v[m])
-        out[arm] = d
+        found = []
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            sel = (t >= lo) & (t < hi)
+            if not sel.any():
+                continue
+            span = float(t[sel].max() - t[sel].min())
+            d: dict[str, Any] = {}
+            for key, col in (
+                ("decode_tokens_per_s", "decode_tps"),
+                ("ttft_ms", "ttft_ms"),
+                ("tpot_ms", "tpot_ms"),
+            ):
+                v = c[col][rows][sel]
+                m = ~np.isnan(v)
+                r = drift(t[sel][m], v[m]) if m.any() and span >= MIN_DRIFT_SPAN_S else None
+                if r is not None and r["ci95"][1] - r["ci95"][0] >= limit_pct_h:
+                    r = None  # its interval is wider than a drift that matters
+                d[key] = r
+            found.append({"from_s": round(max(lo, float(t[sel].min())), 3),
+                          "to_s": round(float(t[sel].max()), 3), "span_s": round(span, 3),
+                          "drift": d})  # fmt: skip
+        out[arm] = found
     return out
 
 
-def window_medians(
-    t_end: np.ndarray, values: np.ndarray, width_s: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-window medians of a per-request figure, by end time."""
-    m = ~np.isnan(values)
-    bins = (t_end[m] / 1e9 // width_s).astype(np.int64)
-    g = groups(bins, np.arange(bins.size))
-    v = values[m]
-    keys = sorted(g)
-    return (
-        np.array([(k + 1) * width_s for k in keys]),
-        np.array([float(np.median(v[g[k]])) for k in keys]),
-    )
-
-
-def change_points(rec: Recording, width_s: float = 10.0) -> dict[str, list[dict[str, Any]]]:
-    """Step changes in decode speed and TTFT per arm (Page–Hinkley on window medians)."""
-    from tokmon.model.changepoint import cusum
-
-    c = rec.requests.cols
+def change_points(fold: Fold) -> dict[str, list[dict[str, Any]]]:
+    """The step changes the run's own detector found (as live: the same fold)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for arm, rows in counted_ok_by_arm(rec).items():
-        found = []
-        for key, col in (("decode_tokens_per_s", "decode_tps"), ("ttft_ms", "ttft_ms")):
-            t, m = window_medians(c["t_end"][rows], c[col][rows], width_s)
-            for cp in cusum(t, m):
-                found.append(
-                    {
-                        "metric": key,
-                        "t_s": cp.t,
-                        "before": cp.before,
-                        "after": cp.after,
-                        "change_pct": cp.change_pct,
-                    }
-                )
-        out[arm] = found
+    for arm, cp in fold.change_points:
+        out.setdefault(arm, []).append(
+            {
+                "metric": cp.metric,
+                "t_s": cp.t,
+                "found_s": cp.t_found,
+                "before": cp.before,
+                "after": cp.after,
+                "change_pct": cp.change_pct,
+            }
+        )
     return out
 
 
@@ -210,12 +209,13 @@ def capacity(rec: Recording, summary: dict[str, Any], target_rate: float | None)
 
 
 def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, Any]:
+    fold = fold_of(rec)
     return {
-        "summary": (summary := summary_of(rec)),
+        "summary": (summary := summary_of(rec, fold)),
         "capacity": capacity(rec, summary, target_rate),
         "segments": segments(rec),
-        "drift": drifts(rec),
-        "change_points": change_points(rec),
+        "drift": drifts(rec, fold.regimes, fold.settings.drift_alert_pct_h),
+        "change_points": change_points(fold),
         "jitter": jitter(rec),
         "errors": errors_by_class(rec),
         "environment": environment_block(rec),
@@ -294,16 +294,24 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
             f"{'—' if s['decode_p50'] is None else format(s['decode_p50'], '.1f'):>8} "
             f"{fmt_ms(s['ttft_p50']):>9}"
         )
-    out += [*fence, "", h + "Drift (Theil–Sen slope, % of median per hour, 95% CI)", *fence]
-    for arm, d in data["drift"].items():
-        for key, v in d.items():
-            if v is None:
-                out.append(f"{arm:<10} {key:<20} not enough data")
-            else:
-                lo, hi = v["ci95"]
-                out.append(
-                    f"{arm:<10} {key:<20} {v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
-                )
+    out += [
+        *fence,
+        "",
+        h + "Drift per regime (Theil–Sen slope, % of median per hour, 95% CI)",
+        *fence,
+    ]
+    for arm, regimes in data["drift"].items():
+        for rg in regimes:
+            where = f"{rg['from_s']:.0f}–{rg['to_s']:.0f} s"
+            for key, v in rg["drift"].items():
+                if v is None:
+                    out.append(f"{arm:<10} {where:<14} {key:<20} too short to tell")
+                else:
+                    lo, hi = v["ci95"]
+                    out.append(
+                        f"{arm:<10} {where:<14} {key:<20} {v['pct_per_hour']:+8.2f} %/h  "
+                        f"[{lo:+.2f}, {hi:+.2f}]"
+                    )
     out += [*fence, "", h + "Alerts raised during the run (as in the JSON summary)", *fence]
     alerts = data["summary"].get("alerts") or []
     if not alerts:
@@ -313,7 +321,7 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
     out += [
         *fence,
         "",
-        h + "Change points found afterwards (Page–Hinkley on 10 s window medians)",
+        h + "Change points (CUSUM on per-second request figures, within each regime)",
         *fence,
     ]
     cps = [(arm, c) for arm, cs in data["change_points"].items() for c in cs]
@@ -321,8 +329,8 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         out.append("none")
     for arm, c in cps:
         out.append(
-            f"{arm:<10} {c['metric']:<20} at {c['t_s']:>7.0f} s  {c['before']:.2f} → "
-            f"{c['after']:.2f} ({c['change_pct']:+.1f}%)"
+            f"{arm:<10} {c['metric']:<20} from {c['t_s']:>7.0f} s (found {c['found_s']:.0f} s)  "
+            f"{c['before']:.2f} → {c['after']:.2f} ({c['change_pct']:+.1f}%)"
         )
     out += [*fence, "", h + "Jitter and stalls", *fence]
     for arm, j in data["jitter"].items():

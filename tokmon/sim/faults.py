@@ -22,6 +22,10 @@ class Faults:
     drift: float = 0.0  # % per hour of run time: every step cost grows by this
     kv_creep: float = 0.0  # % of the KV budget per hour, held by nobody (a leak)
     slowdown: float = 0.0  # % added to every step cost: set live, a step change
+    # a step change on a known schedule: decoding (not prefill) costs ``step`` % more from
+    # ``step_at`` seconds after the simulator started (the alert tests' scripted server)
+    step: float = 0.0
+    step_at: float = 0.0
 
     @classmethod
     def parse(cls, text: str) -> Faults:

@@ -357,6 +357,13 @@ class SimServer:
             / self.cfg.time_scale
         )
 
+    def decode_scale(self) -> float:
+        """The scheduled step (``step``, ``step_at``): decoding only, prefill unchanged."""
+        f = self.cfg.faults
+        if f.step and time.monotonic() - self.t0 >= f.step_at:
+            return 1.0 + f.step / 100.0
+        return 1.0
+
     def kv_budget(self) -> int:
         return self.cfg.profile.kv_tokens
 
@@ -486,7 +493,7 @@ class SimServer:
             if not self.running:
                 continue
             spec_any = any(s.spec for s in self.running)
-            step_ms = prof.decode_step_ms(len(self.running), spec_any)
+            step_ms = prof.decode_step_ms(len(self.running), spec_any) * self.decode_scale()
             if admitted:
                 step_ms += prof.prefill_ms(prefill_tokens)
             if prof.jitter:
@@ -693,8 +700,11 @@ class SimServer:
         scale = self.cfg.time_scale
         t0 = loop.time()
         i = 0
+        gaps_ms = 0.0  # the gaps so far (a scheduled step makes the later ones longer)
         while not s.done:
-            target = t0 + (ttft_ms + i * gap_ms) / 1000.0 / scale
+            if i:
+                gaps_ms += gap_ms * self.decode_scale()
+            target = t0 + (ttft_ms + gaps_ms) / 1000.0 / scale
             delay = target - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -538,8 +538,11 @@ class DashboardApp(App[None]):
             tr = s.trends.get(metric)
             if tr is not None and key in out:
                 l1, l2 = out[key]
-                sig = "*" if tr.significant else ""
-                out[key] = (f"{l1} {tr.pct_per_hour:+.1f}%/h{sig}", l2)
+                if tr.known:  # narrow enough to tell a drift that matters from none
+                    sig = "*" if tr.significant else ""
+                    out[key] = (f"{l1} {tr.pct_per_hour:+.1f}%/h{sig}", l2)
+                else:
+                    out[key] = (f"{l1} · drift: too short to tell", l2)
         return out
 
     def _compare_text(self, s: Snapshot, detail: bool = False) -> Text:
