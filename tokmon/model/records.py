@@ -6,7 +6,6 @@ so records from engine processes and samples from probe threads share one axis.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 OUTCOMES = (
@@ -73,13 +72,6 @@ class RequestRecord:
     def counted(self) -> bool:
         """In summaries: not warm-up, not in a settle period after an arm switch."""
         return not self.warmup and not self.settle
-
-    def gaps_ms(self) -> list[float]:
-        return list(array("f", self.gaps)) if self.gaps else []
-
-    @property
-    def tokens_per_chunk(self) -> float | None:
-        return self.output_tokens / self.chunks if self.chunks else None
 
 
 @dataclass(frozen=True, slots=True)

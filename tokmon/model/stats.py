@@ -553,11 +553,9 @@ class TokenWindow:
         self.keep_ns = int(keep_s * 1e9)
         self.bucket_ns = bucket_ns
         self.buckets: deque[tuple[int, str, int]] = deque()
-        self.total: dict[str, int] = {}
 
     def add(self, t: int, arm: str, n: int) -> None:
         self.buckets.append((t, arm, n))
-        self.total[arm] = self.total.get(arm, 0) + n
 
     def trim(self, now: int) -> None:
         lim = now - self.keep_ns
