@@ -32,8 +32,8 @@ class Trend:
     pct_per_hour: float
     lo: float
     hi: float
-    # the interval is narrower than the alert threshold: the figure can tell a drift that
-    # matters from none (before that the dashboard says "too short to tell")
+    # the interval can tell a drift that matters from none: narrower than the alert
+    # threshold, or wholly beyond it (before that the dashboard says "too short to tell")
     known: bool = True
 
     @property
@@ -133,7 +133,10 @@ class AlertEngine:
             return None
         k = 3600.0 * 100.0 / abs(med)
         lo, hi = r[1] * k, r[2] * k
-        return Trend(key, r[0] * k, lo, hi, known=hi - lo < self.drift_alert)
+        # it can tell once its interval is narrower than the threshold, or lies wholly
+        # beyond it (a drift far faster than the threshold is plain long before)
+        thr = self.drift_alert
+        return Trend(key, r[0] * k, lo, hi, known=hi - lo < thr or lo > thr or hi < -thr)
 
     def _drift(self) -> list[tuple[str, str, dict[str, Any]]]:
         out = []

@@ -96,8 +96,8 @@ def drifts(
     rec: Recording, regimes: list[float], limit_pct_h: float
 ) -> dict[str, list[dict[str, Any]]]:
     """Drift per arm and per regime (a trend is never fitted across a change the user
-    made); a regime too short for its interval to be narrower than ``limit_pct_h`` gets
-    no figure, only "too short to tell"."""
+    made); a regime too short for its interval to tell a drift of ``limit_pct_h`` from none
+    (narrower than it, or wholly beyond it) gets no figure, only "too short to tell"."""
     c = rec.requests.cols
     bounds = [*regimes, float("inf")]
     out: dict[str, list[dict[str, Any]]] = {}
@@ -118,8 +118,10 @@ def drifts(
                 v = c[col][rows][sel]
                 m = ~np.isnan(v)
                 r = drift(t[sel][m], v[m]) if m.any() and span >= MIN_DRIFT_SPAN_S else None
-                if r is not None and r["ci95"][1] - r["ci95"][0] >= limit_pct_h:
-                    r = None  # its interval is wider than a drift that matters
+                lo_, hi_ = r["ci95"] if r is not None else (0.0, 0.0)
+                beyond = lo_ > limit_pct_h or hi_ < -limit_pct_h
+                if hi_ - lo_ >= limit_pct_h and not beyond:
+                    r = None  # its interval cannot tell a drift that matters from none
                 d[key] = r
             found.append({"from_s": round(max(lo, float(t[sel].min())), 3),
                           "to_s": round(float(t[sel].max()), 3), "span_s": round(span, 3),
