@@ -276,3 +276,13 @@ def test_a_step_at_45_s_is_flagged_by_75_s_and_placed_at_45(make_sim):
         assert step <= a["found_s"] <= step + 30, a["message"]
         assert abs(a["at_s"] - step) <= 5, a["message"]
         assert a["change_pct"] < -20  # a third slower: about −33%
+
+
+def test_a_10_per_cent_an_hour_drift_is_inside_its_interval_after_20_minutes():
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        noise = rng.normal(0, 20, 1200)
+        eng, _ = soak(lambda i, n=noise: 1000 * (1 - 0.10 * i / 3600) + n[i], 1200)
+        tr = eng.trends["tok_s"]
+        truth = -10 / (1 - 0.10 * 600 / 3600)  # relative to the median (at 10 minutes)
+        assert tr.lo <= truth <= tr.hi, (seed, tr)

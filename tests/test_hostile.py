@@ -566,3 +566,31 @@ def test_strict_json_names_what_was_not_finite():
     d = strict_json(dumps({"a": float("nan"), "b": [1.0, float("inf")], "c": "\x1b[2J"}))
     assert d["a"] is None and d["b"] == [1.0, None] and d["nonfinite"] == ["a", "b[1]"]
     assert np.isfinite(1.0)
+
+
+def test_a_crafted_fold_header_and_clock_lines_are_bounded(tmp_path):
+    """The fold's settings and the tick and status lines come from a file too: a window
+    of 1e300 s, a negative threshold, a status of NaN are bounded or dropped, never a crash."""
+    path = tmp_path / "fold.jsonl"
+    lines = [
+        _header(fold={"window_s": 1e300, "drift_alert_pct_h": -5, "gpus": 1e300, "level": "x",
+                      "kind_weights": [["a", "nan"], [1, 2]], "slo": {"ttft_ms": 1e308}}),
+        json.dumps({"k": "r", "id": 1, "arm": "a", "o": "ok", "ts": 0, "te": 10**9,
+                    "ttft": 5.0, "e2e": 9.0, "n": 3}),
+        json.dumps({"k": "st", "worker": 0, "sent": float("nan"), "in_flight": -1}),
+        json.dumps({"k": "tick", "t": 10**30}),
+        json.dumps({"k": "tick", "t": 2 * 10**9, "final": True}),
+        json.dumps({"k": "end", "t": 2 * 10**9}),
+    ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    r = read_recording(str(path))
+    assert r.corrupt == 2 and r.clocked
+    for fmt in ("text", "json", "html"):
+        p = run("report", str(path), "--format", fmt, timeout=60)
+        assert p.returncode == 0, p.stderr[-500:]
+    from tokmon.sources.replay import ReplaySource
+
+    src = ReplaySource(str(path))
+    src.seek_to(src.end_t)
+    snap = src.snapshot()
+    assert snap is not None and snap.ok == 1 and snap.done

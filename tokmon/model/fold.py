@@ -166,7 +166,8 @@ class FoldSettings:
         price = _num(f.get("gpu_hour_price"))
         return cls(
             arms=tuple(arms),
-            window_s=max(0.1, _num(f.get("window_s")) or 10.0),
+            # (a file may say anything: bounds a live run's options have too)
+            window_s=min(3600.0, max(0.1, _num(f.get("window_s")) or 10.0)),
             slo=Slo(
                 **{k: _num(v) for k, v in slo_d.items() if k in ("ttft_ms", "tpot_ms", "e2e_ms")}
             ),
@@ -176,8 +177,8 @@ class FoldSettings:
             warmup=bool(f.get("warmup")),
             kind_weights=tuple(kw) if len(kw) > 1 else None,
             gpu_hour_price=price,
-            gpus=int(gpus) if gpus is not None and gpus >= 1 else None,
-            drift_alert_pct_h=_num(f.get("drift_alert_pct_h")) or 5.0,
+            gpus=int(gpus) if gpus is not None and 1 <= gpus <= 100_000 else None,
+            drift_alert_pct_h=min(1e6, max(1e-3, _num(f.get("drift_alert_pct_h")) or 5.0)),
             target=_str(f.get("target")),
             model=_str(f.get("model")),
             endpoint=_str(f.get("endpoint"), "chat"),

@@ -404,6 +404,7 @@ _HEADER_TYPES: dict[str, tuple[type, ...]] = {
     "host": (dict,),
     "gpu": (dict,),
     "servers": (dict,),
+    "fold": (dict,),
 }
 
 
