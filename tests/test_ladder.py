@@ -171,7 +171,7 @@ def test_bad_ladders(args, needle):
 
 
 def test_replay_of_a_ladder_shows_what_the_live_run_showed(make_sim, tmp_path):
-    """Events fold through one place (Aggregator.apply) live, in a replay and in a
+    """Events fold through one place (Fold.apply) live, in a replay and in a
     report: the replay rebuilds the ladder table step by step, with the same figures as
     the live summary, and ends at the last step's load, not the first's."""
     from tokmon.sources.replay import ReplaySource
