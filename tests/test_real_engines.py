@@ -322,7 +322,7 @@ TIMES = ("time_to_first_token", "request_time_per_output_token")
 def test_tokmons_load_costs_the_server_no_more_than_a_plain_loop(plain, tmp_path):
     """The same prompts, one stream, in turns: vLLM's own mean TTFT under tokmon's default
     request (and its default /metrics scraping) is within 10% of that under a plain
-    streaming loop sending vLLM's own bench's body; three rounds, medians compared."""
+    streaming loop sending vLLM's own bench's body; five rounds, medians compared."""
     import random
 
     from tokmon.model.workload import WORDS
@@ -343,20 +343,26 @@ def test_tokmons_load_costs_the_server_no_more_than_a_plain_loop(plain, tmp_path
                     for _ in r.iter_lines():
                         pass
 
-    loop(8)  # warm
-    ours, theirs = [], []
-    for i in range(3):
-        m0 = metrics(plain)
-        loop(32)
-        m1 = metrics(plain)
-        theirs.append(server_mean_ms(m0, m1, "time_to_first_token"))
+    def tokmon(i: int) -> None:
         run(tmp_path, plain, "--endpoint", "completions", "-n", "32", "-c", "1", "--prompts",
             str(prompts), "--max-tokens", "32", "--ignore-eos", name=f"load{i}")  # fmt: skip
-        m2 = metrics(plain)
-        ours.append(server_mean_ms(m1, m2, "time_to_first_token"))
+
+    loop(16)  # warm
+    ours, theirs = [], []
+    # Five rounds, the order alternating (ABBA...), so a slow stretch of the shared machine
+    # or a server still warming falls on both sides; one round of the plain loop once read
+    # 11.3 ms against 6.7-7.5 in the others.
+    for i in range(5):
+        for who in ("loop", "tokmon") if i % 2 == 0 else ("tokmon", "loop"):
+            m0 = metrics(plain)
+            loop(32) if who == "loop" else tokmon(i)
+            mean = server_mean_ms(m0, metrics(plain), "time_to_first_token")
+            (theirs if who == "loop" else ours).append(mean)
     ratio = statistics.median(ours) / statistics.median(theirs)
     print(f"server TTFT under tokmon {ours} vs a plain loop {theirs}: ×{ratio:.3f}")
-    assert 0.9 <= ratio <= 1.1, (ours, theirs)
+    # The claim is one-sided (no more than 10% above); the floor only catches a run that
+    # did less work than the loop (shorter prompts, fewer requests).
+    assert 0.8 <= ratio <= 1.1, (ours, theirs)
 
 
 @pytest.fixture(scope="module")
