@@ -120,7 +120,11 @@ def test_secrets_never_written(tmp_path):
         )  # fmt: skip
         assert p.returncode == 0, p.stderr
         basic = "Basic " + base64.b64encode(b"alice:PASSW0RD-xyz").decode()
-        assert {a for _, a in srv.auth_seen} == {basic}  # pre-flight, /metrics and streams
+        # pre-flight, /metrics, streams and the network probe; without it, only the
+        # environment record's two questions "does it answer anyone?" (one each)
+        assert {a for _, a in srv.auth_seen} == {basic, ""}
+        bare = sorted(p for p, a in srv.auth_seen if not a)
+        assert bare == ["/metrics", "/v1/models"], bare
         keyed = run(
             *quick(srv.url, tmp_path, "--record", str(tmp_path / "k.jsonl"), "--summary-json",
                    str(tmp_path / "k.json")),

@@ -549,3 +549,33 @@ def test_ab_speedup_is_the_one_the_servers_have(plain, spec, tmp_path):
     print(f"speed-up: tokmon ×{got['ratio']:.3f} {got['ci95']}, own loop ×{truth:.3f}")
     assert s["arms"]["plain"]["requests"]["ok"] == 12 and s["arms"]["spec"]["requests"]["ok"] == 12
     assert got["ratio"] == pytest.approx(truth, rel=0.10)
+
+
+def test_vllm_environment_as_the_server_reports_it(plain, spec):
+    """``tokmon env`` against vLLM with and without n-gram speculation: the cache
+    configuration from its info gauge, the context from /v1/models, speculation and its
+    token count from its counters, the version; /metrics and the API open (no --api-key)."""
+    got = {}
+    for name, url in (("plain", plain), ("spec", spec)):
+        p = tokmon("env", url + "/v1", "-F", "json")
+        assert p.returncode == 0, p.stderr
+        got[name] = json.loads(p.stdout)
+    for d in got.values():
+        cfg = d["config"]
+        assert d["engine"] == "vllm" and d["version"]
+        assert cfg["max_model_len"] == 2048 and cfg["prefix_caching"] is True
+        assert isinstance(cfg["block_size"], int) and cfg["kv_cache_dtype"]
+        assert d["security"]["api_open"] is True and d["security"]["metrics_open"] is True
+        assert d["network"]["rtt_ms"] is not None and d["network"]["loopback"]
+    assert got["plain"]["config"]["spec"] is False
+    assert (got["spec"]["config"]["spec"], got["spec"]["config"]["spec_tokens"]) == (True, 3)
+
+
+def test_llama_cpp_python_environment_says_what_it_does_not_know(llama):
+    """llama-cpp-python has no /props, /metrics or /version: the record says so (engine
+    unknown, fields not reported) and still times the way to it."""
+    p = tokmon("env", llama + "/v1", "-F", "json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["engine"] is None and d["sources"] == ["/v1/models"]
+    assert d["network"]["rtt_ms"] is not None and d["network"]["rtt_path"] == "/v1/models"

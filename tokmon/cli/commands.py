@@ -37,6 +37,16 @@ def cmd_sim(args: argparse.Namespace) -> int:
         args.schedule,
         args.alter_outputs,
     )
+    from tokmon.cli.run import dur
+
+    delay = dur("--net-delay", args.net_delay) or 0.0
+    if delay > 10:
+        raise UsageError("--net-delay: at most 10 s")
+    cfg.net_delay_s = delay
+    if args.api_key_env:
+        cfg.api_key = os.environ.get(args.api_key_env) or None
+        if not cfg.api_key:
+            raise UsageError(f"--api-key-env: {args.api_key_env} is not set or empty")
 
     def ready(port: int) -> None:
         say(
@@ -214,6 +224,43 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_env(args: argparse.Namespace) -> int:
+    """``tokmon env URL``: the environment record of one server, without a load."""
+    from tokmon.cli.parser import api_key
+    from tokmon.cli.run import split_credentials
+    from tokmon.engine.preflight import fetch_models
+    from tokmon.model.config import redact_header
+    from tokmon.probes.env import survey
+    from tokmon.textsafe import add_secret, dumps
+
+    headers: dict[str, str] = {}
+    for h in args.header:
+        k, colon, v = str(h).partition(":")
+        if not colon or not k.strip():
+            raise UsageError(f"--header must be K:V, got {h!r}")
+        headers[k.strip()] = v.strip()
+        if redact_header(k.strip(), v.strip(), tuple(args.show_header)) != v.strip():
+            add_secret(v.strip())
+    key = api_key(args.api_key_file)
+    add_secret(key)
+    url, basic = split_credentials(args.url)
+    if basic:
+        if key:
+            raise UsageError("credentials in the URL and an API key exclude each other: give one")
+        headers.setdefault("authorization", basic)
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    fetch_models(url, headers, insecure=args.insecure)  # a clear line if it cannot answer
+    env = survey(url, headers, insecure=args.insecure, pings=args.pings)
+    if args.format == "json":
+        write_out(dumps(env.to_json(), indent=2) + "\n")
+    else:
+        from tokmon.report.environment import env_lines
+
+        write_out("\n".join(env_lines([env], args.format)) + "\n")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from tokmon.recording.reader import read_recording
     from tokmon.report.text import export_columns, export_csv
@@ -303,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "env":
+            return cmd_env(args)
     except (UsageError, PreflightError) as e:
         say(
             f"tokmon {args.command}: error: {e}",

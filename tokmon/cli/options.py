@@ -135,6 +135,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     # probes
     Option(('--metrics-url',), 'server Prometheus endpoint (default: /metrics next to each --url)', group='probes', text=True),
     Option(('--no-server-metrics',), 'do not scrape /metrics', action="store_true", group='probes'),
+    Option(('--net-interval',), "how often the round trip to each server is sampled (one TCP connect and one GET /health), or 'off'", default='5s', group='probes'),
+    Option(('--no-env',), "do not ask the servers for their configuration, time the way to them or check what they allow before the run", action="store_true", group='probes'),
     Option(('--metrics-interval',), 'how often /metrics is scraped: each scrape costs the server CPU (the README gives the measured cost)', default='2s', group='probes'),
     Option(('--gpu-interval',), 'NVML sampling period', default='0.5s', group='probes'),
     Option(('--gpus',), 'GPU indices to sample, e.g. 0,2', group='probes'),

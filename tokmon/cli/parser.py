@@ -161,6 +161,44 @@ def build_parser() -> Parser:
         help="a second recording: its first arm against this one's",
     )
 
+    env = sub.add_parser(
+        "env",
+        help="what a server runs on, the way to it and what it allows (no load)",
+        formatter_class=_fmt(),
+        description="Ask a server for its configuration (vLLM info gauges, SGLang "
+        "/get_server_info, llama.cpp /props, TGI /info, /v1/models, /version), time the "
+        "network path (TCP connect, TLS handshake, a tiny GET), and report its security "
+        "posture (TLS, whether the API and /metrics answer without a key). Read-only: a "
+        "few small GETs, no generation.",
+    )
+    env.add_argument("url", help="base URL of the API, e.g. http://127.0.0.1:8000/v1")
+    env.add_argument(
+        "--format", "-F", default="text", choices=["text", "md", "json"], help="output format"
+    )
+    env.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="read the API key from FILE (else TOKMON_API_KEY or OPENAI_API_KEY)",
+    )
+    env.add_argument(
+        "--header", "-H", action="append", default=[], metavar="K:V", help="extra header"
+    )
+    env.add_argument(
+        "--show-header",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a header whose value may be written (others are redacted)",
+    )
+    env.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    env.add_argument(
+        "--pings",
+        type=number(1, 1000, integer=True),
+        default=7,
+        help="tiny GETs timed on one connection",
+    )
+
     ex = sub.add_parser(
         "export",
         help="per-request data of a recording as CSV or Parquet",
@@ -221,6 +259,19 @@ def build_parser() -> Parser:
         default=None,
         metavar="TTFT_MS,GAP_MS,TOKENS",
         help="fixed per-request schedule instead of the batching model",
+    )
+    sim.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="VAR",
+        help="require the key in this environment variable on /v1/* (as vLLM's --api-key); "
+        "/health, /version and /metrics stay open",
+    )
+    sim.add_argument(
+        "--net-delay",
+        default="0",
+        metavar="DURATION",
+        help="hold every answer this long before its first byte: a network round trip (e.g. 20ms)",
     )
     sim.add_argument(
         "--alter-outputs",

@@ -58,7 +58,7 @@ def parse_slo(text: str | None) -> Any:
 def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict[str, Any]]:
     """Validate every option and resolve the targets; returns (RunConfig, info)."""
     from tokmon.engine.h1 import prepare
-    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model, server_version
+    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model
     from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
     from tokmon.model.config import RunConfig, Timeouts, redact_header
     from tokmon.model.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
@@ -255,15 +255,20 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         continuous_usage=args.continuous_usage,
         shown_headers=shown,
     )
-    versions: dict[str, str] = {}
-    for a_url in models_cache:
-        ver = server_version(a_url, {**auth, **headers}, args.insecure)
-        if ver:
-            versions[a_url] = ver
+    # What each server runs on, the way to it and what it lets anyone do: written down
+    # before measuring (the method), in the recording and the summary.
+    envs = {}
+    if not getattr(args, "no_env", False):
+        from tokmon.probes.env import survey
+
+        for a_url in models_cache:
+            a_hdr = next((a.headers for a in resolved if a.url == a_url), {})
+            envs[a_url] = survey(a_url, {**auth, **headers, **a_hdr}, insecure=args.insecure)
     info = {
         "ladder": ladder,
         "models": models_cache,
-        "versions": versions,
+        "versions": {u: e.version for u, e in envs.items() if e.version},
+        "environment": tuple(envs.values()),
         "target": url or resolved[0].url,
         "model": resolved[0].model,
     }
@@ -292,6 +297,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         gpu_hour_price=getattr(args, "gpu_hour_price", None),
         gpus=getattr(args, "gpu_count", None),
         ladder=info.get("ladder"),
+        environment=info.get("environment", ()),
     )
     headless = args.headless or not sys.stdout.isatty()
     if recorder is not None:
@@ -459,7 +465,12 @@ def make_recorder(
         "host": environment(),
         "gpu": gpu_info,
         "servers": {
-            u: {"models": m, "version": info["versions"].get(u)} for u, m in info["models"].items()
+            u: {
+                "models": m,
+                "version": info["versions"].get(u),
+                "env": next((e.to_json() for e in info.get("environment", ()) if e.url == u), None),
+            }
+            for u, m in info["models"].items()
         },
     }
     return recorder, header
@@ -554,6 +565,20 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
                     headers=hdr,
                     insecure=cfg.insecure,
                 )
+            )
+    net_every = getattr(args, "net_interval", "5s")
+    if net_every != "off":
+        from tokmon.probes.env import NetProbe
+
+        every = dur("--net-interval", net_every, allow_zero=False) or 5.0
+        auth = {"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        net_arms: dict[str, list[Any]] = {}
+        for a in cfg.arms:
+            net_arms.setdefault(a.url, []).append(a)
+        for url, group in net_arms.items():
+            hdr = {**cfg.headers, **auth, **group[0].headers}
+            probes.append(
+                NetProbe(url, tuple(a.name for a in group), hdr, cfg.insecure, interval=every)
             )
     return probes
 

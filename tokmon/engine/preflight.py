@@ -38,6 +38,10 @@ def fetch_models(
         raise PreflightError(f"{url}: not an http:// or https:// URL") from None
     except httpx.HTTPError as e:
         raise PreflightError(f"{url}: {type(e).__name__}: {e}") from None
+    if r.status_code in (401, 403) and not any(k.lower() == "authorization" for k in headers):
+        raise PreflightError(
+            f"{url}: the server needs an API key (HTTP {r.status_code}) — set TOKMON_API_KEY or OPENAI_API_KEY, or give --api-key-file"
+        )
     if r.status_code in (401, 403):
         raise PreflightError(
             f"{url}: the server refused the API key (HTTP {r.status_code}) — set OPENAI_API_KEY or TOKMON_API_KEY"

@@ -22,6 +22,7 @@ import numpy as np
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.changepoint import WATCHED, ChangePoint, StepWatch
 from tokmon.model.changepoint import H as CUSUM_H
+from tokmon.model.environment import ServerEnv
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
@@ -115,9 +116,13 @@ class FoldSettings:
     server_metrics: bool = True
     started_at: str = ""
     wall_start: float = 0.0
+    # what each server said of itself before the run (its raw answers stay in the
+    # header's ``servers``): the summary's environment block
+    environment: tuple[ServerEnv, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, environment=()))
+        d["environment"] = [e.to_json(raw=False) for e in self.environment]
         d["slo"] = {k: v for k, v in d["slo"].items() if v is not None}
         d["kind_weights"] = (
             None if self.kind_weights is None else [list(p) for p in self.kind_weights]
@@ -186,7 +191,21 @@ class FoldSettings:
             server_metrics=f.get("server_metrics") is not False,
             started_at=_str(f.get("started_at")),
             wall_start=_num(f.get("wall_start")) or 0.0,
+            environment=_environment(f.get("environment"), h.get("servers")),
         )
+
+
+def _environment(listed: Any, servers: Any) -> tuple[ServerEnv, ...]:
+    """The fold's environment records, else those in the header's servers (a file
+    written before the fold kept them); at most one per arm's server."""
+    if not isinstance(listed, list):
+        listed = (
+            [v.get("env") for v in servers.values() if isinstance(v, dict)]
+            if isinstance(servers, dict)
+            else []
+        )
+    envs = (ServerEnv.from_json(x) for x in listed[:256])
+    return tuple(e for e in envs if e is not None)
 
 
 def mix_weights(settings: dict[str, Any] | None) -> tuple[tuple[str, float], ...] | None:
@@ -219,6 +238,19 @@ class _Server:
 
     arms: tuple[str, ...]
     deltas: list[tuple[int, float, float, float]] = field(default_factory=list)
+
+
+@dataclass
+class _Net:
+    """What one server's network probe gave: its arms and every round trip (ms)."""
+
+    arms: tuple[str, ...]
+    rtt: list[float] = field(default_factory=list)
+    connect: list[float] = field(default_factory=list)
+
+
+def _arm_names(v: Any) -> tuple[str, ...]:
+    return tuple(a for a in v if isinstance(a, str)) if isinstance(v, list) else ()
 
 
 def spec_totals(
@@ -281,6 +313,7 @@ class Fold:
         self.statuses: dict[int, EngineStatus] = {}
         self.samples: dict[str, dict[str, Any]] = {}  # latest per source (server: per URL)
         self.servers: dict[str, _Server] = {}
+        self.net: dict[str, _Net] = {}
         self.t_measure: int | None = None
         self.segments = [Segment(0, self.arm, 0)]
         self.alternations = 0
@@ -507,6 +540,16 @@ class Fold:
             d = v.get("delta")
             if isinstance(d, list) and len(d) == 3 and all(_num(x) is not None for x in d):
                 srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
+        elif smp.src == "net":
+            url = _str(v.get("url"))
+            key = f"net {url}"
+            net = self.net.get(url)
+            if net is None:
+                net = self.net[url] = _Net(_arm_names(v.get("arms")))
+            for name, out in (("net_rtt_ms", net.rtt), ("net_connect_ms", net.connect)):
+                x = _num(v.get(name))
+                if x is not None and 0 <= x < 3.6e6:
+                    out.append(x)
         self.samples[key] = v
         power = _num(v.get("gpu_power_w"))
         if smp.src == "gpu" and power is not None:
@@ -541,6 +584,42 @@ class Fold:
             out.update(srv)
         elif not self.settings.server_metrics:
             out.update(SERVER_OFF)
+        for url, n in self.net.items():
+            if self.arm in n.arms or not n.arms:
+                out.update(self.samples.get(f"net {url}", {}))
+                break
+        return out
+
+    def network_summary(self) -> dict[str, Any]:
+        """Per server: the round trips sampled during the run and the share of TTFT that
+        the network alone explains (round trip p50 / TTFT p50 of the arms there)."""
+        out: dict[str, Any] = {}
+        for url, n in self.net.items():
+            if not n.rtt and not n.connect:
+                continue
+            rtt = np.asarray(n.rtt, dtype=np.float64)
+            d: dict[str, Any] = {
+                "arms": list(n.arms),
+                "samples": int(rtt.size),
+                "rtt_ms": None
+                if not rtt.size
+                else {
+                    "p50": float(np.median(rtt)),
+                    "min": float(rtt.min()),
+                    "max": float(rtt.max()),
+                },
+                "connect_ms_p50": float(np.median(n.connect)) if n.connect else None,
+            }
+            shares = {}
+            for arm in n.arms or tuple(self.arm_names):
+                tot = self.totals.get(arm)
+                ttft = tot.ttft.values if tot is not None else None
+                if rtt.size and ttft is not None and ttft.size:
+                    p50 = float(np.median(ttft))
+                    if p50 > 0:
+                        shares[arm] = min(1.0, float(np.median(rtt)) / p50)
+            d["ttft_share"] = shares
+            out[url] = d
         return out
 
     # ------------------------------------------------------------------ events
@@ -914,4 +993,9 @@ class Fold:
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["alerts"] = alerts_from_events(self.alert_events, 0)
+        if s.environment:
+            out["environment"] = {e.url: e.to_json(raw=False) for e in s.environment}
+        net = self.network_summary()
+        if net:
+            out["network"] = net
         return out

@@ -37,6 +37,7 @@ class ProbeView:
     self_cpu_pct: float | None = None
     host_cpu_pct: float | None = None
     self_rss_mib: float | None = None
+    net_rtt_ms: float | None = None  # the round trip to the active arm's server
 
     @classmethod
     def of(cls, fields: dict[str, Any]) -> ProbeView:

@@ -151,12 +151,19 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         lf.update_layout(height=450, template="plotly_white")
         chart += "<h2>Ladder</h2>" + lf.to_html(include_plotlyjs=False, full_html=False)
     text = render_text(data)
+    records = data["environment"].get("records") or ()
+    env = ""
+    if records:
+        from tokmon.report.environment import env_html
+
+        env = "<h2>Environment</h2>" + env_html(records)
     title = f"tokmon report — {escape(rec.path)}"
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{title}</title><style>body{{font-family:system-ui,sans-serif;margin:2em}}"
-        "pre{background:#f6f6f6;padding:1em;overflow:auto}</style></head><body>"
-        f"<h1>{title}</h1>{chart}<h2>Figures</h2><pre>{escape(text)}</pre>"
+        "pre{background:#f6f6f6;padding:1em;overflow:auto}"
+        "table.env th{text-align:left;padding-right:1em;font-weight:normal;color:#555}</style></head><body>"
+        f"<h1>{title}</h1>{env}{chart}<h2>Figures</h2><pre>{escape(text)}</pre>"
         f"<script type='application/json' id='tokmon-summary'>"
         f"{escape(dumps(data['summary']))}</script></body></html>\n"
     )

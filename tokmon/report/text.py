@@ -17,7 +17,7 @@ from tokmon.model.fold import Fold
 from tokmon.model.summary import fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import drift
-from tokmon.recording.play import fold_of, summary_of
+from tokmon.recording.play import fold_of, settings_of, summary_of
 from tokmon.recording.reader import Recording
 from tokmon.textsafe import clean_text, csv_cell, dumps
 
@@ -234,18 +234,54 @@ def environment_block(rec: Recording) -> dict[str, Any]:
     h = rec.header
     servers = {}
     for url, v in (h.get("servers") or {}).items():
-        models = [
-            m.get("id") for m in (v.get("models") or {}).get("data", []) if isinstance(m, dict)
-        ]
+        if not isinstance(v, dict):
+            continue
+        data = (v.get("models") or {}).get("data") if isinstance(v.get("models"), dict) else None
+        models = [m.get("id") for m in data or [] if isinstance(m, dict)]
         servers[url] = {"models": models, "version": v.get("version")}
     return {
         "tokmon": h.get("tokmon_version"),
         "started_at": h.get("started_at"),
-        "host": h.get("host"),
-        "gpu": h.get("gpu"),
+        "host": h.get("host") if isinstance(h.get("host"), dict) else {},
+        "gpu": h.get("gpu") if isinstance(h.get("gpu"), dict) else {},
         "servers": servers,
-        "command": " ".join(h.get("command") or []),
+        "records": settings_of(rec).environment,
+        "command": " ".join(map(str, h.get("command") or [])),
     }
+
+
+def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
+    """The machine tokmon ran on, then each server's record (what it runs, the way to
+    it, what it allows)."""
+    from tokmon.report.environment import env_lines
+
+    host = env.get("host") or {}
+    out = [f"tokmon {env.get('tokmon')} · started {env.get('started_at')}"]
+    out.append(
+        f"client {host.get('hostname')} · {host.get('cpu')} · {host.get('cores')} cores · "
+        f"{(host.get('mem_gib') or 0):.0f} GiB · Python {host.get('python')}"
+    )
+    gpu = env.get("gpu") or {}
+    gpus = gpu.get("gpus") if isinstance(gpu.get("gpus"), list) else []
+    out.append(
+        "GPU "
+        + (
+            ", ".join(map(str, gpus)) + f" · driver {gpu.get('driver')}"
+            if gpus
+            else "none recorded"
+        )
+    )
+    records = env.get("records") or ()
+    if records:
+        out += ([""] if md else []) + env_lines(records, "md" if md else "text")
+    else:
+        for url, v in env.get("servers", {}).items():
+            out.append(
+                f"server {url} · models {', '.join(map(str, v['models']))} · "
+                f"version {v.get('version') or 'unknown'}"
+            )
+    out.append(f"command: {clean_text(env.get('command') or '', False)}")
+    return out
 
 
 def render(rec: Recording, fmt: str, target_rate: float | None = None) -> str:
@@ -283,6 +319,11 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         out.append(
             f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."
         )
+    env = data["environment"]
+    if env.get("records") and md:
+        out += [h + "Environment", "", *environment_lines(env, md=True), ""]
+    else:
+        out += [h + "Environment", *fence, *environment_lines(env), *fence, ""]
     out += [h + "Summary", *fence, summary_table(data["summary"]), *fence, ""]
     out += [
         h + "Segments",
@@ -362,28 +403,20 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         out.append("none")
     for arm, d in data["errors"].items():
         out.append(f"{arm}: " + ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
-    out += [*fence, "", h + "Environment", *fence]
-    env = data["environment"]
-    host = env.get("host") or {}
-    out.append(f"tokmon {env.get('tokmon')} · started {env.get('started_at')}")
-    out.append(
-        f"host {host.get('hostname')} · {host.get('cpu')} · {host.get('cores')} cores · "
-        f"{(host.get('mem_gib') or 0):.0f} GiB · Python {host.get('python')}"
-    )
-    gpu = env.get("gpu") or {}
-    out.append(
-        "GPU "
-        + (
-            ", ".join(gpu.get("gpus", [])) + f" · driver {gpu.get('driver')}"
-            if gpu.get("gpus")
-            else "none recorded"
-        )
-    )
-    for url, v in env.get("servers", {}).items():
-        out.append(
-            f"server {url} · models {', '.join(map(str, v['models']))} · version {v.get('version') or 'unknown'}"
-        )
-    out.append(f"command: {clean_text(env.get('command') or '', False)}")
+    net = data["summary"].get("network") or {}
+    if net:
+        out += [*fence, "", h + "Network during the run", *fence]
+        for url, n in net.items():
+            r = n.get("rtt_ms") or {}
+            share = ", ".join(
+                f"{clean_text(a, False)} {100 * v:.1f}%"
+                for a, v in (n.get("ttft_share") or {}).items()
+            )
+            out.append(
+                f"{clean_text(url, False)}: round trip p50 {fmt_ms(r.get('p50'))} "
+                f"(min {fmt_ms(r.get('min'))}, max {fmt_ms(r.get('max'))}, {n.get('samples')} samples)"
+                + (f" · share of TTFT p50: {share}" if share else "")
+            )
     out += [*fence]
     return "\n".join(out) + "\n"
 
@@ -415,10 +448,34 @@ def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
     tots[0].name = f"{a.path}:{tots[0].name}"
     tots[1].name = f"{b.path}:{tots[1].name}"
     comp = compare(tots[0], tots[1], 0)
+    from tokmon.model.environment import differences
+    from tokmon.report.environment import compare_lines
+
     sa, sb = summary_of(a), summary_of(b)
+    ea, eb = settings_of(a).environment, settings_of(b).environment
     if fmt == "json":
-        return dumps({"a": sa, "b": sb, "comparison": comp}, indent=2) + "\n"
+        diff = [
+            {"field": k, "a": va, "b": vb}
+            for k, va, vb, d in differences(ea[0] if ea else None, eb[0] if eb else None)
+            if d
+        ]
+        return (
+            dumps(
+                {"a": sa, "b": sb, "comparison": comp, "environment_differences": diff},
+                indent=2,
+            )
+            + "\n"
+        )
+    env, n_diff = compare_lines(ea, eb, "md" if fmt == "md" else "text")
     lines = [
+        "A: " + a.path,
+        "B: " + b.path,
+        "",
+        f"Environment ({n_diff} difference{'s' if n_diff != 1 else ''}, marked ≠):"
+        if n_diff or ea or eb
+        else "Environment: no server records in these files",
+        *env,
+        "",
         "A: " + a.path,
         summary_table(sa),
         "",

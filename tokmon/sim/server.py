@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from tokmon import __version__
 from tokmon.sim.faults import Faults
@@ -128,12 +128,18 @@ class SimConfig:
     # batching model: a server with a known token schedule, for timing-fidelity tests.
     schedule: tuple[float, float, int] | None = None
     alter_outputs: float = 0.0  # share of greedy outputs changed (an arm that alters text)
+    # Like vLLM's --api-key: /v1/* needs "Authorization: Bearer KEY"; /health, /version
+    # and /metrics stay open (as they do on vLLM).
+    api_key: str | None = None
+    # Added to every answer before its first byte: a network round trip to a remote
+    # server (the streams' chunk gaps are unchanged, as over a real link).
+    net_delay_s: float = 0.0
 
 
 class Metrics:
     """vLLM V1 metric names, on a fresh registry (a restart resets every counter)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, cfg: SimConfig | None = None) -> None:
         r = self.registry = CollectorRegistry()
         lbl = ["model_name", "engine"]
         self.lv = {"model_name": model, "engine": "0"}
@@ -199,7 +205,22 @@ class Metrics:
         )
         self.late_first = self.late.labels(**self.lv, chunk="first")
         self.late_next = self.late.labels(**self.lv, chunk="next")
-        self.spec_seen = False
+        # As vLLM: the speculative counters exist only where a method is configured, one
+        # per-position series per speculative token; the cache configuration as an info
+        # gauge (what ``tokmon env`` reads).
+        self.spec_seen = bool(cfg and cfg.spec)
+        self.spec_k = cfg.profile.spec_k if cfg is not None and cfg.spec else 0
+        if cfg is not None:
+            Info("vllm:cache_config", "Information of the LLMEngine CacheConfig", registry=r).info(
+                {
+                    "block_size": "16",
+                    "cache_dtype": "auto",
+                    "enable_prefix_caching": "False",
+                    "gpu_memory_utilization": "0.9",
+                    "num_gpu_blocks": str(cfg.profile.kv_tokens // 16),
+                    "kv_cache_size_tokens": str(cfg.profile.kv_tokens),
+                }
+            )
         # Counters are kept as plain ints and pushed before each scrape: cheap per token.
         self.n_gen = 0
         self.n_prompt = 0
@@ -221,7 +242,7 @@ class Metrics:
             _push(self.draft_tokens.labels(**lv), self.n_draft_tokens)
             _push(self.accepted.labels(**lv), self.n_accepted)
             for i, v in enumerate(self.n_pos):
-                if v or i < 4:
+                if v or i < (self.spec_k or 4):
                     _push(self.per_pos.labels(position=str(i), **lv), v)
         return generate_latest(self.registry)
 
@@ -309,7 +330,7 @@ class SimServer:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self.metrics = Metrics(cfg.model_name)
+        self.metrics = Metrics(cfg.model_name, cfg)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.kv_used = 0
@@ -372,7 +393,7 @@ class SimServer:
 
     def restart(self) -> None:
         """Counters back to zero, in-flight streams dropped: what a server restart looks like."""
-        self.metrics = Metrics(self.cfg.model_name)
+        self.metrics = Metrics(self.cfg.model_name, self.cfg)
         for s in list(self.running) + list(self.waiting):
             s.done = True
             s.proto.abort()
@@ -724,6 +745,10 @@ class SimServer:
         return self.metrics.render(len(self.running), len(self.waiting), kv)
 
 
+# What a server with an API key still answers to anyone (as vLLM does).
+OPEN_PATHS = frozenset({"/health", "/version", "/metrics"})
+
+
 class HttpProtocol(asyncio.Protocol):
     """A minimal HTTP/1.1 server connection: keep-alive, Content-Length bodies, chunked
     streaming responses."""
@@ -794,10 +819,25 @@ class HttpProtocol(asyncio.Protocol):
                 conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
             )
             self.busy = True
-            try:
-                self._dispatch(method, path.split("?", 1)[0], headers, body)
-            except Exception as e:  # never let a request take the server down
-                self.respond_error(500, f"internal error: {type(e).__name__}")
+            args = (method, path.split("?", 1)[0], headers, body)
+            delay = self.sim.cfg.net_delay_s
+            if delay > 0:
+                asyncio.get_running_loop().call_later(delay, self._guarded, *args)
+            else:
+                self._guarded(*args)
+
+    def _guarded(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        if self.closed:
+            return
+        key = self.sim.cfg.api_key
+        try:
+            protected = key and path not in OPEN_PATHS and not path.startswith("/admin/")
+            if protected and headers.get("authorization") != f"Bearer {key}":
+                self.respond_error(401, "invalid or missing API key")
+                return
+            self._dispatch(method, path, headers, body)
+        except Exception as e:  # never let a request take the server down
+            self.respond_error(500, f"internal error: {type(e).__name__}")
 
     def _dispatch(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
         sim = self.sim
@@ -846,7 +886,7 @@ class HttpProtocol(asyncio.Protocol):
         elif method == "GET" and path == "/health":
             self.respond(200, b"", "text/plain")
         elif method == "GET" and path == "/version":
-            self.respond_json(200, {"version": f"tokmon-sim {__version__}"})
+            self.respond_json(200, {"version": __version__})
         elif method == "GET" and path == "/metrics":
             self.respond(200, sim.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/admin/faults":
@@ -905,6 +945,7 @@ class HttpProtocol(asyncio.Protocol):
         reason = {
             200: "OK",
             400: "Bad Request",
+            401: "Unauthorized",
             404: "Not Found",
             405: "Method Not Allowed",
             411: "Length Required",

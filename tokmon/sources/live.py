@@ -61,6 +61,7 @@ class LiveSession:
         gpu_hour_price: float | None = None,
         gpus: int | None = None,
         ladder: Any = None,
+        environment: tuple[Any, ...] = (),
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -91,6 +92,7 @@ class LiveSession:
                 endpoint=cfg.arms[0].endpoint or "chat",
                 insecure=cfg.insecure,
                 server_metrics=any(getattr(p, "name", "") == "server" for p in self.probes),
+                environment=tuple(environment),
             ),
             derive=True,
         )

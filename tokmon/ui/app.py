@@ -451,6 +451,9 @@ class DashboardApp(App[None]):
                 f" · tokmon CPU {pr.self_cpu_pct:.0f}% · host {pr.host_cpu_pct or 0:.0f}%",
                 style="bold reverse" if busy else "dim",
             )
+        if pr.net_rtt_ms is not None:
+            # the way to the server: if it moved, TTFT moved with it
+            t.append(f" · rtt {pr.net_rtt_ms:.1f} ms", style="dim")
         if s.loop_lag_ms > 20:
             t.append(f" · loop lag {s.loop_lag_ms:.0f} ms", style="bold reverse")
         for arm, secs in s.down.items():
