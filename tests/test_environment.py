@@ -159,6 +159,7 @@ def test_env_of_a_simulator_with_a_key_and_a_known_delay(make_sim):
     assert d["engine"] == "tokmon-sim"
     assert (cfg["spec"], cfg["spec_tokens"]) == (True, PROFILES["27b-h100"].spec_k)
     assert (cfg["block_size"], cfg["max_model_len"], cfg["prefix_caching"]) == (16, 131072, False)
+    assert cfg["slots"] == PROFILES["27b-h100"].max_batch  # from its /props, with the key
     net = d["network"]
     print("round trip with a 20 ms delay:", net["rtt_ms"], "min", net["rtt_min_ms"])
     # the delay is the simulator's timer: it fires no earlier, and within 0.5 ms of it
@@ -236,6 +237,7 @@ def test_compare_names_every_difference_of_configuration(make_sim, tmp_path):
     assert labels == {"speculative decoding", "spec tokens", "HTTP round trip"}, marked
     assert marked[1].startswith("≠ spec tokens")  # in its place, after speculative decoding
     assert "KV block size" not in labels  # the same on both
+    assert "  GPU driver" in p.stdout and "  client CPU" in p.stdout  # the machines too
     js = json.loads(tokmon("report", str(a), "--compare", str(b), "-F", "json").stdout)
     fields = {d["field"] for d in js["environment_differences"]}
     assert {"speculative decoding", "spec tokens", "HTTP round trip"} <= fields

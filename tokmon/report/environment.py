@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 from tokmon.model.environment import ServerEnv, differences, rows
 from tokmon.textsafe import clean_text
@@ -43,14 +44,48 @@ def env_html(envs: Sequence[ServerEnv]) -> str:
     return "".join(parts)
 
 
-def compare_lines(
-    a: Sequence[ServerEnv], b: Sequence[ServerEnv], fmt: str = "text"
-) -> tuple[list[str], int]:
-    """The first server of each run side by side, every difference marked; and how many
-    lines differ."""
+def _d(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def machine_rows(header: dict[str, Any]) -> list[tuple[str, str]]:
+    """The client machine and tokmon of a recording, as labelled lines."""
+    host: dict[str, Any] = _d(header.get("host"))
+    gpu: dict[str, Any] = _d(header.get("gpu"))
+    gpus: list[Any] = gpu["gpus"] if isinstance(gpu.get("gpus"), list) else []
+    mem = host.get("mem_gib")
+    return [
+        ("tokmon", str(header.get("tokmon_version") or "?")),
+        ("client CPU", f"{host.get('cpu') or '?'} · {host.get('cores') or '?'} cores"),
+        ("client memory", f"{mem:.0f} GiB" if isinstance(mem, (int, float)) else "?"),
+        ("GPU", ", ".join(map(str, gpus)) or "none recorded"),
+        ("GPU driver", str(gpu.get("driver") or "—")),
+    ]
+
+
+Machines = tuple[list[tuple[str, str]], list[tuple[str, str]]]
+
+
+def compare_rows(
+    a: Sequence[ServerEnv], b: Sequence[ServerEnv], machines: Machines = ([], [])
+) -> tuple[list[tuple[str, str, str, bool]], int]:
+    """The machine and the first server of each run side by side: (label, A, B,
+    differs) and how many differ."""
     ea, eb = (a[0] if a else None), (b[0] if b else None)
-    diff = differences(ea, eb)
-    n = sum(1 for *_, d in diff if d)
+    mb = dict(machines[1])
+    diff = [(k, va, mb.get(k, "—"), va != mb.get(k, "—")) for k, va in machines[0]]
+    diff += differences(ea, eb)
+    return diff, sum(1 for *_, d in diff if d)
+
+
+def compare_lines(
+    a: Sequence[ServerEnv],
+    b: Sequence[ServerEnv],
+    fmt: str = "text",
+    machines: Machines = ([], []),
+) -> tuple[list[str], int]:
+    """``compare_rows`` as text, Markdown or HTML lines; and how many lines differ."""
+    diff, n = compare_rows(a, b, machines)
     if fmt == "md":
         out = ["| | A | B | |", "|---|---|---|---|"]
         out += [

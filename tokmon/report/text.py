@@ -448,17 +448,14 @@ def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
     tots[0].name = f"{a.path}:{tots[0].name}"
     tots[1].name = f"{b.path}:{tots[1].name}"
     comp = compare(tots[0], tots[1], 0)
-    from tokmon.model.environment import differences
-    from tokmon.report.environment import compare_lines
+    from tokmon.report.environment import compare_lines, compare_rows, machine_rows
 
     sa, sb = summary_of(a), summary_of(b)
     ea, eb = settings_of(a).environment, settings_of(b).environment
+    machines = (machine_rows(a.header), machine_rows(b.header))
     if fmt == "json":
-        diff = [
-            {"field": k, "a": va, "b": vb}
-            for k, va, vb, d in differences(ea[0] if ea else None, eb[0] if eb else None)
-            if d
-        ]
+        rows, _ = compare_rows(ea, eb, machines)
+        diff = [{"field": k, "a": va, "b": vb} for k, va, vb, d in rows if d]
         return (
             dumps(
                 {"a": sa, "b": sb, "comparison": comp, "environment_differences": diff},
@@ -466,7 +463,7 @@ def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
             )
             + "\n"
         )
-    env, n_diff = compare_lines(ea, eb, "md" if fmt == "md" else "text")
+    env, n_diff = compare_lines(ea, eb, "md" if fmt == "md" else "text", machines)
     lines = [
         "A: " + a.path,
         "B: " + b.path,

@@ -885,6 +885,22 @@ class HttpProtocol(asyncio.Protocol):
             )
         elif method == "GET" and path == "/health":
             self.respond(200, b"", "text/plain")
+        elif method == "GET" and path == "/props":
+            # as llama.cpp's server: slots, context and speculation (what tokmon env reads)
+            k = sim.cfg.profile.spec_k if sim.cfg.spec else 0
+            self.respond_json(
+                200,
+                {
+                    "default_generation_settings": {
+                        "n_ctx": 131072,
+                        "speculative": bool(k),
+                        "params": {"speculative.n_max": k},
+                    },
+                    "total_slots": sim.cfg.profile.max_batch,
+                    "model_path": sim.cfg.model_name,
+                    "build_info": __version__,
+                },
+            )
         elif method == "GET" and path == "/version":
             self.respond_json(200, {"version": __version__})
         elif method == "GET" and path == "/metrics":
