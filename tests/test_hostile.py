@@ -517,7 +517,7 @@ def test_headless_status_never_repeats_a_snapshot(capsys):
     class Snap:
         t = 1
         elapsed_s, arm, ok, failed, in_flight = 1.0, "a", 1, 0, 1
-        window, warming_up, down = None, False, {}
+        window, warming_up, down, restarting = None, False, {}, None
 
     class Starved:
         def __init__(self) -> None:

@@ -111,6 +111,11 @@ RUN_OPTIONS: tuple[Option, ...] = (
     # arms (A/B)
     Option(('--arm',), 'an arm: url=, model=, endpoint=, body={json}, header=K:V (repeatable)', action="append", metavar='NAME:key=value,...', group='arms', config=False),
     Option(('--alternate',), 'switch arms automatically every DURATION', group='arms'),
+    Option(('--cycles',), 'with --alternate: stop after every arm has run this many times (a reproducible schedule)', type=number(1, 100000, integer=True), group='arms'),
+    Option(('--on-server-failure',), 'a managed server (serve=) that exits or is never ready: stop the run (exit 1), skip its arm, or retry once', default='stop', choices=('stop', 'skip-arm', 'retry'), group='arms', text=True),
+    Option(('--server-ready-timeout',), 'how long a managed server may take to be ready', default='600s', group='arms'),
+    Option(('--server-stop-timeout',), 'SIGTERM, then SIGKILL after this long', default='30s', group='arms'),
+    Option(('--server-warmup',), 'short requests to a managed server once it is ready, before it is measured', default=4, type=number(0, 10000, integer=True), group='arms'),
     Option(('--settle',), 'requests sent this soon after a switch are kept out of the comparison', default='0s', group='arms'),
     Option(('--check-outputs',), 'at start (and on key o): N greedy prompts to every arm, outputs compared', default=0, type=number(0, 10000, integer=True), metavar='N', group='arms'),
     Option(('--assign',), 'switch: one arm at a time; alternate/random: each request picks its arm', default='switch', choices=('switch', 'alternate', 'random'), group='arms', text=True),

@@ -182,15 +182,27 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
                 prepare(a.url or url or "", {**headers, **a.headers})
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if not url and any(not a.url for a in arms):
+    if not url and any(not a.url and not a.serve for a in arms):
         raise UsageError(
             "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
         )
     auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
+    managed = start_managed(args, arms, {**auth, **headers}) if any(a.serve for a in arms) else None
+    if managed is not None:
+        arms = [dataclasses.replace(a, url=managed.url) if a.serve else a for a in arms]
     resolved: list[Arm] = []
     models_cache: dict[str, dict[str, Any]] = {}
+    started = {arm for arm, _, _ in managed.started} if managed is not None else set()
     for a in arms:
         a_url = a.url or url or ""
+        if a.serve and a.name not in started:
+            # its server starts when its turn comes; its model is what it serves then
+            resolved.append(
+                Arm(name=a.name, url=a_url, model=a.model or args.model or "",
+                    endpoint=a.endpoint or args.endpoint, body=a.body, headers=a.headers,
+                    serve=a.serve)
+            )  # fmt: skip
+            continue
         try:
             if a_url not in models_cache:
                 models_cache[a_url] = fetch_models(
@@ -198,6 +210,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
                 )
             model = resolve_model(a_url, a.model or args.model or "", models_cache[a_url])
         except PreflightError as e:
+            if managed is not None:
+                managed.close()
             prefix = f"arm {a.name}: " if len(arms) > 1 else ""
             raise PreflightError(prefix + str(e)) from None
         resolved.append(
@@ -208,6 +222,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
                 endpoint=a.endpoint or args.endpoint,
                 body=a.body,
                 headers=a.headers,
+                serve=a.serve,
             )
         )
     timeouts = Timeouts(
@@ -269,10 +284,73 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "models": models_cache,
         "versions": {u: e.version for u, e in envs.items() if e.version},
         "environment": tuple(envs.values()),
+        "managed": managed,
         "target": url or resolved[0].url,
         "model": resolved[0].model,
     }
     return cfg, info
+
+
+def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, str]) -> Any:
+    """Arms with serve=: tokmon starts the first one's server now (its model resolves the
+    pre-flight); the others start when their turn comes."""
+    import tempfile
+
+    from tokmon.probes.env import survey
+    from tokmon.sources.managed import Managed, ServerFailed
+
+    if getattr(args, "assign", "switch") != "switch":
+        raise UsageError("arms with serve= take turns on one GPU: --assign must be switch")
+    if getattr(args, "cycles", None) and not args.alternate:
+        raise UsageError("--cycles needs --alternate (how long each turn lasts)")
+    record = getattr(args, "record", None)
+    log_dir = Path(record).resolve().parent if record else Path(tempfile.mkdtemp(prefix="tokmon-"))
+    gpu_used = None
+    if not getattr(args, "no_gpu", False):
+        from tokmon.probes.gpu import gpu_memory_used_gib
+
+        gpu_used = gpu_memory_used_gib
+    managed = Managed(
+        arms,
+        log_dir,
+        headers,
+        ready_timeout_s=dur("--server-ready-timeout", args.server_ready_timeout, False) or 600.0,
+        stop_timeout_s=dur("--server-stop-timeout", args.server_stop_timeout, False) or 30.0,
+        warmup_n=args.server_warmup,
+        on_failure=args.on_server_failure,
+        endpoint=args.endpoint,
+        gpu_used=gpu_used,
+        survey=lambda u: survey(u, headers),
+    )
+    first = arms[0]
+    if first.serve:
+        srv = managed.servers[first.name]
+        say(
+            f"tokmon: starting arm {first.name}'s server on port {managed.port} "
+            f"(log {srv.log_path})",
+            err=True,
+            flush=True,
+        )
+        shown = [0]
+
+        def tick(waited: float) -> None:
+            if waited >= shown[0] + 10:
+                shown[0] = int(waited)
+                say(f"tokmon: waiting for arm {first.name}'s server: {waited:.0f} s", err=True)
+
+        try:
+            managed.start_first(first.name, tick)
+        except (ServerFailed, KeyboardInterrupt) as e:
+            managed.close()
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            lines = str(e).split("\n")
+            for ln in lines[1:]:
+                say(f"  | {ln}", err=True)
+            raise UsageError(lines[0]) from None
+        arm, ready_s, _ = managed.started[-1]
+        say(f"tokmon: arm {arm}'s server ready in {ready_s:.1f} s", err=True, flush=True)
+    return managed
 
 
 def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int:
@@ -298,6 +376,8 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         gpus=getattr(args, "gpu_count", None),
         ladder=info.get("ladder"),
         environment=info.get("environment", ()),
+        managed=info.get("managed"),
+        cycles=getattr(args, "cycles", None),
     )
     headless = args.headless or not sys.stdout.isatty()
     if recorder is not None:
@@ -646,6 +726,10 @@ def status_line(s: Any) -> str:
         ]
     if s.warming_up:
         parts.append("(warming up)")
+    if s.restarting is not None:
+        parts.append(
+            f"RESTARTING {s.restarting.arm}: {s.restarting.phase} {s.restarting.since_s:.0f} s"
+        )
     for arm, secs in s.down.items():
         parts.append(f"SERVER DOWN ({arm}) for {secs:.0f}s")
     return " · ".join(parts)

@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import time
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from time import perf_counter_ns
 from typing import Any
@@ -329,6 +330,8 @@ class Engine:
         elif isinstance(cmd, SwitchArm):
             if cmd.arm in self.arms:
                 self.arm, self.segment, self.t_switch = cmd.arm, cmd.segment, cmd.t
+                if cmd.model:
+                    self.arms[cmd.arm] = replace(self.arms[cmd.arm], model=cmd.model)
         elif isinstance(cmd, Pause):
             self.paused = cmd.paused
             if cmd.paused:

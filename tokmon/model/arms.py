@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,8 @@ class ArmError(ValueError):
     pass
 
 
-ARM_KEYS = ("url", "model", "body", "header", "endpoint")
+ARM_KEYS = ("url", "serve", "model", "body", "header", "endpoint")
+PORT = "{port}"  # in a serve command: the loopback port tokmon picked
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,34 @@ class Arm:
     endpoint: str = ""
     body: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    # a server tokmon starts, warms and stops itself (argv, "{port}" in it): one GPU,
+    # one instance, the arms taking turns
+    serve: tuple[str, ...] = ()
+
+
+def serve_argv(name: str, value: Any) -> tuple[str, ...]:
+    """A serve command as an argument list: a list as it is, a string split as a shell
+    would (no shell runs it); it must say where to listen (``{port}``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            text = text[1:-1]
+        try:
+            argv = shlex.split(text)
+        except ValueError as e:
+            raise ArmError(f"arm {name}: serve is not a valid command line: {e}") from None
+    elif isinstance(value, list) and all(isinstance(x, str) for x in value):
+        argv = list(value)
+    else:
+        raise ArmError(f"arm {name}: serve must be a command line or a list of arguments")
+    if not argv:
+        raise ArmError(f"arm {name}: serve is empty")
+    if not any(PORT in a for a in argv):
+        raise ArmError(
+            f"arm {name}: serve must listen where tokmon says: put {PORT} in it "
+            "(e.g. --port {port})"
+        )
+    return tuple(argv)
 
 
 def _split_top(text: str) -> list[str]:
@@ -85,22 +115,30 @@ def parse_arm(text: str) -> Arm:
             if value not in ("chat", "completions"):
                 raise ArmError(f"--arm {name}: endpoint must be chat or completions")
             kw["endpoint"] = value
+        elif key == "serve":
+            kw["serve"] = serve_argv(name, value)
         else:
             kw[key] = value
+    if kw.get("serve") and kw.get("url"):
+        raise ArmError(f"--arm {name}: give url= or serve=, not both")
     return Arm(name=name, **kw)
 
 
 def arm_from_mapping(name: str, obj: dict[str, Any]) -> Arm:
     """An arm from a TOML table ``[arms.NAME]``."""
-    unknown = set(obj) - {"url", "model", "endpoint", "body", "headers"}
+    unknown = set(obj) - {"url", "serve", "model", "endpoint", "body", "headers"}
     if unknown:
         raise ArmError(f"arm {name}: unknown key(s) {', '.join(sorted(unknown))}")
     body = obj.get("body", {})
     headers = obj.get("headers", {})
     if not isinstance(body, dict) or not isinstance(headers, dict):
         raise ArmError(f"arm {name}: body and headers must be tables")
+    serve = serve_argv(name, obj["serve"]) if "serve" in obj else ()
+    if serve and obj.get("url"):
+        raise ArmError(f"arm {name}: give url or serve, not both")
     return Arm(
         name=name,
+        serve=serve,
         url=str(obj.get("url", "")),
         model=str(obj.get("model", "")),
         endpoint=str(obj.get("endpoint", "")),

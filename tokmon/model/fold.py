@@ -31,7 +31,14 @@ from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
 from tokmon.model.summary import active_time, alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
-from tokmon.model.views import ArmCost, ComparisonView, Cost, LadderView, ProbeView
+from tokmon.model.views import (
+    ArmCost,
+    ComparisonView,
+    Cost,
+    LadderView,
+    ProbeView,
+    RestartView,
+)
 
 # events that start a regime: the user changed what runs (never a change point)
 REGIME_KINDS = frozenset({"arm", "step", "level", "pause"})
@@ -314,6 +321,10 @@ class Fold:
         self.samples: dict[str, dict[str, Any]] = {}  # latest per source (server: per URL)
         self.servers: dict[str, _Server] = {}
         self.net: dict[str, _Net] = {}
+        # spans when nothing was sent ([start, end or None]) and managed servers' restarts
+        self.idle: list[list[Any]] = []
+        self.restarting: tuple[str, str, int] | None = None
+        self.managed: dict[str, dict[str, Any]] = {}
         self.t_measure: int | None = None
         self.segments = [Segment(0, self.arm, 0)]
         self.alternations = 0
@@ -660,6 +671,9 @@ class Fold:
                 self.level = level
         elif ev.kind == "pause":
             self.paused = ev.message.startswith("paused")
+            self._idle(ev.t, self.paused)
+        elif ev.kind == "server":
+            self._server_event(ev)
         elif ev.kind == "check" and isinstance(d.get("result"), dict):
             self.output_check = d["result"]  # type: ignore[assignment]
         elif ev.kind == "alert":
@@ -668,6 +682,48 @@ class Fold:
         mark = MARK_KINDS.get(ev.kind)
         if mark:
             self._pending_marks.append(mark)
+
+    def _idle(self, t: int, begins: bool) -> None:
+        """Nothing is sent from ``t`` (``begins``) or again from ``t``: the spans are
+        left out of each arm's active time."""
+        open_ = bool(self.idle) and self.idle[-1][1] is None
+        if begins and not open_:
+            self.idle.append([t, None])
+        elif not begins and open_:
+            self.idle[-1][1] = t
+
+    def _server_event(self, ev: Event) -> None:
+        """A managed server stopping, starting, ready or failed (tokmon restarts it as
+        the arms take turns): the restart is idle time, and its figures are kept."""
+        d = ev.data
+        arm = d.get("arm")
+        phase = d.get("phase")
+        if not isinstance(arm, str) or not isinstance(phase, str):
+            return
+        if phase in ("stopping", "starting"):
+            self._idle(ev.t, True)
+            self.restarting = (arm, phase, ev.t)
+        elif phase in ("ready", "failed"):
+            self._idle(ev.t, False)
+            self.restarting = None
+        ms = self.managed.setdefault(arm, {"starts": 0, "ready_s": [], "stop_s": []})
+        if phase == "ready":
+            ms["starts"] += 1
+            r = _num(d.get("ready_s"))
+            if r is not None and 0 <= r < 1e6:
+                ms["ready_s"].append(round(r, 3))
+            cmd = d.get("command")
+            if isinstance(cmd, list):
+                ms["command"] = [str(x) for x in cmd[:200]]
+            env = ServerEnv.from_json(d.get("env"))
+            if env is not None:
+                ms["env"] = env.to_json(raw=False)
+        elif phase == "stopped":
+            r = _num(d.get("stop_s"))
+            if r is not None and 0 <= r < 1e6:
+                ms["stop_s"].append(round(r, 3))
+        elif phase == "failed":
+            ms["failed"] = ms.get("failed", 0) + 1
 
     def _new_regime(self, t: int) -> None:
         """The user changed what runs: detectors and trends start again from here."""
@@ -851,6 +907,11 @@ class Fold:
             down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
             trends=dict(self.alerts.trends),
             ladder=self._ladder_view(now) if self.steps else None,
+            restarting=None
+            if self.restarting is None
+            else RestartView(
+                self.restarting[0], self.restarting[1], (now - self.restarting[2]) / 1e9
+            ),
             costs=costs,
         )
         for kind, msg, data in later:
@@ -955,6 +1016,7 @@ class Fold:
             s.assign != "switch",
             self.arm_names,
             0,
+            [(a, b) for a, b in self.idle],
         )
         out = build_summary(
             started_at=s.started_at,
@@ -998,4 +1060,6 @@ class Fold:
         net = self.network_summary()
         if net:
             out["network"] = net
+        if self.managed:
+            out["managed_servers"] = {a: dict(m) for a, m in self.managed.items()}
         return out

@@ -142,6 +142,7 @@ class SwitchArm:
     arm: str
     segment: int
     t: int
+    model: str = ""  # a managed server's model, known once it is ready
 
 
 @dataclass(frozen=True, slots=True)

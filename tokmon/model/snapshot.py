@@ -9,7 +9,7 @@ from tokmon.model.alerts import Trend
 from tokmon.model.history import Point
 from tokmon.model.records import Event
 from tokmon.model.stats import WindowStats
-from tokmon.model.views import ArmCost, ComparisonView, LadderView, ProbeView
+from tokmon.model.views import ArmCost, ComparisonView, LadderView, ProbeView, RestartView
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,7 @@ class Snapshot:
     trends: dict[str, Trend] = field(default_factory=dict)  # %/h with its interval
     costs: dict[str, ArmCost] = field(default_factory=dict)  # per arm, live
     ladder: LadderView | None = None  # current step, progress and the steps so far
+    restarting: RestartView | None = None  # a managed server restarting (arms take turns)
 
 
 class Source(Protocol):

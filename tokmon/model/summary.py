@@ -212,17 +212,27 @@ def active_time(
     concurrent_arms: bool,
     arms: list[str],
     t_start: int,
+    idle: list[tuple[int, int | None]] | None = None,
 ) -> dict[str, float]:
-    """Seconds each arm was active, excluding the warm-up (before ``t_measure``)."""
+    """Seconds each arm was active, excluding the warm-up (before ``t_measure``) and
+    the spans when nothing was sent (``idle``: paused, a managed server restarting)."""
     t0 = t_measure if t_measure is not None else t_start
+
+    def busy(s: int, e: int) -> float:
+        if e <= s:
+            return 0.0
+        gone = 0
+        for i0, i1 in idle or ():
+            gone += max(0, min(e, t_end if i1 is None else i1) - max(s, i0))
+        return max(0, e - s - gone) / 1e9
+
     if concurrent_arms:
-        return dict.fromkeys(arms, max(0.0, (t_end - t0) / 1e9))
+        return dict.fromkeys(arms, busy(t0, t_end))
     out = dict.fromkeys(arms, 0.0)
     for _, arm, s, e in segments:
         e2 = t_end if e is None else min(e, t_end)
         s2 = max(s, t0)
-        if e2 > s2:
-            out[arm] = out.get(arm, 0.0) + (e2 - s2) / 1e9
+        out[arm] = out.get(arm, 0.0) + busy(s2, e2)
     return out
 
 

@@ -52,6 +52,15 @@ _TEXT_FIELDS = frozenset({"gpu_note", "engine", "server_note"})
 
 
 @dataclass(frozen=True, slots=True)
+class RestartView:
+    """A managed server being stopped or started as the arms take turns."""
+
+    arm: str
+    phase: str  # stopping, starting
+    since_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class RatioView:
     """A ratio other/baseline with its 95% interval."""
 

@@ -123,6 +123,20 @@ class NvmlProbe(Sampler):
             self._ready = False
 
 
+def gpu_memory_used_gib(nvml: ModuleType | None = None) -> float | None:
+    """GPU memory in use on every GPU of this host, now (None: no NVML, no GPU). For a
+    managed server's restart: the next one starts once the last one's memory is free."""
+    probe = NvmlProbe(1.0, nvml=nvml)
+    try:
+        used = probe.sample().get("gpu_devices") or []
+        vals = [d["mem_used_gib"] for d in used if isinstance(d, dict) and "mem_used_gib" in d]
+        return float(sum(vals)) if vals else None
+    except Exception:
+        return None
+    finally:
+        probe.close()
+
+
 def pid_listening_on(url: str) -> int | None:
     """The local process that listens on the URL's port (for the server's GPU memory)."""
     from urllib.parse import urlparse

@@ -62,6 +62,8 @@ class LiveSession:
         gpus: int | None = None,
         ladder: Any = None,
         environment: tuple[Any, ...] = (),
+        managed: Any = None,
+        cycles: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -117,6 +119,13 @@ class LiveSession:
         self._ended = False  # the final tick is folded: no more facts
         self.check_n = check_outputs_n
         self._checking = False
+        # managed servers (the arms take turns on one GPU): restarts run in one thread
+        self.managed = managed
+        self.cycles = cycles
+        self._restart_lock = threading.Lock()
+        self._restarting = threading.Event()
+        self.segments_begun = 1
+        self.skipped: set[str] = set()  # arms whose server failed (--on-server-failure skip-arm)
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -166,6 +175,21 @@ class LiveSession:
             threading.Thread(target=self._ladder_run, name="tokmon-ladder", daemon=True).start()
         elif self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
+        if self.managed is not None:
+            for arm, ready_s, model in self.managed.started:  # before the run: recorded
+                self._event(
+                    "server",
+                    f"{arm}'s server ready in {ready_s:.1f} s",
+                    {
+                        "phase": "ready",
+                        "arm": arm,
+                        "ready_s": ready_s,
+                        "model": model,
+                        "command": self.managed.command_of(arm),
+                        "env": self.managed.environment(arm, self.managed.servers[arm].url),
+                    },
+                )
+            threading.Thread(target=self._watch_servers, name="tokmon-servers", daemon=True).start()
 
     def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
         self._feed(Sample(t - self.t_start, src, _plain(values)))
@@ -258,11 +282,139 @@ class LiveSession:
         self.command("stop")
 
     def _alternator(self) -> None:
+        """Switch every --alternate of measuring (a restart's time does not count), and
+        stop after --cycles turns of every arm."""
         assert self.cfg.alternate_s
         while not self._done.wait(self.cfg.alternate_s):
             if self.stopping or self._ended:
                 return
+            if self.cycles and self.segments_begun >= self.cycles * len(self.arm_names):
+                self._event("stop", f"{self.cycles} cycles of every arm done")
+                self.command("stop")
+                return
             self.command("switch")
+            while self._restarting.is_set() and not self._done.wait(0.2):
+                pass
+
+    # ------------------------------------------------------------------ managed servers
+    def _restart(self, cur: str, new: str) -> None:
+        """The arms take turns on one GPU: drain, stop ``cur``'s server, start ``new``'s,
+        wait until it is ready, warm it, then switch. Nothing is sent meanwhile (idle in
+        the figures); every phase is an event."""
+        m = self.managed
+        try:
+            with self.lock:
+                user_paused = self.fold.paused
+                self._send(Pause(True))
+                self._event(
+                    "server",
+                    f"restarting: {cur} → {new}",
+                    {"phase": "stopping", "arm": cur, "next": new},
+                )
+            old_srv = m.servers.get(cur)
+            if old_srv is not None:
+                self._drain(m.drain_s)
+                took = old_srv.stop(m.stop_timeout_s)
+                self._event(
+                    "server",
+                    f"{cur}'s server stopped in {took:.1f} s",
+                    {"phase": "stopped", "arm": cur, "stop_s": took},
+                )
+                if not m.gpu_settled():
+                    self._event("server", "GPU memory not back to its baseline; starting anyway")
+            skip = m.on_failure == "skip-arm" and cur in m.servers
+            model = self._start_server(new, fatal=not skip)
+            if model is None and skip and not self.stopping:
+                # --on-server-failure skip-arm: the run goes on with the arm it had
+                self.skipped.add(new)
+                self._event("server", f"arm {new} left out: its server failed")
+                new = cur
+                model = self._start_server(cur)
+            if model is None:
+                return
+            with self.lock:
+                now = perf_counter_ns()
+                seg = self.fold.next_segment()
+                self._send(SwitchArm(new, seg, now, model=model))
+                self._event("arm", f"arm → {new}", {"arm": new, "segment": seg}, t=now)
+                self.segments_begun += 1
+                if not user_paused:
+                    self._send(Pause(False))
+        finally:
+            self._restarting.clear()
+
+    def _start_server(self, arm: str, fatal: bool = True) -> str | None:
+        """Start ``arm``'s server until it is ready (with the --on-server-failure policy);
+        its model, or None when the run stops."""
+        m = self.managed
+        srv = m.servers[arm]
+        tries = 2 if m.on_failure == "retry" else 1
+        for attempt in range(tries):
+            self._event("server", f"starting {arm}'s server", {"phase": "starting", "arm": arm})
+            t0 = time.monotonic()
+            try:
+                srv.start()
+                model = srv.wait_ready(m.ready_timeout_s, m.headers, stop=self._done)
+            except Exception as e:  # ServerFailed, or an OSError starting it
+                srv.stop(m.stop_timeout_s)
+                msg = str(e).split("\n", 1)[0]
+                tail = str(e).split("\n", 1)[1] if "\n" in str(e) else srv.log_tail()
+                self._event(
+                    "server",
+                    f"{arm}'s server failed: {msg}",
+                    {"phase": "failed", "arm": arm, "log_tail": tail[-4000:]},
+                )
+                if attempt + 1 < tries and not self.stopping:
+                    continue
+                if fatal:
+                    self.engine_errors.append(f"managed server of arm {arm}: {msg}")
+                    self.command("stop", True)
+                return None
+            ready = time.monotonic() - t0
+            warmed = m.warm(srv.url, model or srv.arm.model, arm)
+            self._event(
+                "server",
+                f"{arm}'s server ready in {ready:.1f} s (warmed with {warmed} requests)",
+                {
+                    "phase": "ready",
+                    "arm": arm,
+                    "ready_s": ready,
+                    "model": model,
+                    "command": m.command_of(arm),
+                    "env": m.environment(arm, srv.url) if srv.starts == 1 else None,
+                },
+            )
+            return srv.arm.model or model
+        return None
+
+    def _drain(self, timeout_s: float) -> None:
+        """Until no request is in flight (the engines' own counts), or ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self._done.is_set():
+            with self.lock:
+                st = list(self._statuses.values()) or list(self.fold.statuses.values())
+            if st and sum(x.in_flight for x in st) == 0:
+                return
+            time.sleep(0.05)
+
+    def _watch_servers(self) -> None:
+        """A managed server that dies while it is measured is an error, never silent."""
+        m = self.managed
+        while not self._done.wait(1.0):
+            if self.stopping or self._restarting.is_set():
+                continue
+            srv = m.servers.get(self.fold.arm)
+            if srv is not None and srv.proc is not None and not srv.alive():
+                code = srv.proc.returncode
+                msg = f"the server of arm {srv.arm.name} exited (code {code}) during the run"
+                self._event(
+                    "server",
+                    msg,
+                    {"phase": "failed", "arm": srv.arm.name, "log_tail": srv.log_tail()},
+                )
+                self.engine_errors.append(msg)
+                self.command("stop", True)
+                return
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
@@ -286,6 +438,8 @@ class LiveSession:
                 pr.stop()
             except Exception:
                 pass
+        if self.managed is not None:
+            self.managed.close()
 
     # ------------------------------------------------------------------ commands
     def _send(self, cmd: Command) -> None:
@@ -318,14 +472,29 @@ class LiveSession:
                 target = args[0] if args else None
                 cur = self.fold.arm
                 i = self.arm_names.index(cur)
+                turns = [
+                    self.arm_names[(i + k) % len(self.arm_names)]
+                    for k in range(1, len(self.arm_names) + 1)
+                ]
                 new = (
                     target
                     if target in self.arm_names
-                    else self.arm_names[(i + 1) % len(self.arm_names)]
+                    else next((a for a in turns if a not in self.skipped), cur)
                 )
                 if new == cur:
                     return None
+                if self.managed is not None and (
+                    cur in self.managed.servers or new in self.managed.servers
+                ):
+                    if self._restarting.is_set():
+                        return "a server is restarting"
+                    self._restarting.set()
+                    threading.Thread(
+                        target=self._restart, args=(cur, new), name="tokmon-restart", daemon=True
+                    ).start()
+                    return f"restarting: {cur} → {new}"
                 self._switch_to(new, now)
+                self.segments_begun += 1
                 return f"arm → {new}"
             if name == "pause":
                 paused = not self.fold.paused  # the event below sets it (the fold)

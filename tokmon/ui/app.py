@@ -439,6 +439,12 @@ class DashboardApp(App[None]):
             )
         if s.warming_up:
             t.append(" · warming up", style="italic")
+        if s.restarting is not None:
+            r = s.restarting
+            t.append(
+                f" · RESTARTING {clean_text(r.arm, False)}: {r.phase} {r.since_s:.0f} s",
+                style="bold reverse",
+            )
         if s.insecure:
             t.append(" · TLS NOT VERIFIED", style="bold reverse")
         if s.done:
