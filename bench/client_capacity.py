@@ -58,6 +58,8 @@ def clients(url: str, conc: int, secs: float, mt: int) -> dict[str, list[str]]:
             "--status-interval",
             "1h",
         ],
+        # the same, serving its metrics for Prometheus (the issue's < 2% per token)
+        "tokmon with --prometheus": [],
         "bare aiohttp reader": [
             py,
             os.path.join(HERE, "ref_clients.py"),
@@ -86,6 +88,10 @@ def clients(url: str, conc: int, secs: float, mt: int) -> dict[str, list[str]]:
             str(mt),
         ],
     }
+    c["tokmon with --prometheus"] = c["tokmon (1 engine process)"] + [
+        "--prometheus",
+        "127.0.0.1:0",
+    ]
     vllm, tok = vllm_paths()
     if vllm and tok:
         # It has no duration: enough prompts to outlast the window; stopped after it.
@@ -173,7 +179,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--only", default="", help="comma-separated parts of client names to run (and aiohttp)"
+    )
     a = ap.parse_args()
+    only = [x.strip() for x in a.only.split(",") if x.strip()]
     sim = SimProcess(SimConfig(profile=PROFILES["zero"]))
     sim.start()
     results: dict[str, list[tuple[float, float] | None]] = {}
@@ -181,6 +191,8 @@ def main() -> None:
     try:
         for rnd in range(a.repeat):
             for name in clients(sim.url, a.concurrency, 1, a.max_tokens):
+                if only and name != REF and not any(x in name for x in only):
+                    continue
                 warm = SLOW_START.get(name, a.warmup)
                 # Each client runs past the window; the window is read in steady state.
                 cmd = clients(sim.url, a.concurrency, warm + a.seconds + 2, a.max_tokens)[name]

@@ -140,6 +140,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
     # probes
     Option(('--metrics-url',), 'server Prometheus endpoint (default: /metrics next to each --url)', group='probes', text=True),
     Option(('--no-server-metrics',), 'do not scrape /metrics', action="store_true", group='probes'),
+    Option(('--prometheus',), "serve tokmon's own metrics for Prometheus on HOST:PORT (e.g. 127.0.0.1:9464; a non-loopback address needs --prometheus-allow-remote)", metavar='HOST:PORT', group='probes', text=True),
+    Option(('--prometheus-linger',), 'after a headless run ends, keep serving --prometheus this long, so that a last scrape sees the final counts', default='0s', group='probes'),
+    Option(('--prometheus-allow-remote',), 'let --prometheus listen on a non-loopback address (anyone who can reach it sees the run)', action="store_true", group='probes'),
     Option(('--net-interval',), "how often the round trip to each server is sampled (one TCP connect and one GET /health), or 'off'", default='5s', group='probes'),
     Option(('--no-env',), "do not ask the servers for their configuration, time the way to them or check what they allow before the run", action="store_true", group='probes'),
     Option(('--metrics-interval',), 'how often /metrics is scraped: each scrape costs the server CPU (the README gives the measured cost)', default='2s', group='probes'),

@@ -64,6 +64,12 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     from tokmon.model.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
 
     url = args.url or os.environ.get("TOKMON_URL")
+    prometheus = parse_listen(  # a bad option is an error before anything starts
+        "--prometheus",
+        getattr(args, "prometheus", None),
+        getattr(args, "prometheus_allow_remote", False),
+    )
+    dur("--prometheus-linger", getattr(args, "prometheus_linger", "0s"))
     ladder = None
     if getattr(args, "ladder", None):
         from tokmon.model.ladder import LadderError, parse_ladder
@@ -285,10 +291,29 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "versions": {u: e.version for u, e in envs.items() if e.version},
         "environment": tuple(envs.values()),
         "managed": managed,
+        "prometheus": prometheus,
         "target": url or resolved[0].url,
         "model": resolved[0].model,
     }
     return cfg, info
+
+
+def parse_listen(name: str, text: str | None, allow_remote: bool) -> tuple[str, int] | None:
+    """HOST:PORT (or :PORT, on loopback) to listen on; loopback unless allowed."""
+    if not text:
+        return None
+    host, colon, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"{name}: expected HOST:PORT (e.g. 127.0.0.1:9464), got {text!r}")
+    from tokmon.model.environment import is_loopback
+
+    if not is_loopback(host) and not allow_remote:
+        raise UsageError(
+            f"{name}: {host} is not a loopback address: anyone who can reach it would see the "
+            f"run; add {name}-allow-remote if that is what you want"
+        )
+    return host, int(port)
 
 
 def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, str]) -> Any:
@@ -378,6 +403,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         environment=info.get("environment", ()),
         managed=info.get("managed"),
         cycles=getattr(args, "cycles", None),
+        prometheus=info.get("prometheus"),
     )
     headless = args.headless or not sys.stdout.isatty()
     if recorder is not None:
@@ -411,6 +437,15 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
             interrupted = run_app(session, theme=args.theme, fps=args.fps)
         session.command("stop", True)
         session.wait(10.0)
+        linger = dur("--prometheus-linger", getattr(args, "prometheus_linger", "0s")) or 0.0
+        if session.prom is not None and linger > 0 and not interrupted:
+            say(
+                f"tokmon: serving the final metrics on :{session.prom.port} for {linger:g} s",
+                err=True,
+                flush=True,
+            )
+            with contextlib.suppress(KeyboardInterrupt):
+                time.sleep(linger)
     finally:
         session.close()
     summary = session.final or session.summary()

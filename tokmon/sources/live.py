@@ -64,6 +64,7 @@ class LiveSession:
         environment: tuple[Any, ...] = (),
         managed: Any = None,
         cycles: int | None = None,
+        prometheus: tuple[str, int] | None = None,
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -125,6 +126,8 @@ class LiveSession:
         self._restart_lock = threading.Lock()
         self._restarting = threading.Event()
         self.segments_begun = 1
+        self.prometheus_at = prometheus
+        self.prom: Any = None
         self.skipped: set[str] = set()  # arms whose server failed (--on-server-failure skip-arm)
 
     # ------------------------------------------------------------------ life cycle
@@ -162,6 +165,10 @@ class LiveSession:
             self.procs.append(p)
             self.out_conns.append(out_r)
             self.cmd_conns.append(cmd_w)
+        if self.prometheus_at is not None:
+            from tokmon.sources.prometheus import PromServer
+
+            self.prom = PromServer(*self.prometheus_at, self._gauges)
         for pr in self.probes:
             pr.on_event = lambda kind, msg, data: self._event(kind, msg, data)
             pr.on_sample = self._on_sample
@@ -440,6 +447,8 @@ class LiveSession:
                 pass
         if self.managed is not None:
             self.managed.close()
+        if self.prom is not None:
+            self.prom.close()
 
     # ------------------------------------------------------------------ commands
     def _send(self, cmd: Command) -> None:
@@ -583,6 +592,10 @@ class LiveSession:
             if self._ended:
                 return
             derived = self.fold.apply(fact)
+            if self.prom is not None:
+                self.prom.collector.fact(fact)
+                for ev in derived:
+                    self.prom.collector.fact(ev)
             rec = self.recorder
             if rec is not None:
                 if lines is not None:
@@ -670,6 +683,31 @@ class LiveSession:
             self._feed(Tick(now - self.t_start, final))
 
     # ------------------------------------------------------------------ outputs
+    def _gauges(self) -> Any:
+        """The live gauges of --prometheus, at a scrape."""
+        from tokmon.sources.prometheus import LiveGauges
+
+        with self.lock:
+            f = self.fold
+            snap = f.snapshot
+            st = list(f.statuses.values())
+            acc = {}
+            for v in snap.arm_views if snap is not None else ():
+                w = v.window
+                if w is not None and w.acceptance_rate is not None:
+                    acc[v.name] = (w.acceptance_rate, w.acceptance_source or "response")
+            lad = snap.ladder if snap is not None else None
+            return LiveGauges(
+                arms=tuple(self.arm_names),
+                arm=f.arm,
+                level=f.level,
+                mode=self.cfg.mode,
+                in_flight=sum(x.in_flight for x in st),
+                send_lag_s=max((x.send_lag_ms for x in st), default=0.0) / 1000.0,
+                ladder_step=lad.step if lad is not None and lad.running else None,
+                acceptance=acc,
+            )
+
     def snapshot(self) -> Snapshot | None:
         snap = self.fold.snapshot
         rec = self.recorder
