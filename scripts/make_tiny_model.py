@@ -27,33 +27,143 @@ def main(out: str) -> None:
         print(f"model already there: {out}")
         return
     rng = random.Random(0)
-    words = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this", "are", "from", "at", "or", "an", "have", "not", "which", "but", "were", "all", "their", "one", "can", "has", "more", "will", "would", "there", "been", "if", "its", "also", "into", "than", "other", "some", "these", "time", "only", "two", "may", "first", "new", "any", "such", "could", "made", "over", "after", "system", "model", "data", "value", "each", "work", "used", "between", "both", "under", "state", "def", "return", "class", "import", "print", "self", "list", "dict", "error", "count", "file", "parse", "json", "table", "story", "light", "house", "ending", "write", "function", "summary", "notes", "fields", "name", "unit"]
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "with",
+        "was",
+        "on",
+        "be",
+        "by",
+        "this",
+        "are",
+        "from",
+        "at",
+        "or",
+        "an",
+        "have",
+        "not",
+        "which",
+        "but",
+        "were",
+        "all",
+        "their",
+        "one",
+        "can",
+        "has",
+        "more",
+        "will",
+        "would",
+        "there",
+        "been",
+        "if",
+        "its",
+        "also",
+        "into",
+        "than",
+        "other",
+        "some",
+        "these",
+        "time",
+        "only",
+        "two",
+        "may",
+        "first",
+        "new",
+        "any",
+        "such",
+        "could",
+        "made",
+        "over",
+        "after",
+        "system",
+        "model",
+        "data",
+        "value",
+        "each",
+        "work",
+        "used",
+        "between",
+        "both",
+        "under",
+        "state",
+        "def",
+        "return",
+        "class",
+        "import",
+        "print",
+        "self",
+        "list",
+        "dict",
+        "error",
+        "count",
+        "file",
+        "parse",
+        "json",
+        "table",
+        "story",
+        "light",
+        "house",
+        "ending",
+        "write",
+        "function",
+        "summary",
+        "notes",
+        "fields",
+        "name",
+        "unit",
+    ]
     corpus = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(3000)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=480, special_tokens=["<s>", "</s>", "<pad>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=480,
+        special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
     fast.chat_template = (
         "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}")
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
     fast.save_pretrained(out)
     vocab = fast.get_vocab()
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=256, intermediate_size=512,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=2048, bos_token_id=vocab["<s>"],
-                      eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"],
-                      tie_word_embeddings=False, torch_dtype="float32")
+    cfg = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        pad_token_id=vocab["<pad>"],
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         model.model.embed_tokens.weight[:, 0] = 8.0
         # Tokens to avoid: single bytes outside printable ASCII letters, and specials.
-        byte_like = [i for t, i in vocab.items()
-                     if len(t) == 1 and not t.isalpha() or t in ("<s>", "</s>", "<pad>")]
+        byte_like = [
+            i
+            for t, i in vocab.items()
+            if len(t) == 1 and not t.isalpha() or t in ("<s>", "</s>", "<pad>")
+        ]
         model.lm_head.weight[byte_like, 0] = -50.0
     model.save_pretrained(out, safe_serialization=True)
     with open(os.path.join(out, "tokmon_avoided_tokens.json"), "w") as f:

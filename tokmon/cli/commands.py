@@ -174,6 +174,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ns.status_interval = args.status_interval
         ns.theme = args.theme
         ns.fps = args.fps
+        ns.web = args.web
+        ns.web_allow_remote = args.web_allow_remote
         cfg, info = build_run(ns, [])
         return run_session(ns, cfg, info)
     finally:
@@ -282,8 +284,45 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    """``tokmon view --attach SOCKET``: a running session's dashboard in this terminal (or
+    in a browser tab, through --web); q detaches, the run goes on."""
+    from tokmon.sources.remote import RemoteSource
+    from tokmon.ui.app import run_app
+
+    try:
+        src = RemoteSource(args.attach)
+    except OSError as e:
+        raise UsageError(f"--attach: no run at {args.attach}: {e.strerror or e}") from None
+    try:
+        run_app(src, theme=args.theme, fps=args.fps)
+    finally:
+        src.close()
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    from tokmon.cli.webview import listen_of
     from tokmon.sources.replay import SPEEDS, ReplaySource
+
+    listen = listen_of(args)
+    if listen is not None:
+        # each browser tab plays the file on its own; this terminal serves until Ctrl-C
+        from tokmon.cli.webview import start_web
+        from tokmon.recording.reader import read_recording
+
+        read_recording(args.file)  # a bad file is one line here, not in the page
+        page = [sys.executable, "-m", "tokmon", "replay", os.path.abspath(args.file)]
+        page += ["--speed", f"{args.speed:g}"] + (["--theme", args.theme] if args.theme else [])
+        web = start_web(listen, page, title=f"tokmon replay {os.path.basename(args.file)}")
+        try:
+            say("tokmon: serving the replay; Ctrl-C to stop", err=True, flush=True)
+            web.proc.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            web.close()
+        return 0
 
     src = ReplaySource(
         args.file, speed=min(SPEEDS, key=lambda s: abs(s - args.speed)), follow=args.follow
@@ -352,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "env":
             return cmd_env(args)
+        if args.command == "view":
+            return cmd_view(args)
     except (UsageError, PreflightError) as e:
         say(
             f"tokmon {args.command}: error: {e}",

@@ -161,6 +161,16 @@ def build_parser() -> Parser:
         help="a second recording: its first arm against this one's",
     )
 
+    view = sub.add_parser(
+        "view",
+        help="attach to a running tokmon: its dashboard here (q detaches)",
+        formatter_class=_fmt(),
+        description="Draw a running session's dashboard from the socket it serves (what "
+        "--web starts for each browser tab); its keys act on the run, q detaches.",
+    )
+    view.add_argument("--attach", required=True, metavar="SOCKET", help="the run's view socket")
+    add_display_options(view)
+
     env = sub.add_parser(
         "env",
         help="what a server runs on, the way to it and what it allows (no load)",

@@ -70,6 +70,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         getattr(args, "prometheus_allow_remote", False),
     )
     dur("--prometheus-linger", getattr(args, "prometheus_linger", "0s"))
+    from tokmon.cli.webview import listen_of
+
+    web = listen_of(args)
     ladder = None
     if getattr(args, "ladder", None):
         from tokmon.model.ladder import LadderError, parse_ladder
@@ -292,6 +295,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "environment": tuple(envs.values()),
         "managed": managed,
         "prometheus": prometheus,
+        "web": web,
         "target": url or resolved[0].url,
         "model": resolved[0].model,
     }
@@ -427,8 +431,16 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
 
         session.on_finished = write_summary
     interrupted = False
+    web = None
     try:
         session.start()
+        if info.get("web") is not None:
+            from tokmon.cli.webview import start_web
+
+            page = [sys.executable, "-m", "tokmon", "view"]
+            if getattr(args, "theme", None):
+                page += ["--theme", args.theme]
+            web = start_web(info["web"], page, source=session, title="tokmon run")
         if headless:
             interrupted = run_headless(session, status_every)
         else:
@@ -447,6 +459,8 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
             with contextlib.suppress(KeyboardInterrupt):
                 time.sleep(linger)
     finally:
+        if web is not None:
+            web.close()
         session.close()
     summary = session.final or session.summary()
     say(_summary_text(summary))

@@ -1,0 +1,155 @@
+"""The dashboard away from the run's terminal: an attached view (what ``--web`` starts per
+browser tab) draws the run and its keys act on it; and the real page in headless
+Chromium, with a key sent through the page switching the run's arm."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fakes import FakeSource
+
+from tokmon.sources.remote import RemoteSource, ViewServer
+from tokmon.ui.app import DashboardApp
+
+PY = sys.executable
+
+
+async def test_an_attached_view_draws_the_run_and_its_keys_act_on_it():
+    src = FakeSource()
+    server = ViewServer(src, interval=0.05)
+    remote = RemoteSource(server.path)
+    try:
+        assert "stop" not in remote.commands  # q in a view detaches; the run goes on
+        app = DashboardApp(remote)
+        async with app.run_test(size=(100, 34)) as pilot:
+            for _ in range(200):  # until the first snapshot arrived
+                if remote.snapshot() is not None:
+                    break
+                await pilot.pause(0.02)
+            assert remote.snapshot() is not None
+            await pilot.pause(0.1)
+            await pilot.press("s")
+            assert src.arm == "spec"  # the command went to the run and back
+            await pilot.press("p")
+            assert src.paused
+            await pilot.press("q")
+            await pilot.pause(0.2)
+        assert src.stopped is None
+    finally:
+        remote.close()
+        server.close()
+    assert not os.path.exists(server.path)
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip(
+        "no Chromium here (Debian: apt-get install chromium; .ci/run installs it where the "
+        "package registry answers)"
+    )
+    raise AssertionError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_the_dashboard_in_a_browser_and_a_key_through_the_page(make_sim, tmp_path):
+    exe = chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    a, b = make_sim(), make_sim(spec=True)
+    port = free_port()
+    rec = tmp_path / "r.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "TOKMON_API_KEY")}
+    p = subprocess.Popen(
+        [PY, "-m", "tokmon", "run", "--arm", f"base:url={a.url}", "--arm", f"spec:url={b.url}",
+         "-c", "2", "--duration", "3m", "--headless", "--no-gpu", "--status-interval", "1h",
+         "--web", f"127.0.0.1:{port}", "--record", str(rec)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    shot = tmp_path / "web.png"
+    errors: list[str] = []
+    try:
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        assert "the dashboard in a browser" in line, line
+        url = line[line.index("http://") :].strip()
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            deadline = time.monotonic() + 60
+            while True:  # the web server may still be starting
+                try:
+                    page.goto(url, timeout=10_000)
+                    break
+                except sync_api.Error:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            # the page's terminal draws on a canvas: ready once a screenshot holds a
+            # drawn dashboard (a blank page is a few KB)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                page.screenshot(path=str(shot))
+                if shot.stat().st_size > 20_000:
+                    break
+                time.sleep(0.5)
+            page.mouse.click(400, 300)  # focus the terminal
+            page.keyboard.press("s")  # switch the arm, through the page
+            deadline = time.monotonic() + 30
+            switched = False
+            while time.monotonic() < deadline and not switched:
+                time.sleep(0.2)
+                text = rec.read_text() if rec.exists() else ""
+                switched = any(
+                    json.loads(x).get("kind") == "arm" for x in text.splitlines() if '"e"' in x
+                )
+            browser.close()
+    finally:
+        p.terminate()
+        p.wait(30)
+    assert switched, "the key sent through the page did not switch the arm"
+    assert shot.stat().st_size > 20_000  # a drawn dashboard, not a blank page
+    # textual-serve's page asks the internet for fonts (none here): those loads may fail
+    assert not [e for e in errors if "Failed to load resource" not in e], errors
+
+
+@pytest.mark.slow
+def test_the_html_report_in_a_browser(make_sim, tmp_path):
+    exe = chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    sim = make_sim(time_scale=4)
+    rec, html = tmp_path / "r.jsonl", tmp_path / "r.html"
+    from helpers import tokmon
+
+    r = tokmon("run", "--url", sim.url, "-n", "20", "-c", "2", "--headless", "--no-gpu",
+               "--record", str(rec))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert tokmon("report", str(rec), "-F", "html", "-o", str(html)).returncode == 0
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(Path(html).as_uri())
+        page.wait_for_selector(".plotly", timeout=30_000)
+        n = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+        browser.close()
+    assert n == 1  # the time series (one figure of six charts; a ladder adds one)
+    assert not errors, errors

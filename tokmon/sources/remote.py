@@ -1,0 +1,178 @@
+"""A running session seen from another process: ``tokmon view --attach SOCKET`` draws the
+same dashboard (in another terminal, or in a browser through ``--web``), and its keys
+act on the run.
+
+The session serves its snapshots on a Unix socket in a directory only its user can
+enter (0700), so whoever can connect can already read the user's files: the frames are
+pickles of tokmon's own typed Snapshot (no parsing of a foreign format). Each frame is a
+4-byte length and the pickle; the server sends a snapshot when it changed (at most 4 a
+second) and answers each command with its notice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import socket
+import struct
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from tokmon.model.snapshot import Snapshot
+
+_LEN = struct.Struct("!I")
+MAX_FRAME = 64 << 20
+
+
+def _send(sock: socket.socket, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def _recv(sock: socket.socket) -> Any:
+    head = _exact(sock, _LEN.size)
+    (n,) = _LEN.unpack(head)
+    if n > MAX_FRAME:
+        raise ConnectionError("frame too large")
+    return pickle.loads(_exact(sock, n))  # noqa: S301 - our own process's frames (0700 dir)
+
+
+def _exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        part = sock.recv(n - len(buf))
+        if not part:
+            raise ConnectionError("closed")
+        buf += part
+    return buf
+
+
+class ViewServer:
+    """Serves a session's snapshots and takes its commands, for attached views."""
+
+    def __init__(self, source: Any, interval: float = 0.25) -> None:
+        self.source = source
+        self.interval = interval
+        self.dir = tempfile.mkdtemp(prefix="tokmon-view-")
+        os.chmod(self.dir, 0o700)
+        self.path = str(Path(self.dir) / "session.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(8)
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, name="tokmon-view", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        lock = threading.Lock()
+
+        def push() -> None:
+            last = None
+            while not self._stop.wait(self.interval):
+                snap = self.source.snapshot()
+                if snap is not None and snap is not last:
+                    last = snap
+                    try:
+                        with lock:
+                            _send(conn, ("snap", snap))
+                    except OSError:
+                        return
+
+        try:
+            with lock:
+                _send(conn, ("hello", frozenset(self.source.commands)))
+            threading.Thread(target=push, daemon=True).start()
+            while not self._stop.is_set():
+                msg = _recv(conn)
+                if isinstance(msg, tuple) and len(msg) == 4 and msg[0] == "cmd":
+                    _, cid, name, args = msg
+                    try:
+                        notice = self.source.command(str(name), *args)
+                    except Exception as e:  # a view's command never breaks the run
+                        notice = f"{name} failed: {type(e).__name__}"
+                    with lock:
+                        _send(conn, ("notice", cid, notice))
+        except (OSError, ConnectionError, pickle.UnpicklingError, EOFError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+            os.rmdir(self.dir)
+
+
+class RemoteSource:
+    """The Source an attached view draws from: the latest snapshot the session sent."""
+
+    def __init__(self, path: str, timeout: float = 5.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        kind, cmds = _recv(self.sock)
+        self.sock.settimeout(None)
+        self._commands: frozenset[str] = cmds if kind == "hello" else frozenset()
+        self._snap: Snapshot | None = None
+        self._replies: dict[int, str | None] = {}
+        self._cv = threading.Condition()
+        self._next = 0
+        self.lost = False
+        self._wlock = threading.Lock()
+        threading.Thread(target=self._read, name="tokmon-attach", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                msg = _recv(self.sock)
+                if msg[0] == "snap":
+                    self._snap = msg[1]
+                elif msg[0] == "notice":
+                    with self._cv:
+                        self._replies[msg[1]] = msg[2]
+                        self._cv.notify_all()
+        except (OSError, ConnectionError, pickle.UnpicklingError, EOFError):
+            self.lost = True
+            with self._cv:
+                self._cv.notify_all()
+
+    def snapshot(self) -> Snapshot | None:
+        return self._snap
+
+    @property
+    def commands(self) -> frozenset[str]:
+        # q in a view detaches it (the run goes on): "stop" stays with the run's own UI
+        return frozenset() if self.lost else self._commands - {"stop"}
+
+    def command(self, name: str, *args: Any) -> str | None:
+        if self.lost:
+            return "the run is gone"
+        with self._cv:
+            cid = self._next
+            self._next += 1
+        try:
+            with self._wlock:
+                _send(self.sock, ("cmd", cid, name, args))
+        except OSError:
+            return "the run is gone"
+        with self._cv:
+            self._cv.wait_for(lambda: cid in self._replies or self.lost, timeout=5.0)
+            return self._replies.pop(cid, None)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
