@@ -153,3 +153,44 @@ def test_the_html_report_in_a_browser(make_sim, tmp_path):
         browser.close()
     assert n == 1  # the time series (one figure of six charts; a ladder adds one)
     assert not errors, errors
+
+
+def test_off_loopback_the_page_needs_its_one_time_token(make_sim, tmp_path):
+    """--web on a non-loopback address: refused without --web-allow-remote; with it, the
+    URL printed once carries a token, and a request without it is refused."""
+    import httpx
+    from helpers import tokmon
+
+    sim = make_sim(time_scale=4)
+    rec = tmp_path / "r.jsonl"
+    r = tokmon("run", "--url", sim.url, "-n", "4", "--headless", "--no-gpu", "--record", str(rec))
+    assert r.returncode == 0, r.stderr
+    refused = tokmon("replay", str(rec), "--web", "0.0.0.0:0")
+    assert refused.returncode == 2 and "--web-allow-remote" in refused.stderr
+    port = free_port()
+    p = subprocess.Popen(
+        [PY, "-m", "tokmon", "replay", str(rec), "--web", f"0.0.0.0:{port}", "--web-allow-remote"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        url = line[line.index("http://") :].strip()
+        assert "?token=" in url
+        base = url.split("?", 1)[0]
+        deadline = time.monotonic() + 30
+        while True:  # until the web server listens
+            try:
+                bare = httpx.get(base, timeout=5)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert bare.status_code == 403
+        ok = httpx.get(url, timeout=5)
+        assert ok.status_code == 200 and "tokmon_token" in ok.headers.get("set-cookie", "")
+        wrong = httpx.get(base + "?token=guess", timeout=5)
+        assert wrong.status_code == 403
+    finally:
+        p.terminate()
+        p.wait(30)
