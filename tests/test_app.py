@@ -102,3 +102,15 @@ async def test_broken_theme_falls_back(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         assert app.theme == "tokmon-dark"
+
+
+def test_whole_run_view_stretches_a_short_run_to_the_width():
+    src = FakeSource(seconds=30)
+    app = DashboardApp(src)
+    app.view = "whole"
+    snap = src.snapshot()
+    n = len(snap.whole)
+    pts = app._series(snap, n * 3 + 1)
+    assert len(pts) == n * 3  # every point over three columns
+    assert [p.t for p in pts[::3]] == [p.t for p in snap.whole]
+    assert sum(1 for p in pts if p.marks) == sum(1 for p in snap.whole if p.marks)

@@ -9,5 +9,9 @@ def test_main_screen_80x24(snap_compare):
     assert snap_compare(DashboardApp(FakeSource()), terminal_size=(80, 24))
 
 
-def test_main_screen_160x48(snap_compare):
-    assert snap_compare(DashboardApp(FakeSource()), terminal_size=(160, 48))
+def test_main_screen_120x40(snap_compare):
+    assert snap_compare(DashboardApp(FakeSource()), terminal_size=(120, 40))
+
+
+def test_main_screen_200x50(snap_compare):
+    assert snap_compare(DashboardApp(FakeSource()), terminal_size=(200, 50))

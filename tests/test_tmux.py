@@ -53,3 +53,34 @@ def test_demo_in_tmux_switches_arm():
         assert session not in tmux("list-sessions")  # tokmon exited, the session closed
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_at_80x24_every_chart_has_its_range_and_help_and_quit_show():
+    """The smallest terminal a person uses over SSH: the footer still shows ? help and
+    q quit, every chart says its range, and the quit question is whole."""
+    session = f"tokmon-{uuid.uuid4().hex[:8]}"
+    cmd = f"{sys.executable} -m tokmon demo --alternate off --time-scale 4"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
+        check=True,
+        env=env,
+        timeout=10,
+    )
+    try:
+        screen = wait_for(session, "in flight 8")  # under way: q asks before it quits
+        assert "? help" in screen and "q quit" in screen, screen
+        lines = screen.splitlines()
+        charts = [ln for ln in lines if "┤" in ln]
+        assert len(charts) == 7, screen  # tokens/s, decode, TTFT, accept, errors, GPU, server
+        assert any("%┤" in ln and "errors" in ln for ln in lines), screen
+        tmux("send-keys", "-t", session, "q")
+        screen = wait_for(session, "(y/n)")
+        assert "requests are in flight. Stop sending, let them finish, and" in screen, screen
+        assert "quit?  (y/n)" in screen, screen
+        tmux("send-keys", "-t", session, "y")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and session in tmux("list-sessions"):
+            time.sleep(0.3)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -7,6 +7,7 @@ to the source; the app never measures anything and never blocks the engine.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,28 +26,37 @@ from tokmon.textsafe import clean_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
 from tokmon.ui.widgets import InfoPanel, MarkerRow, MetricSpark
 
+# key, title, fixed range, warn colour, unit of the scale, floor of an auto scale
 SPARKS = (
-    ("tok", "tokens/s", None, False),
-    ("decode", "decode", None, False),
-    ("ttft", "TTFT", None, False),
-    ("accept", "accept", (0.0, 100.0), False),
-    ("errors", "errors", None, True),
-    ("gpu", "GPU", (0.0, 100.0), False),
-    ("kv", "server", (0.0, 100.0), False),
+    ("tok", "tokens/s", None, False, "", 0.0),
+    ("decode", "decode", None, False, "", 0.0),
+    ("ttft", "TTFT", None, False, "ms", 0.0),
+    ("accept", "accept", (0.0, 100.0), False, "%", 0.0),
+    # the share of requests that failed in the window (not a count: one error in a
+    # quiet minute must not fill the chart); its scale is at least 0-5%
+    ("errors", "errors", None, True, "%", 5.0),
+    ("gpu", "GPU", (0.0, 100.0), False, "%", 0.0),
+    ("kv", "server", (0.0, 100.0), False, "%", 0.0),
 )
+# rows the panels below the charts keep at least (arms, comparison, events)
+BOTTOM_MIN = 10
 
 HELP = """\
- s      switch arm (A ⇄ B, or cycle)        z   time view: recent ⇄ whole run
- o      output check: greedy outputs of every arm compared
- p      pause / resume sending              m   add a marker (with a note)
- + / -  more / less load (streams or rate)  r   start / stop recording
- ?      this help                           q   quit (drains in-flight requests)
- ctrl+p command palette: the same actions, and the themes
+ s       switch arm (A ⇄ B, or cycle)
+ p       pause / resume sending
+ + / -   more / less load (streams or rate)
+ m       add a marker (with a note)
+ r       start / stop recording
+ z       time view: recent ⇄ whole run
+ o       output check: greedy outputs of every arm compared
+ ?       this help
+ q       quit (drains in-flight requests)
+ ctrl+p  command palette: the same actions, and the themes
 
- Sparklines share one time axis: one column per second (recent view), or the
- whole run compressed to the width. Marks under them: │ arm switch, ◆ marker,
- ! alert or stall. Rates auto-scale from 0; percentages use a fixed 0–100%.
- Figures are windowed (default 10 s); a gap means no data, never zero.
+ Charts share one time axis: a column per second (recent), or the whole
+ run compressed to the width. Each says its range at its left: top ┤ and
+ bottom ┤. Marks under them: │ arm switch, ◆ marker, ! alert or stall.
+ Figures are windowed (10 s); a gap is no data, never a zero.
 """
 
 
@@ -54,7 +64,7 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 84; height: auto; border: round $primary; background: $surface; padding: 0 1; }
+    HelpScreen > Vertical { width: auto; max-width: 100%; height: auto; max-height: 100%; border: round $primary; background: $surface; padding: 0 1; }
     """
 
     def compose(self) -> ComposeResult:
@@ -70,7 +80,8 @@ class ConfirmQuit(ModalScreen[bool]):
     BINDINGS = [Binding("escape,n", "no", "no"), Binding("y,q", "yes", "yes")]
     DEFAULT_CSS = """
     ConfirmQuit { align: center middle; }
-    ConfirmQuit > Vertical { width: 60; height: auto; border: round $warning; background: $surface; padding: 0 1; }
+    ConfirmQuit > Vertical { width: 64; max-width: 100%; height: auto; border: round $warning; background: $surface; padding: 0 1; }
+    ConfirmQuit Label { width: 100%; }
     ConfirmQuit Horizontal { height: auto; }
     """
 
@@ -103,7 +114,7 @@ class MarkerScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel")]
     DEFAULT_CSS = """
     MarkerScreen { align: center middle; }
-    MarkerScreen > Vertical { width: 60; height: auto; border: round $secondary; background: $surface; padding: 0 1; }
+    MarkerScreen > Vertical { width: 64; max-width: 100%; height: auto; border: round $secondary; background: $surface; padding: 0 1; }
     """
 
     def compose(self) -> ComposeResult:
@@ -121,16 +132,27 @@ class MarkerScreen(ModalScreen[str | None]):
 
 class Dashboard(Screen[None]):
     def on_resize(self, event: Any) -> None:
-        # Small terminals (80×24 over SSH): one-row sparklines so that nothing overlaps.
-        self.set_class(self.size.height < 34, "compact")
+        # Charts grow with the terminal: the rows left after the header, the footer, the
+        # time axis and the panels below, shared by the charts (1 row at 80×24, up to 6);
+        # the label column widens with the width, so figures are not cut.
+        w, h = self.size.width, self.size.height
+        rows = max(1, min(6, (h - 4 - BOTTOM_MIN) // len(SPARKS)))
+        label_w = 30 if w < 120 else 38 if w < 180 else 46
+        self.set_class(rows == 1, "compact")
+        for ms in self.query(MetricSpark):
+            ms.styles.height = rows
+            ms.spark.styles.height = rows
+            ms.label.styles.height = min(rows, 2)
+            ms.label.styles.width = label_w
+        self.query_one("#marks", MarkerRow).offset_cols = label_w
         # what fits depends on the size (a second line per arm): draw again
         self.app.last_snapshot = None  # type: ignore[attr-defined]
 
     def compose(self) -> ComposeResult:
         yield InfoPanel(id="header")
         with Vertical(id="charts"):
-            for key, title, fixed, warn in SPARKS:
-                yield MetricSpark(key, title, fixed=fixed, warn=warn)
+            for key, title, fixed, warn, unit, floor in SPARKS:
+                yield MetricSpark(key, title, fixed=fixed, warn=warn, unit=unit, floor=floor)
             yield MarkerRow(id="marks")
         with Horizontal(id="bottom"):
             yield InfoPanel(id="compare")
@@ -141,7 +163,11 @@ class Dashboard(Screen[None]):
 class DashboardApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "tokmon"
+    # The footer shows keys in this order: help and quit first, so that they stay
+    # visible at 80 columns.
     BINDINGS = [
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit_tokmon", "quit"),
         Binding("s", "switch_arm", "arm"),
         Binding("p", "pause", "pause"),
         Binding("plus,equals_sign", "level(1)", "+load", key_display="+"),
@@ -158,8 +184,6 @@ class DashboardApp(App[None]):
         Binding("less_than_sign", "speed(-1)", "slower", key_display="<"),
         Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
         Binding("e", "end", "end"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit_tokmon", "quit"),
         # One rule for an interrupt, as in a headless run: the first Ctrl-C drains the
         # in-flight requests, a second stops now (they end as cancelled), exit 130.
         # Ctrl-Q (Textual's own quit) is the same interrupt, never a silent abort.
@@ -368,6 +392,16 @@ class DashboardApp(App[None]):
         if self.view == "recent":
             return list(snap.recent)[-width:]
         pts = list(snap.whole)
+        if 0 < len(pts) < width and width > 0:
+            # a short run fills the width: each point drawn over as many columns as fit
+            # (its marks on the first), so the whole-run view is never mostly empty
+            k = width // len(pts)
+            if k >= 2:
+                quiet = [dataclasses.replace(p, marks=()) for p in pts]
+                return [
+                    q for p, blank in zip(pts, quiet, strict=True) for q in (p, *[blank] * (k - 1))
+                ]
+            return pts
         if len(pts) <= width or width <= 0:
             return pts
         group = -(-len(pts) // width)
@@ -391,9 +425,7 @@ class DashboardApp(App[None]):
             "decode": [p.decode_p50 for p in pts],
             "ttft": [p.ttft_p50 for p in pts],
             "accept": [None if p.acc_rate is None else 100 * p.acc_rate for p in pts],
-            "errors": [
-                p.errors if p.errors else (0.0 if p.errors is not None else None) for p in pts
-            ],
+            "errors": [None if p.err_rate is None else 100 * p.err_rate for p in pts],
             "gpu": [p.gpu_util for p in pts],
             "kv": [p.kv_pct for p in pts],
         }

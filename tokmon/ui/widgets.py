@@ -43,11 +43,12 @@ class Sparkline(Widget):
     """A sparkline drawn one colour per row: a handful of bytes per row instead of a
     colour code per cell (the stock Sparkline's cost over SSH)."""
 
-    COMPONENT_CLASSES = {"spark--bar", "spark--warn"}
+    COMPONENT_CLASSES = {"spark--bar", "spark--warn", "spark--scale"}
     DEFAULT_CSS = """
     Sparkline { height: 2; width: 1fr; }
     Sparkline > .spark--bar { color: $primary; }
     Sparkline > .spark--warn { color: $error; }
+    Sparkline > .spark--scale { color: $foreground-muted; }
     """
 
     values: reactive[tuple[float | None, ...]] = reactive((), layout=False)
@@ -55,32 +56,60 @@ class Sparkline(Widget):
     fixed: reactive[tuple[float, float] | None] = reactive(None)
     """A fixed (lo, hi) range, e.g. (0, 100) for percentages; None auto-scales from 0."""
 
-    def __init__(self, *, warn: bool = False, id: str | None = None) -> None:
+    def __init__(
+        self, *, warn: bool = False, id: str | None = None, unit: str = "", floor: float = 0.0
+    ) -> None:
         super().__init__(id=id)
         self.warn = warn
+        self.unit = unit  # shown with the scale: "%", " ms"
+        self.floor = floor  # an auto scale's top is never below this (errors: 5%)
+
+    def scale(self) -> tuple[float, float]:
+        if self.fixed is not None:
+            return self.fixed
+        shown = [v for v in self.values[-self.size.width :] if v is not None]
+        return 0.0, max(max(shown) if shown else 1.0, self.floor) or 1.0
 
     def render_line(self, y: int) -> Strip:
         w = self.size.width
         h = self.size.height
-        vals = self.values
-        if self.fixed is not None:
-            lo, hi = self.fixed
-        else:
-            shown = [v for v in vals[-w:] if v is not None]
-            lo, hi = 0.0, (max(shown) if shown else 1.0) or 1.0
-        rows = spark_rows(vals, w, h, lo, hi)
+        lo, hi = self.scale()
+        rows = spark_rows(self.values, w, h, lo, hi)
         if y >= len(rows):
             return Strip.blank(w)
         style = self.get_component_rich_style("spark--warn" if self.warn else "spark--bar")
-        # Blank cells take the bar's style too: one run of one style per row.
+        # Every chart says its range: its top at the left of the top row (and, on a
+        # chart two rows or more high, its bottom at the left of the bottom row), so a
+        # full chart is never mistaken for a large value.
+        tag = ""
+        if y == 0:
+            tag = f"{compact(hi)}{self.unit}┤"
+        elif y == h - 1:
+            tag = f"{compact(lo)}{self.unit}┤"
+        if tag and w > len(tag) + 8:
+            scale_style = self.get_component_rich_style("spark--scale")
+            # Blank cells take the bar's style too: one run of one style per row.
+            return Strip([Segment(tag, scale_style), Segment(rows[y][len(tag) :], style)], w)
         return Strip([Segment(rows[y], style)], w)
+
+
+def compact(v: float) -> str:
+    """A scale's bound in a few characters: 0, 8.5, 85, 1.2k, 16k, 2.3M."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.2g}M" if a < 1e7 else f"{v / 1e6:.0f}M"
+    if a >= 1e3:
+        return f"{v / 1e3:.2g}k" if a < 1e4 else f"{v / 1e3:.0f}k"
+    if a >= 10 or v == int(v):
+        return f"{v:.0f}"
+    return f"{v:.2g}"
 
 
 class MetricLabel(Static):
     """The figures beside a sparkline: name, current value, window p50/p95."""
 
     DEFAULT_CSS = """
-    MetricLabel { width: 30; height: 2; padding: 0 1 0 0; }
+    MetricLabel { width: 30; height: 2; padding: 0 1 0 0; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
 
@@ -92,13 +121,20 @@ class MetricSpark(Widget):
     """
 
     def __init__(
-        self, key: str, title: str, *, fixed: tuple[float, float] | None = None, warn: bool = False
+        self,
+        key: str,
+        title: str,
+        *,
+        fixed: tuple[float, float] | None = None,
+        warn: bool = False,
+        unit: str = "",
+        floor: float = 0.0,
     ) -> None:
         super().__init__(id=f"spark-{key}")
         self.key = key
         self.title = title
         self.label = MetricLabel()
-        self.spark = Sparkline(warn=warn)
+        self.spark = Sparkline(warn=warn, unit=unit, floor=floor)
         self.spark.fixed = fixed
         self._label_text: tuple[str, str] | None = None
 
