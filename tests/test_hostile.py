@@ -87,10 +87,17 @@ def test_terminal_injection_reaches_no_output(tmp_path):
         r = run("report", str(rec), "--format", fmt)
         assert r.returncode == 0, r.stderr
         no_control(r.stdout, r.stderr)
-    for fmt in ("text", "json"):
+    outs = {}
+    for fmt in ("text", "json", "md", "csv", "html"):
         r = run("report", str(rec), "--compare", str(rec), "--format", fmt)
         assert r.returncode == 0, r.stderr
         no_control(r.stdout)
+        outs[fmt] = r.stdout
+    # each format is itself
+    assert len(set(outs.values())) == 5
+    assert outs["html"].startswith(b"<!doctype html>") and outs["csv"].startswith(b"section,")
+    assert b"| speculative decoding |" in outs["md"] or b"| engine |" in outs["md"]
+    json.loads(outs["json"])
     csv = run("export", str(rec), "--format", "csv")
     assert csv.returncode == 0
     no_control(csv.stdout)

@@ -277,13 +277,15 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    # two spaces between columns, one where that would pass 80 columns (a terminal)
+    sep = "  " if sum(widths) + 2 * (len(widths) - 1) <= 80 else " "
     lines = [
-        "  ".join(
+        sep.join(
             c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
         )
         for r in rows
     ]
-    lines.insert(1, "  ".join("─" * w for w in widths))
+    lines.insert(1, sep.join("─" * w for w in widths))
     out = [
         f"tokmon {summary['tokmon_version']} · {summary['target'].get('url', '')} · "
         f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",

@@ -463,6 +463,54 @@ def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
             )
             + "\n"
         )
+    if fmt == "csv":
+        # one row per figure: A, B, and B/A with its interval; then the environment
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["section", "field", "a", "b", "ratio_b_over_a", "ci95_lo", "ci95_hi"])
+        arm_a, arm_b = sa["arms"][a.arms[0]], sb["arms"][b.arms[0]]
+        for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms"):
+            v = comp.get(key)
+            w.writerow(
+                [csv_cell(x) for x in (
+                    "figure", f"{key} p50", arm_a[key]["p50"], arm_b[key]["p50"],
+                    None if v is None else v["ratio"],
+                    None if v is None else v["ci95"][0],
+                    None if v is None else v["ci95"][1],
+                )]
+            )  # fmt: skip
+        for key in ("output_tokens_per_s", "requests_per_s"):
+            w.writerow([csv_cell(x) for x in ("figure", key, arm_a[key], arm_b[key], "", "", "")])
+        rows, _ = compare_rows(ea, eb, machines)
+        for k, va, vb, d in rows:
+            w.writerow(
+                [csv_cell(x) for x in ("environment" + (" (differs)" if d else ""), k, va, vb)]
+            )
+        return buf.getvalue()
+    if fmt == "html":
+        env_rows, n_diff = compare_lines(ea, eb, "html", machines)
+        figs = "".join(
+            f"<tr><th>{escape(key)}</th><td>"
+            + (
+                "not enough data"
+                if (v := comp.get(key)) is None
+                else f"×{v['ratio']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]"
+            )
+            + "</td></tr>"
+            for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms")
+        )
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'><title>tokmon comparison</title>"
+            "<style>body{font-family:system-ui,sans-serif;margin:2em}pre{background:#f6f6f6;"
+            "padding:1em}tr.differs{background:#fff3cd}th{text-align:left;padding-right:1em}"
+            "</style></head><body>"
+            f"<h1>tokmon comparison</h1><p>A: {escape(a.path)}<br>B: {escape(b.path)}</p>"
+            f"<h2>B vs A (ratio of medians, 95% CI over requests)</h2><table>{figs}</table>"
+            f"<h2>Environment ({n_diff} difference{'s' if n_diff != 1 else ''}, highlighted)</h2>"
+            + "".join(env_rows)
+            + f"<h2>A</h2><pre>{escape(summary_table(sa))}</pre>"
+            f"<h2>B</h2><pre>{escape(summary_table(sb))}</pre></body></html>\n"
+        )
     env, n_diff = compare_lines(ea, eb, "md" if fmt == "md" else "text", machines)
     lines = [
         "A: " + a.path,

@@ -145,6 +145,15 @@ class Dashboard(Screen[None]):
             ms.label.styles.height = min(rows, 2)
             ms.label.styles.width = label_w
         self.query_one("#marks", MarkerRow).offset_cols = label_w
+        # Narrow terminals: the comparison and the events one above the other, so their
+        # lines are whole (side by side at 80 columns each had ~38 characters).
+        narrow = w < 110
+        bottom = self.query_one("#bottom")
+        bottom.styles.layout = "vertical" if narrow else "horizontal"
+        compare, events = self.query_one("#compare"), self.query_one("#events")
+        compare.styles.width = events.styles.width = "1fr" if not narrow else "100%"
+        compare.styles.height = "auto" if narrow else "1fr"
+        events.styles.height = "1fr"
         # what fits depends on the size (a second line per arm): draw again
         self.app.last_snapshot = None  # type: ignore[attr-defined]
 
@@ -588,13 +597,15 @@ class DashboardApp(App[None]):
 
     def _compare_text(self, s: Snapshot, detail: bool = False) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"{'arm':<9}{'ok':>5} {'err':>4}{'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold")
+        t.append(
+            f"{'arm':<9}{'ok':>5} {'err':>4} {'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold"
+        )
         for v in s.arm_views:
             w = v.window
             mark = "▶" if v.name == s.arm else " "
             # counts keep their width (1.2k, 34k, 5.6M) and a space between: they never merge
             t.append(
-                f"{mark}{clean_text(v.name, False)[:8]:<8}{_count(v.ok):>5} {_count(v.failed):>4}"
+                f"{mark}{clean_text(v.name, False)[:8]:<8}{_count(v.ok):>5} {_count(v.failed):>4} "
             )
             if w is not None:
                 t.append(f"{w.tokens_per_s:>6.0f}{_num(w.decode_p50):>6}{fmt_ms(w.ttft_p50):>6}")
