@@ -39,28 +39,49 @@ def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:
                 out[i] = float(np.percentile(v, q))
         return out
 
-    acc_t, acc = [], []
+    # acceptance per server: a sample without a rate (its arm not running) is a gap in
+    # the line, never a straight line drawn across the other arm's period
+    acc: dict[str, tuple[list[float], list[float | None]]] = {}
     gpu_t, gpu = [], []
     for ts, src, v in rec.samples:
-        if src == "server" and v.get("spec_acceptance_rate") is not None:
-            acc_t.append(ts / 1e9)
-            acc.append(100 * v["spec_acceptance_rate"])
+        if src == "server":
+            arms = v.get("arms")
+            name = ", ".join(map(str, arms)) if isinstance(arms, list) and arms else "server"
+            rate = v.get("spec_acceptance_rate")
+            if rate is not None or name in acc:
+                xs, ys = acc.setdefault(name, ([], []))
+                xs.append(ts / 1e9)
+                ys.append(None if rate is None else 100 * rate)
         if src == "gpu" and v.get("gpu_mem_used_gib") is not None:
             gpu_t.append(ts / 1e9)
             gpu.append(v["gpu_mem_used_gib"])
+    # the last window holds only the run's end: divide by the time it covers
+    widths = np.full(n, width_s)
+    widths[-1] = max(1e-9, end / 1e9 - (n - 1) * width_s)
+    t[-1] = end / 1e9
     return {
         "t": t,
-        "tok_s": (tok / width_s).tolist(),
+        "tok_s": (tok / widths).tolist(),
         "ttft_p50": pct("ttft_ms", 50),
         "ttft_p95": pct("ttft_ms", 95),
         "tpot_p50": pct("tpot_ms", 50),
         "tpot_p95": pct("tpot_ms", 95),
         "errors": errs.tolist(),
-        "acc_t": acc_t,
         "acc": acc,
         "gpu_t": gpu_t,
         "gpu": gpu,
     }
+
+
+def _short(ev: Any) -> str:
+    """An event's label on a chart: a few words."""
+    d = ev.data
+    if d.get("alert") == "change_point":
+        pct = d.get("change_pct")
+        metric = d.get("metric", "")
+        return f"change {metric} {pct:+.0f}%" if isinstance(pct, (int, float)) else "change"
+    text = str(ev.message)
+    return text if len(text) <= 28 else text[:27] + "…"
 
 
 def render_html(rec: Recording, data: dict[str, Any]) -> str:
@@ -80,7 +101,7 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
             "TTFT (ms)",
             "TPOT (ms)",
             "acceptance rate (%)",
-            "errors per window",
+            "errors per 10 s window",
             "GPU memory (GiB)",
         ),
     )
@@ -89,9 +110,30 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
     fig.add_trace(go.Scatter(x=s["t"], y=s["ttft_p95"], name="TTFT p95"), 2, 1)
     fig.add_trace(go.Scatter(x=s["t"], y=s["tpot_p50"], name="TPOT p50"), 3, 1)
     fig.add_trace(go.Scatter(x=s["t"], y=s["tpot_p95"], name="TPOT p95"), 3, 1)
-    fig.add_trace(go.Scatter(x=s["acc_t"], y=s["acc"], name="acceptance"), 4, 1)
+    for name, (xs, ys) in s["acc"].items():
+        fig.add_trace(
+            go.Scatter(x=xs, y=ys, name=f"acceptance {escape(name)}", connectgaps=False), 4, 1
+        )
     fig.add_trace(go.Bar(x=s["t"], y=s["errors"], name="errors"), 5, 1)
     fig.add_trace(go.Scatter(x=s["gpu_t"], y=s["gpu"], name="GPU memory"), 6, 1)
+    # A chart without data says so, on a 0-1 axis (not plotly's default -1 to 1).
+    empty = {
+        4: not any(y is not None for _, ys in s["acc"].values() for y in ys),
+        5: not any(s["errors"]),
+        6: not s["gpu"],
+    }
+    for row, none in empty.items():
+        if none:
+            fig.update_yaxes(range=[0, 1], row=row, col=1)
+            fig.add_annotation(
+                text="none" if row == 5 else "no data",
+                xref=f"x{row} domain",
+                yref=f"y{row} domain",
+                x=0.5,
+                y=0.5,
+                showarrow=False,
+                font={"color": "#888"},
+            )
     palette = ["rgba(95,175,255,0.10)", "rgba(255,175,95,0.12)", "rgba(175,135,255,0.10)"]
     arms = sorted({seg["arm"] for seg in data["segments"]})
     for seg in data["segments"]:
@@ -103,9 +145,35 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
             annotation_text=escape(seg["arm"]),
             annotation_position="top left",
         )
+    end_s = max(s["t"][-1] if s["t"] else 0.0, 1.0)
+    # a managed server's restart (nothing sent): a grey span
+    t0 = None
     for ev in rec.events:
-        if ev.kind in ("marker", "alert", "restart"):
-            fig.add_vline(x=ev.t / 1e9, line_dash="dot", annotation_text=escape(ev.message)[:40])
+        phase = ev.data.get("phase") if ev.kind == "server" else None
+        if phase == "stopping":
+            t0 = ev.t / 1e9
+        elif phase in ("ready", "failed") and t0 is not None:
+            fig.add_vrect(x0=t0, x1=ev.t / 1e9, line_width=0, fillcolor="rgba(128,128,128,0.25)")
+            t0 = None
+    for ev in rec.events:
+        if ev.kind not in ("marker", "alert", "restart"):
+            continue
+        if ev.kind == "restart":  # a server's counters reset: a line, no label (they pile up)
+            fig.add_vline(x=ev.t / 1e9, line_dash="dot", line_color="#999")
+            continue
+        # a change point is drawn where the change was, not where it was found
+        at = ev.data.get("at_s") if ev.data.get("alert") == "change_point" else None
+        x = float(at) if isinstance(at, (int, float)) else ev.t / 1e9
+        label = escape(_short(ev))
+        fig.add_vline(
+            x=x,
+            line_dash="dot",
+            annotation_text=label,
+            # the label stays inside the chart: to the left of a line in the run's
+            # second half, to its right in the first
+            annotation_position="top left" if x > end_s / 2 else "top right",
+            annotation_font_size=10,
+        )
     fig.update_layout(
         height=1400, showlegend=True, template="plotly_white", xaxis6_title="seconds since start"
     )
