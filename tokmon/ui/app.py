@@ -153,7 +153,9 @@ class Dashboard(Screen[None]):
         compare, events = self.query_one("#compare"), self.query_one("#events")
         compare.styles.width = events.styles.width = "1fr" if not narrow else "100%"
         compare.styles.height = "auto" if narrow else "1fr"
+        compare.styles.max_height = "65%" if narrow else None
         events.styles.height = "1fr"
+        events.styles.min_height = 3 if narrow else None
         # what fits depends on the size (a second line per arm): draw again
         self.app.last_snapshot = None  # type: ignore[attr-defined]
 
@@ -398,12 +400,11 @@ class DashboardApp(App[None]):
         return None
 
     def _series(self, snap: Snapshot, width: int) -> list[Point]:
-        if self.view == "recent":
-            return list(snap.recent)[-width:]
-        pts = list(snap.whole)
+        pts = list(snap.recent)[-width:] if self.view == "recent" else list(snap.whole)
         if 0 < len(pts) < width and width > 0:
             # a short run fills the width: each point drawn over as many columns as fit
-            # (its marks on the first), so the whole-run view is never mostly empty
+            # (its marks on the first), so a wide chart is never mostly empty; the axis
+            # label says how long is shown
             k = width // len(pts)
             if k >= 2:
                 quiet = [dataclasses.replace(p, marks=()) for p in pts]
@@ -456,14 +457,19 @@ class DashboardApp(App[None]):
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" tokmon ", style="bold reverse")
         t.append(f" {clean_text(s.target, False)} · {clean_text(s.model, False)} ", style="bold")
+        lvl = f"{s.level:g} streams" if s.mode == "concurrency" else f"{s.level:g} req/s"
         if s.replay is not None:
+            # the position first: at 80 columns the end of the line is cut
             t.append(
                 f"· REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} "
+                f"{_hms(s.elapsed_s)} · arm "
             )
-        t.append("· arm ")
-        t.append(clean_text(s.arm, False), style="bold reverse")
-        lvl = f"{s.level:g} streams" if s.mode == "concurrency" else f"{s.level:g} req/s"
-        t.append(f" · {lvl} · {_hms(s.elapsed_s)}\n")
+            t.append(clean_text(s.arm, False), style="bold reverse")
+            t.append(f" · {lvl}\n")
+        else:
+            t.append("· arm ")
+            t.append(clean_text(s.arm, False), style="bold reverse")
+            t.append(f" · {lvl} · {_hms(s.elapsed_s)}\n")
         t.append(f" ok {s.ok} · failed {s.failed} · in flight {s.in_flight} · ")
         if s.recording:
             t.append("● REC", style="bold red")
