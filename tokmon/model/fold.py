@@ -864,12 +864,27 @@ class Fold:
                 if self.derive:
                     later += alerts
         costs: dict[str, ArmCost] = {}
+        # Cost per arm from its whole run so far (tokens over its own active time, power
+        # over its own spans), as the summary computes it: a window would price the arm
+        # that is not running from the tail of its last turn. "—" before 10 s of it.
+        active = active_time(
+            [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
+            now,
+            self.t_measure,
+            s.assign != "switch",
+            self.arm_names,
+            0,
+            [(a, b) for a, b in self.idle],
+        )
         for v in arm_views:
+            tot = self.totals.get(v.name)
+            secs = active.get(v.name, 0.0)
+            tps = tot.output_tokens / secs if tot is not None and secs >= 10 else None
             c = cost_figures(
-                v.window.tokens_per_s if v.window else None,
+                tps,
                 gpu_hour_price=s.gpu_hour_price,
                 gpus=self.gpus,
-                power_w=_num(probes.get("gpu_power_w")),
+                power_w=self.mean_power(v.name, now) if tps is not None else None,
             )
             tot = self.totals.get(v.name)
             kinds = (

@@ -672,9 +672,8 @@ class DashboardApp(App[None]):
                     bits.append(f"{a.cost.cost_per_mtok:.2f}/Mtok")
                 if a.cost.joules_per_token is not None:
                     bits.append(f"{a.cost.joules_per_token:.2f} J/tok")
-                if bits:
-                    parts.append(f"{name[:8]} " + " ".join(bits))
-            t.append("cost " + " · ".join(parts) + "\n")
+                parts.append(f"{name[:8]} " + (" ".join(bits) if bits else "—"))
+            t.append("cost (whole run) " + " · ".join(parts) + "\n")
             for name, a in s.costs.items():
                 kc = [(k, v.cost_per_mtok) for k, v in a.by_kind if v.cost_per_mtok]
                 if len(kc) > 1:  # what each kind of task costs: code is cheap with a draft
