@@ -866,7 +866,7 @@ class Fold:
         costs: dict[str, ArmCost] = {}
         # Cost per arm from its whole run so far (tokens over its own active time, power
         # over its own spans), as the summary computes it: a window would price the arm
-        # that is not running from the tail of its last turn. "—" before 10 s of it.
+        # that is not running from the tail of its last turn. "—" before 5 s of it.
         active = active_time(
             [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
             now,
@@ -879,7 +879,7 @@ class Fold:
         for v in arm_views:
             tot = self.totals.get(v.name)
             secs = active.get(v.name, 0.0)
-            tps = tot.output_tokens / secs if tot is not None and secs >= 10 else None
+            tps = tot.output_tokens / secs if tot is not None and secs >= 5 else None
             c = cost_figures(
                 tps,
                 gpu_hour_price=s.gpu_hour_price,

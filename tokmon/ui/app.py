@@ -459,17 +459,13 @@ class DashboardApp(App[None]):
         t.append(f" {clean_text(s.target, False)} · {clean_text(s.model, False)} ", style="bold")
         lvl = f"{s.level:g} streams" if s.mode == "concurrency" else f"{s.level:g} req/s"
         if s.replay is not None:
-            # the position first: at 80 columns the end of the line is cut
             t.append(
                 f"· REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} "
-                f"{_hms(s.elapsed_s)} · arm "
             )
-            t.append(clean_text(s.arm, False), style="bold reverse")
-            t.append(f" · {lvl}\n")
-        else:
-            t.append("· arm ")
-            t.append(clean_text(s.arm, False), style="bold reverse")
-            t.append(f" · {lvl} · {_hms(s.elapsed_s)}\n")
+        # the clock before the arm and the load: at 80 columns the end of the line is cut
+        t.append(f"· {_hms(s.elapsed_s)} · arm ")
+        t.append(clean_text(s.arm, False), style="bold reverse")
+        t.append(f" · {lvl}\n")
         t.append(f" ok {s.ok} · failed {s.failed} · in flight {s.in_flight} · ")
         if s.recording:
             t.append("● REC", style="bold red")
