@@ -48,3 +48,21 @@ def wait_running(sim, n: int, timeout: float = 60.0) -> None:
                     return
         time.sleep(0.05)
     raise AssertionError(f"the simulator never sent {n} first tokens")
+
+
+def self_signed(tmp_path):
+    """A certificate and key for 127.0.0.1 (openssl), or a skip where openssl is absent."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate for the TLS test")
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(crt)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return key, crt

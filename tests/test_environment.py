@@ -249,21 +249,13 @@ def test_env_over_tls_through_a_gateway(tmp_path):
     """An https server that says a gateway answered: TLS version and cipher recorded, the
     certificate not verified under --insecure (and a warning says so), the gateway's
     headers named; without --insecure the self-signed certificate is one clear line."""
-    import shutil
     import ssl
-    import subprocess
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: no certificate for the TLS test")
-    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(crt)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    from helpers import self_signed
+
+    key, crt = self_signed(tmp_path)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

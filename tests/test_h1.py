@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import ssl
-import subprocess
 import time
 from collections.abc import Callable
 from time import perf_counter_ns
 
 import pytest
+from helpers import self_signed
 
 from tokmon.engine import h1
 from tokmon.engine.client import Tick, ssl_context, stream_request
@@ -314,15 +313,7 @@ async def test_kernel_stamp_is_not_moved_by_a_blocked_loop():
 
 
 def _cert(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed: no certificate for the TLS test")
-    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(crt)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    key, crt = self_signed(tmp_path)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(crt, key)
     return ctx, crt

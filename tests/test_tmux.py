@@ -27,16 +27,22 @@ def wait_for(session: str, needle: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"{needle!r} not on screen:\n{screen}")
 
 
-def test_demo_in_tmux_switches_arm():
+def start_demo(cols: int, rows: int) -> str:
+    """tokmon demo in a new tmux session of this size: the session's name."""
     session = f"tokmon-{uuid.uuid4().hex[:8]}"
     cmd = f"{sys.executable} -m tokmon demo --alternate off --time-scale 4"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "32", cmd],
+        ["tmux", "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows), cmd],
         check=True,
         env=env,
         timeout=10,
     )
+    return session
+
+
+def test_demo_in_tmux_switches_arm():
+    session = start_demo(100, 32)
     try:
         screen = wait_for(session, "arm baseline")
         assert "tokens/s" in screen and "TTFT" in screen
@@ -58,15 +64,7 @@ def test_demo_in_tmux_switches_arm():
 def test_at_80x24_every_chart_has_its_range_and_help_and_quit_show():
     """The smallest terminal a person uses over SSH: the footer still shows ? help and
     q quit, every chart says its range, and the quit question is whole."""
-    session = f"tokmon-{uuid.uuid4().hex[:8]}"
-    cmd = f"{sys.executable} -m tokmon demo --alternate off --time-scale 4"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
-        check=True,
-        env=env,
-        timeout=10,
-    )
+    session = start_demo(80, 24)
     try:
         screen = wait_for(session, "in flight 8")  # under way: q asks before it quits
         assert "? help" in screen and "q quit" in screen, screen
