@@ -228,28 +228,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_env(args: argparse.Namespace) -> int:
     """``tokmon env URL``: the environment record of one server, without a load."""
-    from tokmon.cli.parser import api_key
-    from tokmon.cli.run import split_credentials
+    from tokmon.cli.run import credentials
     from tokmon.engine.preflight import fetch_models
-    from tokmon.model.config import redact_header
     from tokmon.probes.env import survey
-    from tokmon.textsafe import add_secret, dumps
+    from tokmon.textsafe import dumps
 
-    headers: dict[str, str] = {}
-    for h in args.header:
-        k, colon, v = str(h).partition(":")
-        if not colon or not k.strip():
-            raise UsageError(f"--header must be K:V, got {h!r}")
-        headers[k.strip()] = v.strip()
-        if redact_header(k.strip(), v.strip(), tuple(args.show_header)) != v.strip():
-            add_secret(v.strip())
-    key = api_key(args.api_key_file)
-    add_secret(key)
-    url, basic = split_credentials(args.url)
-    if basic:
-        if key:
-            raise UsageError("credentials in the URL and an API key exclude each other: give one")
-        headers.setdefault("authorization", basic)
+    url, headers, key = credentials(
+        args.header, tuple(args.show_header), args.api_key_file, args.url
+    )
+    assert url is not None
     if key:
         headers["authorization"] = f"Bearer {key}"
     fetch_models(url, headers, insecure=args.insecure)  # a clear line if it cannot answer

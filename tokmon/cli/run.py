@@ -144,12 +144,13 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             raise UsageError(f"--extra-body is not valid JSON: {e}") from None
         if not isinstance(extra, dict):
             raise UsageError("--extra-body must be a JSON object")
-    headers: dict[str, str] = {}
-    for h in args.header if isinstance(args.header, list) else [args.header]:
-        k, colon, v = str(h).partition(":")
-        if not colon or not k.strip():
-            raise UsageError(f"--header must be K:V, got {h!r}")
-        headers[k.strip()] = v.strip()
+    shown = tuple(str(x) for x in (getattr(args, "show_header", None) or []))
+    url, headers, key = credentials(
+        args.header if isinstance(args.header, list) else [args.header],
+        shown,
+        getattr(args, "api_key_file", None),
+        url,
+    )
     arms: list[Arm] = list(file_arms)
     try:
         arms += [parse_arm(a) for a in args.arm]
@@ -158,19 +159,6 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(str(e)) from None
     if not arms:
         arms = [Arm(name="default")]
-    shown = tuple(str(x) for x in (getattr(args, "show_header", None) or []))
-    for k, v in headers.items():
-        if redact_header(k, v, shown) != v:
-            add_secret(v)  # scrubbed from every output from now on
-    key = api_key(getattr(args, "api_key_file", None))
-    add_secret(key)
-    # Credentials in a URL are Basic authentication for every request, and never written.
-    if url:
-        url, basic = split_credentials(url)
-        if basic:
-            if key:
-                raise UsageError("credentials in --url and an API key exclude each other: give one")
-            headers.setdefault("authorization", basic)
     for i, a in enumerate(arms):
         if a.url:
             clean, basic = split_credentials(a.url)
@@ -201,7 +189,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         arms = [dataclasses.replace(a, url=managed.url) if a.serve else a for a in arms]
     resolved: list[Arm] = []
     models_cache: dict[str, dict[str, Any]] = {}
-    started = {arm for arm, _, _ in managed.started} if managed is not None else set()
+    started = {st.arm for st in managed.started} if managed is not None else set()
     for a in arms:
         a_url = a.url or url or ""
         if a.serve and a.name not in started:
@@ -302,6 +290,35 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     return cfg, info
 
 
+def credentials(
+    header_args: list[Any], shown: tuple[str, ...], key_file: str | None, url: str | None
+) -> tuple[str | None, dict[str, str], str | None]:
+    """The --header values, the API key and the URL without its userinfo (which becomes
+    Basic authentication): (url, headers, key). Every secret among them is registered with
+    the sanitiser, so no output carries it from now on."""
+    from tokmon.model.config import redact_header
+
+    headers: dict[str, str] = {}
+    for h in header_args:
+        k, colon, v = str(h).partition(":")
+        if not colon or not k.strip():
+            raise UsageError(f"--header must be K:V, got {h!r}")
+        headers[k.strip()] = v.strip()
+    for k, v in headers.items():
+        if redact_header(k, v, shown) != v:
+            add_secret(v)  # scrubbed from every output from now on
+    key = api_key(key_file)
+    add_secret(key)
+    # Credentials in a URL are Basic authentication for every request, and never written.
+    if url:
+        url, basic = split_credentials(url)
+        if basic:
+            if key:
+                raise UsageError("credentials in --url and an API key exclude each other: give one")
+            headers.setdefault("authorization", basic)
+    return url, headers, key
+
+
 def parse_listen(name: str, text: str | None, allow_remote: bool) -> tuple[str, int] | None:
     """HOST:PORT (or :PORT, on loopback) to listen on; loopback unless allowed."""
     if not text:
@@ -377,8 +394,8 @@ def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, 
             for ln in lines[1:]:
                 say(f"  | {ln}", err=True)
             raise UsageError(lines[0]) from None
-        arm, ready_s, _ = managed.started[-1]
-        say(f"tokmon: arm {arm}'s server ready in {ready_s:.1f} s", err=True, flush=True)
+        st = managed.started[-1]
+        say(f"tokmon: arm {st.arm}'s server ready in {st.ready_s:.1f} s", err=True, flush=True)
     return managed
 
 

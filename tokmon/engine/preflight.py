@@ -81,19 +81,3 @@ def resolve_model(url: str, requested: str, models: dict[str, Any]) -> str:
             f"{url}: unknown model {requested!r} — the server has: {', '.join(ids[:8])}"
         )
     return requested
-
-
-def server_version(url: str, headers: dict[str, str], insecure: bool = False) -> str | None:
-    """Ask ``/version`` (vLLM, SGLang, tokmon sim) next to the API prefix; None if absent."""
-    root = url.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[:-3]
-    try:
-        with httpx.Client(timeout=3.0, verify=not insecure, trust_env=False) as c:
-            r = c.get(root + "/version", headers=headers)
-        if r.status_code == 200:
-            v = r.json().get("version")
-            return str(v) if v else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    return None

@@ -234,11 +234,16 @@ def parse_config(answers: dict[str, Any]) -> tuple[str | None, str | None, dict[
     return engine, version, out
 
 
+def first_model(models: Any) -> dict[str, Any]:
+    """The first model of an OpenAI /v1/models answer ({} when there is none)."""
+    data = models.get("data") if isinstance(models, dict) else None
+    return data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+
+
 def models_fields(models: Any) -> dict[str, Any]:
     """What an OpenAI /v1/models answer says of the first model (vLLM and the simulator
     give ``max_model_len``; ``root`` is the weights' path)."""
-    data = models.get("data") if isinstance(models, dict) else None
-    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    first = first_model(models)
     out: dict[str, Any] = {}
     ctx = _read(first.get("max_model_len"), "int")
     if ctx is not None and ctx > 0:
@@ -292,6 +297,8 @@ def config_of(
         cfg.setdefault(k, v)
     for k, v in spec_from_metrics(engine, set(series), positions).items():
         cfg.setdefault(k, v)
+    if first_model(models).get("owned_by") == "tokmon-sim":  # vLLM's metric names, not vLLM
+        engine = "tokmon-sim"
     return engine, version, settle_spec(cfg)
 
 

@@ -544,10 +544,7 @@ class Fold:
             arms = v.get("arms")
             srv = self.servers.get(url)
             if srv is None:
-                names = (
-                    tuple(a for a in arms if isinstance(a, str)) if isinstance(arms, list) else ()
-                )
-                srv = self.servers[url] = _Server(names)
+                srv = self.servers[url] = _Server(_arm_names(arms))
             d = v.get("delta")
             if isinstance(d, list) and len(d) == 3 and all(_num(x) is not None for x in d):
                 srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
@@ -867,15 +864,7 @@ class Fold:
         # Cost per arm from its whole run so far (tokens over its own active time, power
         # over its own spans), as the summary computes it: a window would price the arm
         # that is not running from the tail of its last turn. "—" before 5 s of it.
-        active = active_time(
-            [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
-            now,
-            self.t_measure,
-            s.assign != "switch",
-            self.arm_names,
-            0,
-            [(a, b) for a, b in self.idle],
-        )
+        active = self.active_time(now)
         for v in arm_views:
             tot = self.totals.get(v.name)
             secs = active.get(v.name, 0.0)
@@ -1021,18 +1010,22 @@ class Fold:
             out["speedup"] = speedup
         return out
 
-    def summary(self, t_end: int) -> dict[str, Any]:
-        """The run summary (the ``--summary-json`` object) at ``t_end``."""
-        s = self.settings
-        active = active_time(
+    def active_time(self, t: int) -> dict[str, float]:
+        """Seconds each arm was active up to ``t`` (warm-up and idle spans left out)."""
+        return active_time(
             [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
-            t_end,
+            t,
             self.t_measure,
-            s.assign != "switch",
+            self.settings.assign != "switch",
             self.arm_names,
             0,
             [(a, b) for a, b in self.idle],
         )
+
+    def summary(self, t_end: int) -> dict[str, Any]:
+        """The run summary (the ``--summary-json`` object) at ``t_end``."""
+        s = self.settings
+        active = self.active_time(t_end)
         out = build_summary(
             started_at=s.started_at,
             duration_s=t_end / 1e9,

@@ -9,6 +9,7 @@ one of them simply leaves its fields unknown; nothing here fails a run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import ssl
 import statistics
@@ -355,9 +356,6 @@ def survey(
     engine, version, cfg = config_of(answers, models, engine, names, positions)
     if isinstance(ver, dict) and ver.get("version") and not version:
         version = str(ver["version"])[:MAX_TEXT]
-    owner = _owner(models)
-    if owner == "tokmon-sim":  # vLLM's metric names, but not vLLM
-        engine = owner
     p = Pinger(url, headers, insecure, timeout=min(timeout, 3.0))
     timing = time_path(p, pings=pings)
     net = NetPath(
@@ -376,7 +374,7 @@ def survey(
         api_status=api_status,
         metrics_status=metrics_status,
     )
-    sec = Security(**{**sec.__dict__, "warnings": warnings_for(net, sec)})
+    sec = dataclasses.replace(sec, warnings=warnings_for(net, sec))
     return ServerEnv(
         url=url,
         engine=engine,
@@ -387,14 +385,6 @@ def survey(
         sources=tuple(sources),
         raw=raw,
     )
-
-
-def _owner(models: Any) -> str | None:
-    data = models.get("data") if isinstance(models, dict) else None
-    if isinstance(data, list) and data and isinstance(data[0], dict):
-        v = data[0].get("owned_by")
-        return str(v)[:MAX_TEXT] if v else None
-    return None
 
 
 _AUTH = frozenset({"authorization", "api-key", "x-api-key"})

@@ -183,18 +183,9 @@ class LiveSession:
         elif self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
         if self.managed is not None:
-            for arm, ready_s, model in self.managed.started:  # before the run: recorded
-                self._event(
-                    "server",
-                    f"{arm}'s server ready in {ready_s:.1f} s",
-                    {
-                        "phase": "ready",
-                        "arm": arm,
-                        "ready_s": ready_s,
-                        "model": model,
-                        "command": self.managed.command_of(arm),
-                        "env": self.managed.environment(arm, self.managed.servers[arm].url),
-                    },
+            for st in self.managed.started:  # before the run: recorded
+                self._server_ready(
+                    st.arm, st.ready_s, st.model, f"{st.arm}'s server ready in {st.ready_s:.1f} s"
                 )
             threading.Thread(target=self._watch_servers, name="tokmon-servers", daemon=True).start()
 
@@ -379,20 +370,31 @@ class LiveSession:
                 return None
             ready = time.monotonic() - t0
             warmed = m.warm(srv.url, model or srv.arm.model, arm)
-            self._event(
-                "server",
+            self._server_ready(
+                arm,
+                ready,
+                model,
                 f"{arm}'s server ready in {ready:.1f} s (warmed with {warmed} requests)",
-                {
-                    "phase": "ready",
-                    "arm": arm,
-                    "ready_s": ready,
-                    "model": model,
-                    "command": m.command_of(arm),
-                    "env": m.environment(arm, srv.url) if srv.starts == 1 else None,
-                },
             )
             return srv.arm.model or model
         return None
+
+    def _server_ready(self, arm: str, ready_s: float, model: str, message: str) -> None:
+        """The event of a managed server that became ready: its time to ready, model,
+        command (secrets redacted) and environment record (surveyed once per arm)."""
+        m = self.managed
+        self._event(
+            "server",
+            message,
+            {
+                "phase": "ready",
+                "arm": arm,
+                "ready_s": ready_s,
+                "model": model,
+                "command": m.command_of(arm),
+                "env": m.environment(arm, m.servers[arm].url),
+            },
+        )
 
     def _drain(self, timeout_s: float) -> None:
         """Until no request is in flight (the engines' own counts), or ``timeout_s``."""

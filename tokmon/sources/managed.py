@@ -130,12 +130,11 @@ class Watchdog:
 
 @dataclass(frozen=True)
 class Started:
-    """A server that became ready: how long it took, and the model it serves."""
+    """A server that became ready before the run: how long it took, and its model."""
 
     arm: str
     ready_s: float
     model: str
-    pid: int
 
 
 class ManagedServer:
@@ -323,7 +322,7 @@ class Managed:
         self.gpu_used = gpu_used
         self.gpu_baseline = gpu_used() if gpu_used is not None else None
         self.survey = survey
-        self.started: list[tuple[str, float, str]] = []  # before the run: (arm, ready s, model)
+        self.started: list[Started] = []  # before the run
         self._envs: dict[str, Any] = {}
 
     @property
@@ -342,7 +341,7 @@ class Managed:
             raise
         ready = time.monotonic() - t0
         self.warm(srv.url, srv.arm.model or model, arm)
-        self.started.append((arm, ready, model))
+        self.started.append(Started(arm, ready, model))
         return srv.arm.model or model
 
     def warm(self, url: str, model: str, arm: str) -> int:
