@@ -230,8 +230,15 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     s = LiveSession(cfg, target=sim.url, model="sim-27b", gpu_hour_price=2.5)
     s.start()
     assert s.wait(40)
-    live = dict(s.snapshot().costs["a"].by_kind)
+    snap = s.snapshot()
+    live = dict(snap.costs["a"].by_kind)
     s.close()
+    from tokmon.model.views import Price
+    from tokmon.ui.app import DashboardApp
+
+    assert snap.price == Price(2.5, 1)
+    shown = DashboardApp(s)._compare_text(snap).plain
+    assert shown.count("2.5/GPU-h") == 1 and "cost at 2.5/GPU-h × 1 GPU (whole run)" in shown
     a = s.summary()["arms"]["a"]
     bk = a["by_kind"]
     assert bk["code"]["cost_per_million_tokens"] < 0.75 * bk["creative"]["cost_per_million_tokens"]

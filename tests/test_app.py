@@ -114,3 +114,39 @@ def test_whole_run_view_stretches_a_short_run_to_the_width():
     assert len(pts) == n * 3  # every point over three columns
     assert [p.t for p in pts[::3]] == [p.t for p in snap.whole]
     assert sum(1 for p in pts if p.marks) == sum(1 for p in snap.whole if p.marks)
+
+
+async def test_a_dialog_leaves_the_dashboard_in_view():
+    """The marker prompt (and every dialog) sits over the dashboard, which stays visible
+    while the note is typed (an opaque screen used to blank it)."""
+    app = DashboardApp(FakeSource())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("m", *"slow")
+        await pilot.pause(0.3)
+        shot = app.export_screenshot().replace("&#160;", " ")
+        assert "Marker note" in shot
+        assert "tok/s" in shot and "TTFT" in shot  # the charts' labels, under the dialog
+
+
+async def test_a_notice_takes_its_own_line_and_covers_nothing():
+    """A command's answer shows on a line of its own above the footer (never a toast over
+    the comparison or the events), then goes."""
+    from textual.widgets import Label
+    from textual.widgets._toast import Toast
+
+    app = DashboardApp(FakeSource())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("s")
+        await pilot.pause(0.2)
+        line = app.screen.query_one("#notice", Label)
+        assert line.display and "switch done" in str(line.render())
+        assert not app.query(Toast)
+        compare = app.screen.query_one("#compare").region
+        events = app.screen.query_one("#events").region
+        for panel in (compare, events):
+            assert panel.bottom <= line.region.y  # above the notice, not under it
+        app._notice = ("x", "information", 0.0)  # its time is up
+        await pilot.pause(0.6)
+        assert not line.display

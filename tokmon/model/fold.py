@@ -36,6 +36,7 @@ from tokmon.model.views import (
     ComparisonView,
     Cost,
     LadderView,
+    Price,
     ProbeView,
     RestartView,
 )
@@ -917,6 +918,7 @@ class Fold:
                 self.restarting[0], self.restarting[1], (now - self.restarting[2]) / 1e9
             ),
             costs=costs,
+            price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.gpus),
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)

@@ -9,7 +9,14 @@ from tokmon.model.alerts import Trend
 from tokmon.model.history import Point
 from tokmon.model.records import Event
 from tokmon.model.stats import WindowStats
-from tokmon.model.views import ArmCost, ComparisonView, LadderView, ProbeView, RestartView
+from tokmon.model.views import (
+    ArmCost,
+    ComparisonView,
+    LadderView,
+    Price,
+    ProbeView,
+    RestartView,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,7 @@ class Snapshot:
     down: dict[str, float] = field(default_factory=dict)  # arm -> seconds its server is down
     trends: dict[str, Trend] = field(default_factory=dict)  # %/h with its interval
     costs: dict[str, ArmCost] = field(default_factory=dict)  # per arm, live
+    price: Price | None = None  # what the costs are based on (--gpu-hour-price)
     ladder: LadderView | None = None  # current step, progress and the steps so far
     restarting: RestartView | None = None  # a managed server restarting (arms take turns)
 

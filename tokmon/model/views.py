@@ -126,6 +126,17 @@ class ArmCost:
 
 
 @dataclass(frozen=True, slots=True)
+class Price:
+    """What a cost per token is based on: shown once, beside the costs."""
+
+    per_gpu_hour: float
+    gpus: int
+
+    def text(self) -> str:
+        return f"{self.per_gpu_hour:g}/GPU-h × {self.gpus} GPU" + ("s" if self.gpus > 1 else "")
+
+
+@dataclass(frozen=True, slots=True)
 class StepFigures:
     """One ladder step, measured (after its warm-up)."""
 

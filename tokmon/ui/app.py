@@ -8,6 +8,7 @@ to the source; the app never measures anything and never blocks the engine.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +17,7 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label
 
@@ -168,6 +170,7 @@ class Dashboard(Screen[None]):
         with Horizontal(id="bottom"):
             yield InfoPanel(id="compare")
             yield InfoPanel(id="events")
+        yield Label(id="notice")
         yield Footer()
 
 
@@ -227,6 +230,7 @@ class DashboardApp(App[None]):
         self._theme_request = theme
         self._theme_errors: list[str] = []
         self.frames = 0  # frames actually drawn (skipped ones are not counted)
+        self._notice: tuple[str, SeverityLevel, float] | None = None  # text, kind, until
 
     # ------------------------------------------------------------------ setup
     def on_mount(self) -> None:
@@ -250,6 +254,7 @@ class DashboardApp(App[None]):
         for msg in self._theme_errors:
             self.notify(msg, severity="warning", timeout=8)
         self.push_screen(Dashboard())
+        self.call_after_refresh(self._show_notice)
         self.call_after_refresh(self.draw)
         self.set_interval(1.0 / self.fps, self.draw)
 
@@ -272,6 +277,34 @@ class DashboardApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         cmd = self.ACTION_COMMANDS.get(action)
         return cmd is None or cmd in self.source.commands
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        # A notice takes a line of its own above the footer for a few seconds, instead of
+        # a toast laid over the comparison and the events (which it used to hide).
+        text = clean_text(f"{title}: {message}" if title else str(message), keep_newlines=False)
+        self._notice = (text, severity, time.monotonic() + (5.0 if timeout is None else timeout))
+        self._show_notice()
+
+    def _show_notice(self) -> None:
+        dash = next((s for s in self.screen_stack if isinstance(s, Dashboard)), None)
+        if dash is None:
+            return  # shown once the dashboard is up (a theme warning at start)
+        line = dash.query_one("#notice", Label)
+        n = self._notice
+        if n is not None and time.monotonic() >= n[2]:
+            n = self._notice = None
+        line.display = n is not None
+        if n is not None:
+            line.update(Text(n[0]))
+            line.set_classes(n[1])
 
     # ------------------------------------------------------------------ actions
     def action_play(self) -> None:
@@ -300,7 +333,7 @@ class DashboardApp(App[None]):
             return
         if msg:
             self.notice = msg
-            self.notify(clean_text(msg, keep_newlines=False), timeout=3)
+            self.notify(msg, timeout=3)
 
     def action_switch_arm(self) -> None:
         self._cmd("switch")
@@ -373,6 +406,8 @@ class DashboardApp(App[None]):
 
     # ------------------------------------------------------------------ drawing
     def draw(self) -> None:
+        if self._notice is not None and time.monotonic() >= self._notice[2]:
+            self._show_notice()  # its time is up: the line goes
         snap = self.source.snapshot()
         if self.quitting and (snap is None or snap.done):
             self.exit()
@@ -669,7 +704,8 @@ class DashboardApp(App[None]):
                 if a.cost.joules_per_token is not None:
                     bits.append(f"{a.cost.joules_per_token:.2f} J/tok")
                 parts.append(f"{name[:8]} " + (" ".join(bits) if bits else "—"))
-            t.append("cost (whole run) " + " · ".join(parts) + "\n")
+            basis = f" at {s.price.text()}" if s.price is not None else ""
+            t.append(f"cost{basis} (whole run) " + " · ".join(parts) + "\n")
             for name, a in s.costs.items():
                 kc = [(k, v.cost_per_mtok) for k, v in a.by_kind if v.cost_per_mtok]
                 if len(kc) > 1:  # what each kind of task costs: code is cheap with a draft
