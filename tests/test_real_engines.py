@@ -237,13 +237,15 @@ def server_mean_ms(m0: dict[str, float], m1: dict[str, float], name: str) -> flo
 
 
 def test_vllm_bench_serve_agrees(plain, tmp_path):
-    """The peer that ships with vLLM, on the same load and the same prompts, three runs of
-    each in turn (a shared machine drifts). Each tool's mean TPOT equals the server's own
-    figure for the same run within 5%, and its mean TTFT the server's within a few ms.
-    Between the tools the median TPOT agrees within 5%. The median TTFT, as the peer counts
-    it (from before the request is sent: tokmon's TTFT + send lag), differs by what the
-    server itself did differently in each tool's runs. One stream at a time, so that
-    neither client's CPU changes much how fast the server runs on these 2 cores."""
+    """The peer that ships with vLLM, on the same load and the same prompts, three rounds of
+    each, the order alternating (a shared machine drifts, and the server itself ran up to 40%
+    slower in one tool's run than in the other's of the same round). Each tool's mean TPOT
+    equals the server's own figure for the same run within 5%, and its mean TTFT the
+    server's within a few ms. Between the tools, what each adds to the server's own figure
+    agrees: the TPOT ratio to the server within 5%, and the TTFT as the peer counts it (from
+    before the request is sent: tokmon's TTFT + send lag) over the server's within 3 ms. The
+    tools' raw figures are printed, not compared: they differ by what the server did. One
+    stream at a time, so that neither client's CPU changes much how fast the server runs."""
     import random
 
     rng = random.Random(1)
@@ -256,63 +258,50 @@ def test_vllm_bench_serve_agrees(plain, tmp_path):
         )
     )
     n, c, out_len = 48, 1, 64
-    theirs, ours = [], []
-    for i in range(3):
+    # per run: (TTFT as the peer counts it, over the server's; TPOT / the server's)
+    theirs: list[tuple[float, float]] = []
+    ours: list[tuple[float, float]] = []
+
+    def tokmon_run(i: int) -> None:
         m0 = metrics(plain)
-        s, rec = run(
-            tmp_path,
-            plain,
-            "--endpoint",
-            "completions",
-            "-n",
-            str(n),
-            "-c",
-            str(c),
-            "--prompts",
-            str(prompts),
-            "--max-tokens",
-            str(out_len),
-            "--ignore-eos",
-            # like the peer, no /metrics scraping during the run
-            "--no-server-metrics",
-            name=f"tokmon{i}",
-        )
-        m1 = metrics(plain)
+        s, rec = run(tmp_path, plain, "--endpoint", "completions", "-n", str(n), "-c", str(c),
+                     "--prompts", str(prompts), "--max-tokens", str(out_len), "--ignore-eos",
+                     # like the peer, no /metrics scraping during the run
+                     "--no-server-metrics", name=f"tokmon{i}")  # fmt: skip
+        srv = [server_mean_ms(m0, metrics(plain), k) for k in TIMES]
         a = s["arms"]["default"]
         assert a["requests"]["ok"] == n
         # The peer starts its TTFT clock before it builds and sends the request; tokmon's
         # starts when the request has been sent (METRICS.md), and its send lag is the
         # time before that: TTFT + send lag is the peer's figure.
-        from_sched = statistics.median(
+        from_sched = statistics.fmean(
             r.ttft_ms + (r.send_lag_ms or 0.0) for r in rec.records if r.ok
         )
-        ours.append((from_sched, a["tpot_ms"]["p50"], a["tpot_ms"]["mean"]))
-        srv_ours = [server_mean_ms(m0, m1, k) for k in TIMES]
+        tpot = a["tpot_ms"]["mean"]
+        print(f"run {i} tokmon: TTFT+lag/TPOT means {from_sched:.2f}/{tpot:.3f} ms "
+              f"(server {srv[0]:.2f}/{srv[1]:.3f})")  # fmt: skip
+        assert tpot == pytest.approx(srv[1], rel=0.05)
+        assert -1.0 <= a["ttft_ms"]["mean"] - srv[0] <= 6.0
+        ours.append((from_sched - srv[0], tpot / srv[1]))
+
+    def peer_run(i: int) -> None:
+        m0 = metrics(plain)
         b = bench_serve(plain, prompts, n, c, out_len, tmp_path / f"bench{i}")
-        m2 = metrics(plain)
-        theirs.append((b["median_ttft_ms"], b["median_tpot_ms"], b["mean_tpot_ms"]))
-        srv_theirs = [server_mean_ms(m1, m2, k) for k in TIMES]
-        print(
-            f"run {i}: TTFT/TPOT means, tokmon {a['ttft_ms']['mean']:.2f}/{ours[-1][2]:.3f} "
-            f"ms (server {srv_ours[0]:.2f}/{srv_ours[1]:.3f}) · vllm bench serve "
-            f"{b['mean_ttft_ms']:.2f}/{theirs[-1][2]:.3f} (server "
-            f"{srv_theirs[0]:.2f}/{srv_theirs[1]:.3f})"
-        )
-        # each tool against the server's own figures for its own run
-        assert ours[-1][2] == pytest.approx(srv_ours[1], rel=0.05)
-        assert theirs[-1][2] == pytest.approx(srv_theirs[1], rel=0.05)
-        assert -1.0 <= a["ttft_ms"]["mean"] - srv_ours[0] <= 6.0
-        assert -1.0 <= b["mean_ttft_ms"] - srv_theirs[0] <= 6.0
-    t_ttft, t_tpot, _ = (statistics.median(x) for x in zip(*theirs, strict=True))
-    o_ttft, o_tpot, _ = (statistics.median(x) for x in zip(*ours, strict=True))
-    print(
-        f"medians TTFT(+send lag)/TPOT: peer {t_ttft:.2f}/{t_tpot:.3f}, tokmon {o_ttft:.2f}/{o_tpot:.3f}"
-    )
-    # Between the tools: TPOT within 5%. TTFT (~10 ms here) follows what the server did
-    # in each tool's runs -- its own mean moved by up to 25% between consecutive runs of
-    # the same tool -- so it is held to each run's server figure above, and here only to
-    # that range (measured: tokmon 9.8 vs 11.7 ms, the server 7.2-8.9 vs 8.6-9.0).
-    assert t_ttft * 0.75 <= o_ttft <= t_ttft * 1.3
+        srv = [server_mean_ms(m0, metrics(plain), k) for k in TIMES]
+        print(f"run {i} vllm bench serve: TTFT/TPOT means {b['mean_ttft_ms']:.2f}/"
+              f"{b['mean_tpot_ms']:.3f} ms (server {srv[0]:.2f}/{srv[1]:.3f})")  # fmt: skip
+        assert b["mean_tpot_ms"] == pytest.approx(srv[1], rel=0.05)
+        assert -1.0 <= b["mean_ttft_ms"] - srv[0] <= 6.0
+        theirs.append((b["mean_ttft_ms"] - srv[0], b["mean_tpot_ms"] / srv[1]))
+
+    for i in range(3):
+        for go in (tokmon_run, peer_run) if i % 2 == 0 else (peer_run, tokmon_run):
+            go(i)
+    t_ttft, t_tpot = (statistics.median(x) for x in zip(*theirs, strict=True))
+    o_ttft, o_tpot = (statistics.median(x) for x in zip(*ours, strict=True))
+    print(f"over the server's own, medians: TTFT +{o_ttft:.2f} ms (peer +{t_ttft:.2f}), "
+          f"TPOT x{o_tpot:.3f} (peer x{t_tpot:.3f})")  # fmt: skip
+    assert abs(o_ttft - t_ttft) <= 3.0
     assert o_tpot == pytest.approx(t_tpot, rel=0.05)
 
 
