@@ -96,7 +96,7 @@ async def panels(source, size=(160, 48)) -> dict[str, str]:
             out[w.id or "?"] = str(w.render())
         for m in app.screen.query(MetricSpark):
             out[m.id or "?"] = f"{m._label_text} {m.spark.values}"
-    head = re.sub(r"· REPLAY \S+ \S+ ", "", out["header"])
+    head = re.sub(r" REPLAY \S+ \S+ ·", "", out["header"])
     out["header"] = re.sub(r"finished \(q to quit\)", "", head)
     return out
 

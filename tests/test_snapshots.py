@@ -1,7 +1,12 @@
-"""Snapshot tests of the main screen from a deterministic fake source."""
+"""Snapshot tests of the main screen: a deterministic fake source, and the replay of a
+recorded two-arm ladder run, at 80×24, 120×40 and 200×50."""
 
+from pathlib import Path
+
+import pytest
 from fakes import FakeSource
 
+from tokmon.sources.replay import ReplaySource
 from tokmon.ui.app import DashboardApp
 
 
@@ -15,3 +20,62 @@ def test_main_screen_120x40(snap_compare):
 
 def test_main_screen_200x50(snap_compare):
     assert snap_compare(DashboardApp(FakeSource()), terminal_size=(200, 50))
+
+
+# A recorded run with two arms (plain, spec) over a concurrency ladder (2, 8), a code and
+# creative mix, and a price: two `tokmon sim` servers, recorded by `tokmon run --record`.
+LADDER_AB = Path(__file__).parent / "data" / "rec" / "ladder-ab.jsonl.gz"
+SIZES = [(80, 24), (120, 40), (200, 50)]
+
+
+@pytest.fixture
+def ladder_replay():
+    src = ReplaySource(str(LADDER_AB))
+    src.start()
+    try:
+        src.command("end")
+        yield src
+    finally:
+        src.close()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_ladder_ab_replay(snap_compare, ladder_replay, size):
+    assert snap_compare(DashboardApp(ladder_replay), terminal_size=size)
+
+
+def screen_lines(app: DashboardApp) -> list[str]:
+    # the composed screen as text (what a terminal shows, row by row)
+    return [s.text.rstrip() for s in app.screen._compositor.render_strips()]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_nothing_that_matters_is_cut(ladder_replay, size):
+    """At every size: the footer's help and quit, every chart's range, the clock and the
+    arm, the A/B ratios and the per-kind line, whole (never ending in an ellipsis); the
+    ladder and the cost whole, or folded with the key that shows them -- and with that
+    key (`b`), all of them whole."""
+    app = DashboardApp(ladder_replay)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        app.draw()
+        await pilot.pause(0.3)
+        lines = screen_lines(app)
+        footer = lines[-1]
+        assert "? help" in footer and "q quit" in footer
+        assert "00:50 · arm spec · 8 streams" in lines[0]
+        assert sum("┤" in line for line in lines) >= 7  # every chart says its range
+        body = "\n".join(lines[1:-1])
+        for want in ("spec/plain ratio [95% CI]", "decode ×1.60 [1.53, 1.64]",
+                     "TPOT   ×0.63", "TTFT   ×1.26", "decode by kind: code ×2.49 · creative ×1.10"):  # fmt: skip
+            assert want in body
+        ladder = ["2 plain      81", "2 spec     136", "8 plain     303", "8 spec     415"]
+        cost = "plain 3.98/Mtok · spec 3.07/Mtok"
+        if not all(r in body for r in ladder) or cost not in body:
+            assert "more (" in body and "): b" in body
+        assert not [line for line in lines[2:-1] if line.endswith("…")]
+        await pilot.press("b")
+        await pilot.pause(0.3)
+        body = "\n".join(screen_lines(app))
+        assert all(r in body for r in ladder) and cost in body
+        assert "events" in body and "00:48 stopping: draining in-flight requests" in body

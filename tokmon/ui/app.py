@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -50,6 +51,7 @@ HELP = """\
  m       add a marker (with a note)
  r       start / stop recording
  z       time view: recent ⇄ whole run
+ b       panels: fold the charts away, the comparison and events whole
  o       output check: greedy outputs of every arm compared
  ?       this help
  q       quit (drains in-flight requests)
@@ -133,33 +135,77 @@ class MarkerScreen(ModalScreen[str | None]):
 
 
 class Dashboard(Screen[None]):
+    """The rows are shared out each frame: first the lines the comparison panel needs to
+    show every figure whole, then the charts (1 row each at least, up to 6), and the rest
+    to the events. Where even one-row charts leave too little, the comparison keeps what
+    matters most (see ``fit_blocks``) and says which key shows the rest: ``b`` folds the
+    charts away and gives the panels the whole screen."""
+
+    need = 0  # lines the comparison would take whole
+    panels = False  # `b`: the charts folded away
+    _shape: tuple[int, ...] = ()
+
     def on_resize(self, event: Any) -> None:
-        # Charts grow with the terminal: the rows left after the header, the footer, the
-        # time axis and the panels below, shared by the charts (1 row at 80×24, up to 6);
-        # the label column widens with the width, so figures are not cut.
-        w, h = self.size.width, self.size.height
-        rows = max(1, min(6, (h - 4 - BOTTOM_MIN) // len(SPARKS)))
-        label_w = 30 if w < 120 else 38 if w < 180 else 46
-        self.set_class(rows == 1, "compact")
-        for ms in self.query(MetricSpark):
-            ms.styles.height = rows
-            ms.spark.styles.height = rows
-            ms.label.styles.height = min(rows, 2)
-            ms.label.styles.width = label_w
-        self.query_one("#marks", MarkerRow).offset_cols = label_w
+        self._shape = ()
+        self.lay_out()
+        # what fits depends on the size: draw again
+        self.app.last_snapshot = None  # type: ignore[attr-defined]
+
+    def narrow(self) -> bool:
         # Narrow terminals: the comparison and the events one above the other, so their
         # lines are whole (side by side at 80 columns each had ~38 characters).
-        narrow = w < 110
+        return self.size.width < 110
+
+    def chart_rows(self) -> int:
+        if self.panels:
+            return 0
+        events = 3 if self.narrow() else 0  # at least a title and the last event
+        below = max(BOTTOM_MIN, self.need + 1 + events)
+        return max(1, min(6, (self.size.height - 4 - below) // len(SPARKS)))
+
+    def below(self) -> int:
+        """Rows under the charts for the comparison and the events (rules included)."""
+        used = 3 + (0 if self.panels else self.chart_rows() * len(SPARKS) + 1)
+        if self.query_one("#notice").display:
+            used += 1
+        return self.size.height - used  # the header, the charts and marks, the footer
+
+    def room(self) -> int:
+        """Lines the comparison panel has, below its rule."""
+        return max(1, self.below() - 1 - (3 if self.narrow() else 0))
+
+    def events_room(self, compare_lines: int) -> int:
+        """Events that fit under the events' rule and title (computed, as the widgets'
+        sizes are only known after the frame that sets them)."""
+        left = self.below() - (compare_lines + 1 if self.narrow() else 0)
+        return max(1, left - 2)
+
+    def lay_out(self, need: int | None = None) -> None:
+        if need is not None:
+            self.need = need
+        w = self.size.width
+        rows = self.chart_rows()
+        narrow = self.narrow()
+        label_w = 30 if w < 120 else 38 if w < 180 else 46
+        shape = (rows, label_w, int(narrow), int(self.panels))
+        if shape == self._shape:
+            return  # nothing moves: no relayout
+        self._shape = shape
+        self.set_class(rows == 1, "compact")
+        self.query_one("#charts").display = not self.panels
+        for ms in self.query(MetricSpark):
+            ms.styles.height = max(rows, 1)
+            ms.spark.styles.height = max(rows, 1)
+            ms.label.styles.height = min(max(rows, 1), 2)
+            ms.label.styles.width = label_w
+        self.query_one("#marks", MarkerRow).offset_cols = label_w
         bottom = self.query_one("#bottom")
         bottom.styles.layout = "vertical" if narrow else "horizontal"
         compare, events = self.query_one("#compare"), self.query_one("#events")
         compare.styles.width = events.styles.width = "1fr" if not narrow else "100%"
         compare.styles.height = "auto" if narrow else "1fr"
-        compare.styles.max_height = "65%" if narrow else None
         events.styles.height = "1fr"
         events.styles.min_height = 3 if narrow else None
-        # what fits depends on the size (a second line per arm): draw again
-        self.app.last_snapshot = None  # type: ignore[attr-defined]
 
     def compose(self) -> ComposeResult:
         yield InfoPanel(id="header")
@@ -189,6 +235,7 @@ class DashboardApp(App[None]):
         Binding("m", "marker", "mark"),
         Binding("r", "record", "rec"),
         Binding("z", "zoom", "view"),
+        Binding("b", "panels", "panels"),
         Binding("o", "check_outputs", "outputs"),
         Binding("space", "play", "play/pause"),
         Binding("left", "seek(-10)", "-10s", key_display="←"),
@@ -362,6 +409,14 @@ class DashboardApp(App[None]):
         self.last_snapshot = None  # redraw now
         self.draw()
 
+    def action_panels(self) -> None:
+        dash = self.get_screen_dashboard()
+        if dash is not None:
+            dash.panels = not dash.panels
+            dash.lay_out()
+            self.last_snapshot = None  # redraw now
+            self.draw()
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -482,25 +537,29 @@ class DashboardApp(App[None]):
         marks.marks = tuple(p.marks for p in pts)
         span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
         marks.axis = f"{'recent' if self.view == 'recent' else 'whole run'} · {_hms(span)} shown"
-        compare = screen.query_one("#compare", InfoPanel)
-        # Room for a second line per arm unless the terminal is small.
-        compare.show(self._compare_text(snap, detail=compare.size.height >= 10))
-        screen.query_one("#events", InfoPanel).show(self._events_text(snap))
+        blocks = self._compare_blocks(snap)
+        screen.lay_out(need=sum(len(b.lines) for b in blocks))
+        compare = fit_blocks(blocks, screen.room())
+        screen.query_one("#compare", InfoPanel).show(compare)
+        # the latest events that fit under the title (the oldest scroll away first)
+        room = screen.events_room(len(compare.plain.splitlines()))
+        screen.query_one("#events", InfoPanel).show(self._events_text(snap, room))
         _ = w
 
     def _header_text(self, s: Snapshot) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" tokmon ", style="bold reverse")
-        t.append(f" {clean_text(s.target, False)} · {clean_text(s.model, False)} ", style="bold")
         lvl = f"{s.level:g} streams" if s.mode == "concurrency" else f"{s.level:g} req/s"
         if s.replay is not None:
             t.append(
-                f"· REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} "
+                f" REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} ·"
             )
-        # the clock before the arm and the load: at 80 columns the end of the line is cut
-        t.append(f"· {_hms(s.elapsed_s)} · arm ")
+        # what changes first (the clock, the arm, the load), then what the run is against:
+        # at 80 columns the end of the line is the part cut
+        t.append(f" {_hms(s.elapsed_s)} · arm ")
         t.append(clean_text(s.arm, False), style="bold reverse")
-        t.append(f" · {lvl}\n")
+        t.append(f" · {lvl} · ")
+        t.append(f"{clean_text(s.model, False)} @ {clean_text(s.target, False)}\n", style="bold")
         t.append(f" ok {s.ok} · failed {s.failed} · in flight {s.in_flight} · ")
         if s.recording:
             t.append("● REC", style="bold red")
@@ -632,66 +691,61 @@ class DashboardApp(App[None]):
                     out[key] = (f"{l1} · drift: too short to tell", l2)
         return out
 
-    def _compare_text(self, s: Snapshot, detail: bool = False) -> Text:
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(
-            f"{'arm':<9}{'ok':>5} {'err':>4} {'tok/s':>6}{'dec':>6}{'TTFT':>6}\n", style="bold"
-        )
+    def _compare_blocks(self, s: Snapshot) -> list[Block]:
+        """The comparison panel: the arms, the ladder, the A/B ratios, cost and outputs,
+        each block with how readily it folds when rows are short."""
+        out: list[Block] = [
+            Block((Text(f"{'arm':<9}{'ok':>5} {'err':>4} {'tok/s':>6}{'dec':>6}{'TTFT':>6}",
+                        style="bold"),))
+        ]  # fmt: skip
         for v in s.arm_views:
             w = v.window
             mark = "▶" if v.name == s.arm else " "
             # counts keep their width (1.2k, 34k, 5.6M) and a space between: they never merge
-            t.append(
+            line = (
                 f"{mark}{clean_text(v.name, False)[:8]:<8}{_count(v.ok):>5} {_count(v.failed):>4} "
             )
             if w is not None:
-                t.append(f"{w.tokens_per_s:>6.0f}{_num(w.decode_p50):>6}{fmt_ms(w.ttft_p50):>6}")
-            t.append("\n")
-            if detail and w is not None:
+                line += f"{w.tokens_per_s:>6.0f}{_num(w.decode_p50):>6}{fmt_ms(w.ttft_p50):>6}"
+            out.append(Block((Text(line),)))
+            if w is not None:
                 # The rest of each arm's window: TPOT, TTFT p95, error rate, acceptance.
                 acc = "n/a" if w.acceptance_rate is None else f"{w.acceptance_rate:.0%}"
                 err = f"{w.failed / w.ended:.1%}" if w.ended else "—"
-                t.append(
-                    f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
-                    f"err {err} · acc {acc}\n",
-                    style="dim",
-                )
+                detail = (f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
+                          f"err {err} · acc {acc}")  # fmt: skip
+                out.append(Block((Text(detail, style="dim"),), fold=4, name="arm details"))
         lad = s.ladder
         if lad is not None and lad.done:
             # The curve, point by point: throughput against latency at each step.
-            t.append(f"ladder {lad.param}: tok/s TTFT95  dec  KV\n", style="bold")
-            for f in lad.done[-6:]:
+            rows = [Text(f"ladder {lad.param}: tok/s TTFT95  dec  KV", style="bold")]
+            for f in lad.done:
                 k = lad.knee_of(f.arm)
                 mark = " ← knee" if k is not None and k.step == f.step else ""
                 arm = f" {f.arm[:6]}" if len(s.arms) > 1 else ""
                 kv = "—" if f.kv_max_pct is None else f"{f.kv_max_pct:.0f}%"
-                t.append(
-                    f"  {f.value:>6}{arm} {(f.tokens_per_s or 0):>7.0f} "
-                    f"{fmt_ms(f.ttft_p95):>6} {_num(f.decode_p50):>5} {kv:>4}{mark}\n"
-                )
+                rows.append(Text(f"  {f.value:>6}{arm} {(f.tokens_per_s or 0):>7.0f} "
+                                 f"{fmt_ms(f.ttft_p95):>6} {_num(f.decode_p50):>5} {kv:>4}{mark}"))  # fmt: skip
+            out.append(Block(tuple(rows), fold=2, name="ladder", shrinks=True))
         c = s.comparison
         if c is not None:
-            t.append(
-                f"{c.other[:8]}/{c.baseline[:8]} ratio [95% CI] by {c.method}\n",
-                style="bold",
-            )
+            lines = [Text(f"{c.other[:8]}/{c.baseline[:8]} ratio [95% CI] by {c.method}",
+                          style="bold")]  # fmt: skip
             for r, name in ((c.decode, "decode"), (c.tpot, "TPOT"), (c.ttft, "TTFT")):
                 if r is None:
-                    t.append(f"  {name:<7}collecting data…\n", style="dim")
+                    lines.append(Text(f"  {name:<7}collecting data…", style="dim"))
                 else:
-                    t.append(
-                        f"  {name:<7}×{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}]",
-                        style="bold" if r.significant else "",
-                    )
-                    t.append("\n" if r.significant else " n.s.\n", style="dim")
+                    t = Text(f"  {name:<7}×{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}]",
+                             style="bold" if r.significant else "")  # fmt: skip
+                    if not r.significant:
+                        t.append(" n.s.", style="dim")
+                    lines.append(t)
             if len(c.decode_by_kind) > 1:
-                t.append(
-                    "decode by kind: "
-                    + " · ".join(f"{k} ×{d.ratio:.2f}" for k, d in c.decode_by_kind)
-                    + "\n"
-                )
+                lines.append(Text("decode by kind: " + " · ".join(
+                    f"{k} ×{d.ratio:.2f}" for k, d in c.decode_by_kind)))  # fmt: skip
+            out.append(Block(tuple(lines)))
         elif len(s.arms) < 2:
-            t.append("one arm: add --arm to compare\n", style="dim")
+            out.append(Block((Text("one arm: add --arm to compare", style="dim"),), fold=3))
         if any(
             a.cost.cost_per_mtok is not None or a.cost.joules_per_token is not None
             for a in s.costs.values()
@@ -705,37 +759,81 @@ class DashboardApp(App[None]):
                     bits.append(f"{a.cost.joules_per_token:.2f} J/tok")
                 parts.append(f"{name[:8]} " + (" ".join(bits) if bits else "—"))
             basis = f" at {s.price.text()}" if s.price is not None else ""
-            t.append(f"cost{basis} (whole run) " + " · ".join(parts) + "\n")
+            out.append(Block((Text(f"cost{basis} (whole run)"), Text("  " + " · ".join(parts))),
+                             fold=1, name="cost"))  # fmt: skip
             for name, a in s.costs.items():
                 kc = [(k, v.cost_per_mtok) for k, v in a.by_kind if v.cost_per_mtok]
                 if len(kc) > 1:  # what each kind of task costs: code is cheap with a draft
-                    t.append(
-                        f"  {name[:8]} by kind: "
-                        + " · ".join(f"{k} {v:.2f}" for k, v in kc)
-                        + "/Mtok\n",
-                        style="dim",
-                    )
+                    by = " · ".join(f"{k} {v:.2f}" for k, v in kc)
+                    out.append(Block((Text(f"  {name[:8]} by kind: {by}/Mtok", style="dim"),),
+                                     fold=3, name="cost by kind"))  # fmt: skip
         oc = s.output_check
         if oc is not None:
+            lines = []
             for name, r in oc["arms"].items():
                 if r["identical_share"] is None:
-                    t.append(f"outputs {name[:8]}: none compared\n", style="dim")
+                    lines.append(Text(f"outputs {name[:8]}: none compared", style="dim"))
                 else:
-                    t.append(f"outputs {name[:8]}: {r['identical']}/{r['compared']} identical")
+                    t = Text(f"outputs {name[:8]}: {r['identical']}/{r['compared']} identical")
                     if r["first_divergence_median"] is not None:
                         t.append(f", diverge ~char {r['first_divergence_median']:.0f}", style="dim")
-                    t.append("\n")
-        return t
+                    lines.append(t)
+            out.append(Block(tuple(lines), fold=2, name="outputs"))
+        return out
 
-    def _events_text(self, s: Snapshot) -> Text:
+    def _events_text(self, s: Snapshot, room: int = 6) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("events\n", style="bold")
         t0 = s.t - int(s.elapsed_s * 1e9)
-        for ev in list(s.events)[-6:]:
+        for ev in list(s.events)[-room:]:
             t.append(f"{_hms((ev.t - t0) / 1e9):>8} ", style="dim")
             style = "bold" if ev.kind in ("arm", "alert", "restart") else ""
             t.append(clean_text(ev.message, keep_newlines=False) + "\n", style=style)
         return t
+
+
+@dataclass(frozen=True)
+class Block:
+    """Lines of the comparison panel, and how readily they fold away when rows are short
+    (0: never; the highest first). A block that shrinks loses its oldest lines first,
+    keeping its title (the ladder's latest steps are the ones being watched)."""
+
+    lines: tuple[Text, ...]
+    fold: int = 0
+    name: str = ""
+    shrinks: bool = False
+
+
+def fit_blocks(blocks: list[Block], room: int) -> Text:
+    """The blocks in their order within ``room`` lines; what had to fold is named on the
+    last line with the key that shows it (``b``: the panels over the whole screen)."""
+    blocks = list(blocks)
+    hidden: list[str] = []
+
+    def over() -> bool:
+        return sum(len(b.lines) for b in blocks) + (1 if hidden else 0) > room
+
+    while over():
+        folding = [i for i, b in enumerate(blocks) if b.fold > 0]
+        if not folding:
+            break
+        i = max(folding, key=lambda j: (blocks[j].fold, j))
+        b = blocks[i]
+        if b.shrinks and len(b.lines) > 3:  # its title and two lines at least
+            blocks[i] = dataclasses.replace(b, lines=(b.lines[0], *b.lines[2:]))
+            hidden.append(f"earlier {b.name}")
+            continue
+        del blocks[i]
+        if b.name and b.name not in hidden:
+            hidden.append(b.name)
+    t = Text(no_wrap=True, overflow="ellipsis")
+    for b in blocks:
+        for line in b.lines:
+            t.append_text(line)
+            t.append("\n")
+    if hidden:
+        t.append(f"more ({', '.join(dict.fromkeys(hidden))}): b", style="dim")
+    return t
 
 
 def _num(v: float | None) -> str:
