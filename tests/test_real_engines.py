@@ -568,3 +568,40 @@ def test_llama_cpp_python_environment_says_what_it_does_not_know(llama):
     d = json.loads(p.stdout)
     assert d["engine"] is None and d["sources"] == ["/v1/models"]
     assert d["network"]["rtt_ms"] is not None and d["network"]["rtt_path"] == "/v1/models"
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_vllm_gets_the_prompt_tokens_asked(plain, tmp_path, endpoint):
+    """`--prompt-tokens N` is N in vLLM's own usage.prompt_tokens (template included), at
+    128, 1k and near the model's limit (2048), measured with vLLM's /tokenize first."""
+    for asked in ("128", "1k", "2000"):
+        s, rec = run(tmp_path, plain, "--endpoint", endpoint, "-n", "6", "-c", "2",
+                     "--prompt-tokens", asked, "--max-tokens", "8", "--ignore-eos",
+                     "--mix", "code=1,chat=1,creative=1", name=f"pt{endpoint}{asked}")  # fmt: skip
+        pt = s["arms"]["default"]["prompt_tokens"]
+        want = {"128": 128, "1k": 1000, "2000": 2000}[asked]
+        print(endpoint, asked, pt)
+        assert pt["asked_p50"] == want
+        assert pt["min"] >= want - max(4, want // 100) and pt["max"] <= want + max(4, want // 100)
+
+
+def test_llama_cpp_gets_near_the_prompt_tokens_asked(llama, tmp_path):
+    """llama-cpp-python streams no usage, but answers it unstreamed and has its own
+    /extras/tokenize: the calibration uses both, and a prompt built for 512 tokens is
+    512 in its usage (or, where its tokenizer and its requests disagree, within 5%)."""
+    import numpy as np
+
+    from tokmon.engine.calibrate import calibrate, prompt_tokens
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import synthetic_prompt
+
+    cfg = RunConfig(arms=(Arm("a", url=llama + "/v1", model="tiny"),), temperature=0.0)
+    shape = calibrate(cfg, cfg.arms[0], ("chat",))
+    rng = np.random.default_rng(4)
+    got = [prompt_tokens(httpx.Client(timeout=120), cfg, cfg.arms[0],
+                         synthetic_prompt("chat", 512, rng, shape)) for _ in range(3)]  # fmt: skip
+    print(shape.source, shape.per_word, got)
+    assert all(abs(n / 512 - 1) <= 0.05 for n in got)
+    if shape.exact:
+        assert got == [512] * 3

@@ -90,7 +90,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--step-warmup',), 'start of each step kept out of its figures', default='5s', group='load'),
     Option(('--ladder-stop',), 'end the ladder when a step passes these (the server is saturated)', metavar='errors=5%,ttft_p95=MS', group='load'),
     # requests
-    Option(('--prompt-tokens',), 'synthetic prompt length: 512, 256:2048 (uniform), normal:512,128', default='128', group='requests'),
+    Option(('--prompt-tokens',), "synthetic prompt length in the server's own prompt tokens (template included; measured before the run): 512, 256:2048 (uniform), normal:512,128", default='128', group='requests'),
+    Option(('--approx-prompt-tokens',), 'skip measuring the server before the run: prompts of about one word a token', action="store_true", group='requests'),
     Option(('--max-tokens',), 'output length, same syntax', default='256', group='requests'),
     Option(('--prompts',), 'prompt file: JSON Lines with prompt or messages (and kind), or ShareGPT JSON', group='requests', text=True),
     Option(('--mix',), 'task kinds by weight: code=0.3,chat=0.5,creative=0.2', group='requests', text=True),

@@ -13,11 +13,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokmon import __version__
 from tokmon.cli.parser import UsageError, api_key
 from tokmon.textsafe import add_secret, dumps, say, write_text
+
+if TYPE_CHECKING:
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import PromptShape
 
 
 def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
@@ -267,6 +271,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         continuous_usage=args.continuous_usage,
         shown_headers=shown,
     )
+    if not cfg.prompts and not args.approx_prompt_tokens:
+        cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg))
     # What each server runs on, the way to it and what it lets anyone do: written down
     # before measuring (the method), in the recording and the summary.
     envs = {}
@@ -288,6 +294,24 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "model": resolved[0].model,
     }
     return cfg, info
+
+
+def measure_prompts(cfg: RunConfig) -> PromptShape | None:
+    """How to build prompts of an exact token count, measured on the first arm whose
+    server is up (the others are held to it in the summary: requested vs. actual per
+    arm). Where it cannot be measured, one line says why and prompts stay word-sized."""
+    import httpx
+
+    from tokmon.engine.calibrate import CalibrationError, calibrate
+
+    arm = next((a for a in cfg.arms if a.model), None)
+    if arm is None:
+        return None
+    try:
+        return calibrate(cfg, arm, tuple(k for k, _ in cfg.mix))
+    except (CalibrationError, httpx.HTTPError) as e:
+        say(f"prompt tokens: not measured on {arm.url} ({e}); about one word a token", err=True)
+        return None
 
 
 def credentials(

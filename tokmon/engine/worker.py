@@ -155,7 +155,9 @@ class Engine:
                 kind = self.mix_kinds[0]
             else:
                 kind = self.mix_kinds[int(self.rng.choice(len(self.mix_kinds), p=self.mix_w))]
-            p = synthetic_prompt(kind, self.prompt_tokens.sample(self.rng), self.rng)
+            p = synthetic_prompt(
+                kind, self.prompt_tokens.sample(self.rng), self.rng, cfg.prompt_shape
+            )
         return p, self.max_tokens.sample(self.rng)
 
     def _pick_arm(self, n: int) -> str:
@@ -191,6 +193,7 @@ class Engine:
         settle = bool(self.t_switch) and (t_sched - self.t_switch) < self.settle_ns
         base: dict[str, Any] = {
             "kind": prompt.kind,
+            "prompt_tokens_asked": prompt.asked,
             "segment": self.segment,
             "step": self.step,
             "warmup": warm,

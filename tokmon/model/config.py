@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tokmon.model.arms import Arm
-from tokmon.model.workload import LengthDist, Prompt
+from tokmon.model.workload import LengthDist, Prompt, PromptShape
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class RunConfig:
     duration_s: float | None = None
     requests: int | None = None
     prompt_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 128))
+    # how to build prompts of an exact token count on the server (measured before the run;
+    # None: word-sized prompts, about one token a word)
+    prompt_shape: PromptShape | None = None
     max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)

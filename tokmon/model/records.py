@@ -47,6 +47,7 @@ class RequestRecord:
     output_tokens: int = 0
     tokens_estimated: bool = False
     prompt_tokens: int | None = None
+    prompt_tokens_asked: int | None = None  # what a synthetic prompt was built to have
     chunks: int = 0
     tpot_ms: float | None = None
     decode_tps: float | None = None

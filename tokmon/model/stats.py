@@ -268,6 +268,9 @@ class ArmTotals:
     st_ttft: GrowArray = field(default_factory=GrowArray)
     strata: dict[tuple[str, int], int] = field(default_factory=dict)
     t_end: GrowArray = field(default_factory=GrowArray)
+    # prompt tokens as the server counted them, and as asked (NaN: a prompt from a file)
+    prompt: GrowArray = field(default_factory=GrowArray)
+    prompt_asked: GrowArray = field(default_factory=GrowArray)
     spec_draft: int = 0
     spec_accepted: int = 0
     spec_drafts: int = 0
@@ -314,6 +317,10 @@ class ArmTotals:
         self.stalls += int(c["stalls"][oi].sum())
         self._add_kinds(tb, oi)
         self.estimated += int(c["tokens_estimated"][oi].sum())
+        pt = c["prompt_tokens"][oi]
+        m = ~np.isnan(pt)
+        self.prompt.extend(pt[m])
+        self.prompt_asked.extend(c["prompt_tokens_asked"][oi][m])
         ttft, tpot, e2e, dec = (c[k][oi] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps"))
         seg = c["segment"][oi]
         st = self._strata_rows(tb, oi)

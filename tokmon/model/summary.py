@@ -52,6 +52,7 @@ def arm_summary(
         "clock_excluded": t.clock,
         # ok requests that have a TTFT but no TPOT, and why (docs/METRICS.md)
         "tpot_left_out": {"one_token": t.tpot_one_token, "one_read": t.tpot_one_read},
+        "prompt_tokens": prompt_summary(t),
     }
     if t.kinds:
         out["by_kind"] = {
@@ -73,6 +74,24 @@ def arm_summary(
         if t.spec_drafts:
             out["acceptance_length"] = 1 + t.spec_accepted / t.spec_drafts
         out["acceptance_source"] = t.spec_source or "response"
+    return out
+
+
+def prompt_summary(t: ArmTotals) -> dict[str, Any] | None:
+    """Prompt tokens as the server counted them (``usage.prompt_tokens``), and against
+    what each synthetic prompt was built to have: the workload's length is a measured
+    fact, not an assumption."""
+    pt = t.prompt.values
+    if not pt.size:
+        return None
+    out: dict[str, Any] = {"p50": _p50(pt), "min": int(pt.min()), "max": int(pt.max())}
+    asked = t.prompt_asked.values
+    m = ~np.isnan(asked)
+    if m.any():
+        off = pt[m] - asked[m]
+        out["asked_p50"] = _p50(asked[m])
+        out["off_tokens"] = {"p50": _p50(off), "min": int(off.min()), "max": int(off.max())}
+        out["exact_share"] = round(float(np.mean(off == 0)), 4)
     return out
 
 
@@ -306,6 +325,14 @@ def summary_table(summary: dict[str, Any]) -> str:
             out.append(
                 f"{name}: no TPOT for {left.get('one_token', 0)} one-token answer(s) and "
                 f"{left.get('one_read', 0)} answer(s) that arrived in one read"
+            )
+        pt = a.get("prompt_tokens")
+        if pt and pt.get("asked_p50") is not None:
+            off = pt["off_tokens"]
+            out.append(
+                f"{name} prompt tokens: asked p50 {pt['asked_p50']:.0f}, server counted p50 "
+                f"{pt['p50']:.0f} ({pt['min']}–{pt['max']}); off by {off['min']:+d} to "
+                f"{off['max']:+d}, exact in {pt['exact_share']:.0%}"
             )
         if a.get("clock_excluded"):
             out.append(

@@ -46,6 +46,7 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "output_tokens": ("n", "k", 0),
     "tokens_estimated": ("est", "b", False),
     "prompt_tokens": ("pt", "n", None),
+    "prompt_tokens_asked": ("pta", "n", None),
     "chunks": ("ch", "k", 0),
     "tpot_ms": ("tpot", "f", None),
     "decode_tps": ("dec", "f", None),

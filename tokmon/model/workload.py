@@ -187,14 +187,21 @@ _KIND_LEADS = {
 }
 
 
+def kind_lead(kind: str) -> str:
+    """The opening sentence of a synthetic prompt of this kind."""
+    return _KIND_LEADS.get(kind, _KIND_LEADS["chat"])
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """One prompt: chat messages or completion text, with its task kind."""
+    """One prompt: chat messages or completion text, with its task kind (and, for a
+    synthetic one, the prompt tokens it was built to have)."""
 
     kind: str
     messages: tuple[tuple[str, str], ...] = ()
     text: str = ""
     approx_tokens: int = 0
+    asked: int | None = None
 
     def body_fields(self, endpoint: str) -> dict[str, Any]:
         if endpoint == "completions":
@@ -206,15 +213,56 @@ class Prompt:
         return {"messages": [{"role": "user", "content": self.text}]}
 
 
-def synthetic_prompt(kind: str, tokens: int, rng: np.random.Generator) -> Prompt:
-    """A readable prompt of about ``tokens`` tokens (one common English word ≈ one token)."""
-    lead = _KIND_LEADS.get(kind, _KIND_LEADS["chat"])
-    n_lead = len(lead.split())
-    n_fill = max(0, tokens - n_lead)
-    idx = rng.integers(0, len(WORDS), n_fill)
-    filler = " ".join(WORDS[i] for i in idx)
-    text = f"{lead} {filler}".strip() if filler else lead
-    return Prompt(kind=kind, text=text, approx_tokens=max(tokens, n_lead))
+HEAD_WORDS = 6  # words unique to each request, first: no two prompts share a prefix by accident
+
+
+@dataclass(frozen=True, slots=True)
+class PromptShape:
+    """How to build a prompt of an exact prompt-token count on one server, measured before
+    the run (``engine/calibrate.py``): filler words that are one token each there (in
+    running text), and what the rest of a prompt of each kind costs (BOS, the chat
+    template, the request's unique head and the kind's opening sentence), as the server
+    counts it in ``usage.prompt_tokens``. ``per_word`` is 1 when the words were checked
+    with the server's tokenizer; otherwise it is the mean measured, and lengths are near,
+    not exact. ``source`` says which ("tokenize" or "usage")."""
+
+    units: tuple[str, ...]
+    overhead: tuple[tuple[str, int], ...]
+    source: str
+    per_word: float = 1.0
+
+    @property
+    def exact(self) -> bool:
+        return self.per_word == 1.0
+
+    def cost(self, kind: str) -> int | None:
+        return next((n for k, n in self.overhead if k == kind), None)
+
+
+def synthetic_prompt(
+    kind: str, tokens: int, rng: np.random.Generator, shape: PromptShape | None = None
+) -> Prompt:
+    """A readable prompt: a head of words unique to the request, the kind's opening
+    sentence, then filler. With a shape, of exactly ``tokens`` prompt tokens as the server
+    counts them (where the kind's fixed part alone is longer, that many); without one,
+    about ``tokens`` (one common English word ≈ one token)."""
+    lead = kind_lead(kind)
+    words = shape.units if shape is not None and shape.units else WORDS
+    head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
+    fixed = shape.cost(kind) if shape is not None else None
+    if fixed is None:
+        n_fill = max(0, tokens - len(lead.split()) - HEAD_WORDS - 1)
+    else:
+        n_fill = max(0, round((tokens - fixed) / shape.per_word))  # type: ignore[union-attr]
+    idx = rng.integers(0, len(words), n_fill)
+    text = probe_text(head, lead, " ".join(words[i] for i in idx))
+    got = tokens if fixed is None else max(tokens, fixed)
+    return Prompt(kind=kind, text=text, approx_tokens=got, asked=tokens)
+
+
+def probe_text(head: str, lead: str, filler: str) -> str:
+    """The one layout of a synthetic prompt (the calibration measures this same one)."""
+    return f"Ticket {head}. {lead} {filler}".rstrip()
 
 
 def load_prompt_file(path: str) -> list[Prompt]:

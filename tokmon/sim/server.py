@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from tokmon import __version__
 from tokmon.sim.faults import Faults
 from tokmon.sim.model import ALPHA, PROFILES, Profile, classify_prompt
+from tokmon.sim.tokenizer import BOS_ID, count_prompt, token_ids
 
 MAX_HEADER = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
@@ -134,6 +135,8 @@ class SimConfig:
     # Added to every answer before its first byte: a network round trip to a remote
     # server (the streams' chunk gaps are unchanged, as over a real link).
     net_delay_s: float = 0.0
+    # POST /tokenize, as vLLM, SGLang and llama.cpp have it (off: a server without one)
+    tokenize: bool = True
 
 
 class Metrics:
@@ -431,6 +434,7 @@ class SimServer:
             if not isinstance(p, str):
                 return 400, "'prompt' must be a string"
             prompt = p
+            texts = [p]
         mt = body.get("max_tokens", body.get("max_completion_tokens", 256))
         if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
             return 400, "'max_tokens' must be a positive integer"
@@ -445,7 +449,7 @@ class SimServer:
         s.model = model
         s.created = self.created
         s.max_tokens = mt
-        s.prompt_tokens = max(1, len(prompt.split()))
+        s.prompt_tokens = count_prompt(texts, chat)
         s.kind = classify_prompt(prompt)
         s.alpha = ALPHA.get(s.kind, 0.5)
         spec = cfg.spec
@@ -883,6 +887,8 @@ class HttpProtocol(asyncio.Protocol):
                     ],
                 },
             )
+        elif path == "/tokenize" and method == "POST":
+            self._tokenize(body)
         elif method == "GET" and path == "/health":
             self.respond(200, b"", "text/plain")
         elif method == "GET" and path == "/props":
@@ -931,6 +937,38 @@ class HttpProtocol(asyncio.Protocol):
             self.respond_json(200, {"restarts": sim.restarts})
         else:
             self.respond_error(404, f"no route {method} {path}")
+
+    def _tokenize(self, body: bytes) -> None:
+        """vLLM's form ({"prompt"} or {"messages"} → count, tokens) and llama.cpp's
+        ({"content"} → tokens, no BOS unless add_special)."""
+        try:
+            obj = json.loads(body or b"null")
+            if not isinstance(obj, dict):
+                raise ValueError
+        except ValueError:
+            self.respond_error(400, "request body must be a JSON object")
+            return
+        if not self.sim.cfg.tokenize:
+            self.respond_error(404, "no route POST /tokenize")
+            return
+        if isinstance(obj.get("content"), str):
+            ids = token_ids(obj["content"])
+            if obj.get("add_special"):
+                ids = [BOS_ID, *ids]
+            self.respond_json(200, {"tokens": ids})
+            return
+        msgs = obj.get("messages")
+        if isinstance(msgs, list):
+            texts = [str(m.get("content", "")) for m in msgs if isinstance(m, dict)]
+            n = count_prompt(texts, chat=True)
+        elif isinstance(obj.get("prompt"), str):
+            ids = [BOS_ID, *token_ids(obj["prompt"])]
+            self.respond_json(200, {"count": len(ids), "max_model_len": 131072, "tokens": ids})
+            return
+        else:
+            self.respond_error(400, "give 'prompt', 'messages' or 'content'")
+            return
+        self.respond_json(200, {"count": n, "max_model_len": 131072, "tokens": [BOS_ID] * n})
 
     # ------------------------------------------------------------------ responses
     def _start_stream(self) -> None:

@@ -1,0 +1,149 @@
+"""Before a run: how to build prompts of an exact prompt-token count on this server.
+
+Two measurements, both against the server itself:
+
+* which filler words are one token each in running text, asked of the server's own
+  tokenizer (``POST /tokenize``: vLLM's and SGLang's ``{"prompt"}`` form, llama.cpp's
+  ``{"content"}``; llama-cpp-python's ``/extras/tokenize``); a word is one token when
+  eight more of it add eight tokens;
+* what the rest of a prompt of each task kind costs (BOS, the chat template, the unique
+  head, the kind's opening sentence), from two real requests per kind (``max_tokens`` 1)
+  whose filler differs by a known number of words: the server's ``usage.prompt_tokens`` is
+  the count that matters, template included, whatever the tokenizer endpoint applies.
+
+Without a tokenizer endpoint the same two requests give the mean tokens per word, and the
+lengths are near, not exact (the summary says which). Without ``usage`` nothing can be
+measured: the prompts stay word-sized, and the summary says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+
+from tokmon.engine.worker import build_body, endpoint_url, request_headers
+from tokmon.model.arms import Arm
+from tokmon.model.config import RunConfig
+from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, kind_lead, probe_text
+
+LEADS_SAMPLE = 8  # filler words of the short probe
+LEADS_LONG = 40  # of the long one
+
+
+class CalibrationError(Exception):
+    pass
+
+
+def _root(url: str) -> str:
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def tokenizer(
+    client: httpx.Client, arm: Arm, headers: dict[str, str]
+) -> Callable[[str], int] | None:
+    """A function counting the server's tokens in a text, or None where it has no
+    tokenizer endpoint (or one that answers in no known form)."""
+    root = _root(arm.url)
+    forms: tuple[tuple[str, Callable[[str], dict[str, Any]]], ...] = (
+        # vLLM, SGLang (and the simulator)
+        ("/tokenize", lambda t: {"model": arm.model, "prompt": t, "add_special_tokens": False}),
+        ("/tokenize", lambda t: {"content": t}),  # llama.cpp's server
+        ("/extras/tokenize", lambda t: {"input": t}),  # llama-cpp-python's
+    )
+    for path, form in forms:
+        url = root + path
+        try:
+            r = client.post(url, json=form("Ticket"), headers=headers)
+            if r.status_code != 200 or not _count(r.json()):
+                continue
+        except (httpx.HTTPError, ValueError):
+            continue
+
+        def count(text: str, url: str = url, form: Callable[[str], dict[str, Any]] = form) -> int:
+            r = client.post(url, json=form(text), headers=headers)
+            r.raise_for_status()
+            n = _count(r.json())
+            if n is None:
+                raise CalibrationError("/tokenize answered without tokens")
+            return n
+
+        return count
+    return None
+
+
+def _count(obj: Any) -> int | None:
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("count"), int):
+        return int(obj["count"])
+    if isinstance(obj.get("tokens"), list):
+        return len(obj["tokens"])
+    return None
+
+
+def unit_words(count: Callable[[str], int]) -> tuple[str, ...]:
+    """The filler words that are one token each where they stand in a prompt (after a
+    space, after other words)."""
+    base = "Ticket the"
+    n0 = count(base)
+    return tuple(w for w in WORDS if count(base + f" {w}" * 8) - n0 == 8)
+
+
+def prompt_tokens(client: httpx.Client, cfg: RunConfig, arm: Arm, prompt: Prompt) -> int:
+    """The server's own count of a prompt: one request, one token out, not streamed."""
+    body = build_body(cfg, arm, prompt, 1)
+    body["stream"] = False
+    body.pop("stream_options", None)
+    hdr = request_headers(cfg, arm) | {"accept": "application/json"}
+    r = client.post(endpoint_url(arm), content=json.dumps(body).encode(), headers=hdr)
+    if r.status_code != 200:
+        raise CalibrationError(f"a probe request answered HTTP {r.status_code}")
+    try:
+        n = r.json()["usage"]["prompt_tokens"]
+    except (ValueError, KeyError, TypeError):
+        raise CalibrationError("the server's answer has no usage.prompt_tokens") from None
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n < 10_000_000:
+        raise CalibrationError(f"usage.prompt_tokens is not a count: {n!r}")
+    return n
+
+
+def calibrate(cfg: RunConfig, arm: Arm, kinds: tuple[str, ...]) -> PromptShape:
+    """The prompt shape for ``arm``'s server (raises CalibrationError with the reason)."""
+    rng = np.random.default_rng(12345)
+    hdr = request_headers(cfg, arm)
+    with httpx.Client(timeout=60.0, verify=not cfg.insecure, trust_env=False) as client:
+        count = tokenizer(client, arm, hdr)
+        units = unit_words(count) if count is not None else ()
+        exact = len(units) >= 8
+        words = units if exact else WORDS
+        overhead: list[tuple[str, int]] = []
+        per_word: list[float] = []
+        for kind in kinds:
+            lead = kind_lead(kind)
+            got = []
+            for n in (LEADS_SAMPLE, LEADS_LONG):
+                head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
+                fill = " ".join(words[i] for i in rng.integers(0, len(words), n))
+                p = Prompt(kind=kind, text=probe_text(head, lead, fill))
+                got.append(prompt_tokens(client, cfg, arm, p))
+            pw = (got[1] - got[0]) / (LEADS_LONG - LEADS_SAMPLE)
+            if exact and pw != 1.0:
+                # the words were one token each to the tokenizer but not in the request:
+                # the lengths are near, not exact, and the summary says so
+                exact = False
+            per_word.append(pw)
+            overhead.append((kind, round(got[0] - pw * LEADS_SAMPLE)))
+    pw_all = 1.0 if exact else float(np.mean(per_word))
+    if not pw_all > 0:
+        raise CalibrationError("the prompt grew by no tokens as words were added")
+    return PromptShape(
+        units=units if exact else (),
+        overhead=tuple(overhead),
+        source="tokenize" if exact else "usage",
+        per_word=pw_all,
+    )
