@@ -1,15 +1,21 @@
 """Step alerts: how soon a step is flagged, how well it is placed, how often flat load
 raises one. Prints the table the README quotes.
 
-    python bench/alerts.py [--seconds 90] [--hours 24] [--trials 200] [--vllm]
+    python bench/alerts.py [--hours 24] [--trials 200]          # the stored noise
+    python bench/alerts.py --record [--seconds 150]              # the simulator's again
+    python bench/alerts.py --vllm [--seconds 900]                # vLLM's (CPU) again
 
 The noise is real: per-second figures (exactly the values the live detector takes) of flat
-runs against the simulator at 4, 32 and 256 streams (and against vLLM on CPU with
-``--vllm``, once ``scripts/real-engines.sh setup`` has installed it), recorded and folded
+runs against the simulator at 4, 32 and 256 streams and against vLLM on CPU (``--vllm``,
+once ``scripts/real-engines.sh setup`` has installed it), recorded and folded
 by tokmon. Long series are made from them by a block bootstrap (blocks of 20 s keep the
 noise's correlation in time): false alarms are counted over ``--hours`` of flat series per
 metric; steps of −20% and −50% are put at a random second of a flat series and the
 detector's delay and placement measured over ``--trials`` trials.
+
+The series are kept in ``bench/data/noise.npz`` (a few kilobytes) so that a change to the
+detector is judged on the same noise in seconds; ``--record``/``--vllm`` measure them again
+(a machine's noise is its own: record on a quiet host, and say which).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from tokmon.sources.live import LiveSession  # noqa: E402
 
 METRICS = ("decode", "tok_s", "ttft")
 BLOCK = 20
+STORE = Path(__file__).parent / "data" / "noise.npz"
 WARM_S = 30  # the first seconds of each recording: the load settling
 
 
@@ -122,56 +129,75 @@ def steps(
     return delays, where, missed
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=150.0)
-    ap.add_argument("--hours", type=float, default=24.0)
-    ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--vllm", action="store_true", help="also vLLM on CPU (4 streams)")
-    a = ap.parse_args()
-    rng = np.random.default_rng(1)
-    sources: list[tuple[str, str]] = []
+def measure(seconds: float, sim: bool, vllm: bool) -> dict[str, np.ndarray]:
+    """Flat runs recorded and folded: {"source|metric": per-second values}."""
+    out: dict[str, np.ndarray] = {}
     with tempfile.TemporaryDirectory() as d:
         from tokmon.sim.model import PROFILES
         from tokmon.sim.process import SimProcess
         from tokmon.sim.server import SimConfig
 
-        for streams in (4, 32, 256):
+        sources: list[tuple[str, str]] = []
+        for streams in (4, 32, 256) if sim else ():
             path = os.path.join(d, f"sim{streams}.jsonl")
             with SimProcess(SimConfig(profile=PROFILES["27b-h100"], seed=streams)) as sim:
-                record(sim.url, "sim-27b", streams, a.seconds + WARM_S, path, "64:256")
+                record(sim.url, "sim-27b", streams, seconds + WARM_S, path, "64:256")
             sources.append((f"simulator, {streams} streams", path))
-        if a.vllm:
+        if vllm:
             from server_load import start_vllm
 
             proc, url = start_vllm(Path(d) / "vllm.log")
             try:
                 path = os.path.join(d, "vllm.jsonl")
-                record(url + "/v1", "tiny", 4, a.seconds + WARM_S, path, "32:96")
+                record(url + "/v1", "tiny", 4, seconds + WARM_S, path, "32:96")
                 sources.append(("vLLM 0.32 CPU (tiny-llama), 4 streams", path))
             finally:
                 proc.kill()
-        rows = []
         for name, path in sources:
             for metric, x in series(path).items():
-                noise = float(np.median(np.abs(np.diff(np.log(x))))) * 1.4826 / np.sqrt(2)
-                fa = false_alarms(x, metric, a.hours, rng)
-                cells = [name, metric, f"{noise:.1%}", f"{fa:.2f}"]
-                for drop in (0.2, 0.5):
-                    dl, wh, miss = steps(x, metric, drop, a.trials, rng)
-                    if dl:
-                        cells += [
-                            f"{np.median(dl):.0f} / {np.percentile(dl, 95):.0f}",
-                            f"{np.percentile(wh, 95):.0f}",
-                            f"{miss}/{a.trials}",
-                        ]
-                    else:
-                        cells += ["—", "—", f"{miss}/{a.trials}"]
-                rows.append(cells)
+                out[f"{name}|{metric}"] = x
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--record", action="store_true", help="the simulator's noise again")
+    ap.add_argument("--seconds", type=float, default=150.0)
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--vllm", action="store_true", help="vLLM's noise (on CPU) again")
+    a = ap.parse_args()
+    rng = np.random.default_rng(1)
+    if a.record or a.vllm or not STORE.exists():
+        got = measure(a.seconds, a.record or not STORE.exists(), a.vllm)
+        if STORE.exists():  # keep what this run did not measure again (vLLM's, say)
+            with np.load(STORE) as old:
+                got = {**{k: old[k] for k in old.files}, **got}
+        STORE.parent.mkdir(exist_ok=True)
+        np.savez_compressed(STORE, **got)
+    with np.load(STORE) as f:
+        stored = {k: f[k] for k in f.files}
+    rows = []
+    for key, x in stored.items():
+        name, metric = key.split("|")
+        noise = float(np.median(np.abs(np.diff(np.log(x))))) * 1.4826 / np.sqrt(2)
+        fa = false_alarms(x, metric, a.hours, rng)
+        cells = [name, metric, f"{x.size} s", f"{noise:.1%}", f"{fa:.2f}"]
+        for drop in (0.2, 0.5):
+            dl, wh, miss = steps(x, metric, drop, a.trials, rng)
+            if dl:
+                cells += [
+                    f"{np.median(dl):.0f} / {np.percentile(dl, 95):.0f}",
+                    f"{np.percentile(wh, 95):.0f}",
+                    f"{miss}/{a.trials}",
+                ]
+            else:
+                cells += ["—", "—", f"{miss}/{a.trials}"]
+        rows.append(cells)
     print(f"step alerts: delay, placement, false alarms · {machine()}")
     print(
         table(
-            [["noise from", "metric", "noise/s", "false alarms /24 h",
+            [["noise from", "metric", "measured", "noise/s", "false alarms /24 h",
               "−20%: delay s p50/p95", "place ±s p95", "missed",
               "−50%: delay s p50/p95", "place ±s p95", "missed"], *rows]
         )

@@ -62,7 +62,7 @@ def start_vllm(log: Path) -> tuple[subprocess.Popen[bytes], str]:
             stdout=f, stderr=subprocess.STDOUT, env=env, process_group=0,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600  # a cold start on 2 busy cores can take minutes
     while time.monotonic() < deadline:
         if p.poll() is not None:
             break

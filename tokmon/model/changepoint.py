@@ -7,7 +7,9 @@ after the ten-second windows fill; its false-alarm rate follows from its two con
 (``K``, ``H``: about one false alarm per 10⁶ seconds per direction on Gaussian noise,
 measured on simulated and real-server noise by ``bench/alerts.py``); and it costs O(1)
 per second. The reference level and noise are the median and MAD of the regime's earlier
-seconds (those older than ``GUARD_S``, so a step does not leak into its own reference);
+seconds (those older than ``GUARD_S``, so a step does not leak into its own reference),
+the noise raised to what sums of 5-20 seconds show where the series wanders slowly (a
+real server does: ``long_run_noise``);
 a value is clipped at ``CLIP`` noise units, so one wild second cannot raise an alarm.
 The change is placed where the CUSUM last left zero, and reported only when the level
 moved by at least ``min_change`` (a real step, not a wander of a very quiet series).
@@ -27,6 +29,8 @@ CLIP = 4.0  # one second moves the CUSUM by at most this
 GUARD_S = 20.0  # the last seconds are tested, not yet part of the reference
 MIN_REF = 15  # seconds of reference before the detector may speak
 MAX_REF = 600  # seconds of reference kept (the last ten minutes of the regime)
+BLOCKS = (5, 10, 20)  # seconds: the scales of slow wander the noise is read at
+MIN_BLOCKS = 8  # blocks of a scale before its spread is trusted
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,24 @@ def noise(x: np.ndarray) -> float:
         return 0.0
     mad = float(np.median(np.abs(x - np.median(x)))) * 1.4826
     return mad * (1.0 + 2.0 / np.sqrt(x.size))
+
+
+def long_run_noise(x: np.ndarray) -> float:
+    """The noise a sum of consecutive seconds sees, per second: the per-second noise, or
+    more where the series wanders slowly (a busy host's speed drifts by 10% for tens of
+    seconds; a CUSUM scaled by the per-second noise alone takes each wander for a step).
+    Read off the spread of block means of 5, 10 and 20 seconds, scaled back to one
+    second (for independent seconds all give the same figure), from the most recent
+    blocks, once there are enough of them to say."""
+    sd = noise(x)
+    for b in BLOCKS:
+        nb = x.size // b
+        if nb < MIN_BLOCKS:
+            break
+        m = x[x.size - nb * b :].reshape(nb, b).mean(axis=1)
+        mad = float(np.median(np.abs(m - np.median(m)))) * 1.4826
+        sd = max(sd, mad * math.sqrt(b))
+    return sd
 
 
 def _where(recent: deque[tuple[float, float]], med: float, sd: float, sign: float) -> float:
@@ -86,7 +108,7 @@ class StepDetector:
             med = float(np.median(r))
             # (after a step the reference is short: the noise it had before still holds,
             # a relative noise does not change with the level)
-            self._level = (med, max(noise(r), self.floor, 0.8 * self._sd_before))
+            self._level = (med, max(long_run_noise(r), self.floor, 0.8 * self._sd_before))
         return self._level
 
     def add(self, t: float, value: float) -> ChangePoint | None:
