@@ -118,3 +118,55 @@ def test_approx_prompt_tokens_skips_the_measurement(sim, tmp_path):
     s = run_summary(sim.url, tmp_path, "-n", "8", "--prompt-tokens", "1k", "--approx-prompt-tokens")
     pt = s["arms"]["default"]["prompt_tokens"]
     assert pt["asked_p50"] == 1000 and pt["p50"] != 1000  # words are not the server's tokens
+
+
+@pytest.fixture(scope="module")
+def model_sim():
+    # the batching model (prefill costs time per uncached token), not a fixed schedule
+    with SimProcess(SimConfig(seed=4)) as s:
+        yield s
+
+
+def test_a_shared_prefix_is_hit_as_built_and_nothing_else_is(model_sim, tmp_path):
+    """A pool of one 512-token system prompt in prompts of 1,000: the server's own
+    counters find about 512 of each 1,000 prompt tokens cached (32 blocks of 16); without
+    a shared prefix, none (each request's own words come first)."""
+    s = run_summary(model_sim.url, tmp_path, "-n", "40", "--prompt-tokens", "1k",
+                    "--shared-prefix", "512", "--metrics-interval", "0.2s")  # fmt: skip
+    a = s["arms"]["default"]
+    assert a["prompt_tokens"]["exact_share"] == 1.0
+    assert a["prefix_cache_hit_rate"] == pytest.approx(0.512, abs=0.03)
+    # the server says which requests found it cached (usage.prompt_tokens_details): all
+    # but the first ones (-c 4: up to four at once; the calibration's probes used a
+    # prefix of their own and left none cached)
+    by = a["ttft_ms_by_cache"]
+    assert by["cached"]["count"] >= 32 and 1 <= by["uncached"]["count"] <= 4
+    with_prefix = a["ttft_ms"]["p50"]
+    s = run_summary(model_sim.url, tmp_path, "-n", "40", "--prompt-tokens", "1k",
+                    "--metrics-interval", "0.2s")  # fmt: skip
+    assert s["arms"]["default"]["prefix_cache_hit_rate"] == 0.0
+    # the same load with half of each prompt cached waits for half the prefill
+    # (measured: TTFT p50 131 ms against 261 ms)
+    assert with_prefix < 0.8 * s["arms"]["default"]["ttft_ms"]["p50"]
+
+
+def test_a_pool_of_prefixes_is_that_many_prefixes():
+    from tokmon.model.workload import SharedPrefix
+
+    rng = np.random.default_rng(5)
+    sp = SharedPrefix(64, pool=3)
+    systems = {synthetic_prompt("chat", 300, rng, None, sp).messages[0][1] for _ in range(60)}
+    assert len(systems) == 3 and all(len(t.split()) == 64 for t in systems)
+
+
+def test_the_probe_reads_the_prefix_cache_hit_rate_over_its_window():
+    from tokmon.probes.server import ServerMetricsProbe
+
+    p = ServerMetricsProbe("http://x/metrics", ("a",), window_s=10)
+    base = {"engine": "vllm", "prefix_queries": 1000.0, "prefix_hits": 0.0}
+    p.ingest(0, base)
+    out = p.ingest(int(5e9), base | {"prefix_queries": 3000.0, "prefix_hits": 1500.0})
+    assert out["prefix_hit_pct"] == pytest.approx(75.0) and out["delta"][3:] == [2000.0, 1500.0]
+    # impossible counters (more hits than lookups) give no figure, never one over 100%
+    out = p.ingest(int(6e9), base | {"prefix_queries": 3100.0, "prefix_hits": 5000.0})
+    assert "prefix_hit_pct" not in out

@@ -605,3 +605,20 @@ def test_llama_cpp_gets_near_the_prompt_tokens_asked(llama, tmp_path):
     assert all(abs(n / 512 - 1) <= 0.05 for n in got)
     if shape.exact:
         assert got == [512] * 3
+
+
+def test_vllm_prefix_cache_hits_what_the_workload_shares(plain, tmp_path):
+    """One shared 512-token system prompt in prompts of 1,000 tokens: vLLM's own
+    prefix_cache_hits/queries counters give about 512/1000 (whole blocks of the shared
+    part; the first request of the run misses); with no shared prefix, about none."""
+    s, _ = run(tmp_path, plain, "-n", "24", "-c", "2", "--prompt-tokens", "1k",
+               "--shared-prefix", "512", "--max-tokens", "4", "--ignore-eos",
+               "--metrics-interval", "0.5s", name="prefix")  # fmt: skip
+    a = s["arms"]["default"]
+    print(a["prompt_tokens"], a.get("prefix_cache_hit_rate"))
+    assert a["prompt_tokens"]["exact_share"] == 1.0
+    assert 0.42 <= a["prefix_cache_hit_rate"] <= 0.56
+    s, _ = run(tmp_path, plain, "-n", "24", "-c", "2", "--prompt-tokens", "1k",
+               "--max-tokens", "4", "--ignore-eos", "--metrics-interval", "0.5s",
+               name="noprefix")  # fmt: skip
+    assert s["arms"]["default"]["prefix_cache_hit_rate"] < 0.05

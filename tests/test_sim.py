@@ -59,8 +59,8 @@ def test_batch_slows_each_stream(make_sim):
 
 
 def test_queueing_when_kv_budget_is_full(make_sim):
-    # Budget for two requests (a prompt of 31-33 tokens + 40 each): the others wait.
-    prof = parse_profile("zero", "step_base_ms=5,kv_tokens=150,max_batch=64")
+    # Budget for two requests (a prompt of 31-38 tokens + 40 each), never three: the others wait.
+    prof = parse_profile("zero", "step_base_ms=5,kv_tokens=160,max_batch=64")
     sim = make_sim(profile=prof)
     recs = records(
         sim.url,

@@ -91,6 +91,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--ladder-stop',), 'end the ladder when a step passes these (the server is saturated)', metavar='errors=5%,ttft_p95=MS', group='load'),
     # requests
     Option(('--prompt-tokens',), "synthetic prompt length in the server's own prompt tokens (template included; measured before the run): 512, 256:2048 (uniform), normal:512,128", default='128', group='requests'),
+    Option(('--shared-prefix',), 'a system prompt of this many tokens shared by requests (the prefix cache as a controlled variable); counted in --prompt-tokens', metavar='TOKENS', group='requests'),
+    Option(('--prefix-pool',), 'distinct shared prefixes, each request drawing one at random', default=1, type=number(1, 100000, integer=True), group='requests'),
     Option(('--approx-prompt-tokens',), 'skip measuring the server before the run: prompts of about one word a token', action="store_true", group='requests'),
     Option(('--max-tokens',), 'output length, same syntax', default='256', group='requests'),
     Option(('--prompts',), 'prompt file: JSON Lines with prompt or messages (and kind), or ShareGPT JSON', group='requests', text=True),

@@ -128,6 +128,19 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         mtoks = LengthDist.parse(args.max_tokens)
     except WorkloadError as e:
         raise UsageError(f"--max-tokens: {e}") from None
+    shared = None
+    if args.shared_prefix:
+        from tokmon.model.workload import SharedPrefix, parse_count
+
+        try:
+            n = parse_count(args.shared_prefix)
+        except WorkloadError as e:
+            raise UsageError(f"--shared-prefix: {e}") from None
+        if not 1 <= n <= 1_000_000:
+            raise UsageError(f"--shared-prefix: 1 to 1M tokens, got {args.shared_prefix!r}")
+        shared = SharedPrefix(n, args.prefix_pool)
+        if args.prompts:
+            raise UsageError("--shared-prefix builds synthetic prompts: not with --prompts")
     prompts: tuple[Any, ...] = ()
     if args.prompts:
         try:
@@ -244,6 +257,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         duration_s=duration,
         requests=args.requests,
         prompt_tokens=ptoks,
+        shared_prefix=shared,
         max_tokens=mtoks,
         prompts=prompts,
         mix=mix,

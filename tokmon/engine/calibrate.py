@@ -28,7 +28,7 @@ import numpy as np
 from tokmon.engine.worker import build_body, endpoint_url, request_headers
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
-from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, kind_lead, probe_text
+from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, compose, prefix_text
 
 LEADS_SAMPLE = 8  # filler words of the short probe
 LEADS_LONG = 40  # of the long one
@@ -124,13 +124,15 @@ def calibrate(cfg: RunConfig, arm: Arm, kinds: tuple[str, ...]) -> PromptShape:
         overhead: list[tuple[str, int]] = []
         per_word: list[float] = []
         for kind in kinds:
-            lead = kind_lead(kind)
             got = []
             for n in (LEADS_SAMPLE, LEADS_LONG):
                 head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
                 fill = " ".join(words[i] for i in rng.integers(0, len(words), n))
-                p = Prompt(kind=kind, text=probe_text(head, lead, fill))
-                got.append(prompt_tokens(client, cfg, arm, p))
+                sp = cfg.shared_prefix
+                # a prefix of the same length that the run never sends: the probes leave
+                # the server's prefix cache as they found it for the run's own prefixes
+                prefix = prefix_text(-1 - n, sp.words, words) if sp is not None else ""
+                got.append(prompt_tokens(client, cfg, arm, compose(kind, head, fill, prefix)))
             pw = (got[1] - got[0]) / (LEADS_LONG - LEADS_SAMPLE)
             if exact and pw != 1.0:
                 # the words were one token each to the tokenizer but not in the request:

@@ -38,6 +38,7 @@ class ChunkInfo:
     text: str = ""  # content text (kept only for output checks)
     completion_tokens: int | None = None  # cumulative usage, when present
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # of the prompt, found in the server's prefix cache
     finish_reason: str | None = None
     error: str | None = None
     done: bool = False
@@ -184,6 +185,14 @@ def interpret(payload: bytes) -> ChunkInfo:
             info.prompt_tokens = _count(usage.get("prompt_tokens"), "usage.prompt_tokens")
         except _BadNumber as e:
             info.bad = info.bad or str(e)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            try:  # vLLM (--enable-prompt-tokens-details), SGLang, OpenAI
+                info.cached_tokens = _count(
+                    details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"
+                )
+            except _BadNumber as e:
+                info.bad = info.bad or str(e)
     try:
         _spec_and_timings(obj, info)
     except _BadNumber as e:
@@ -215,6 +224,11 @@ def _spec_and_timings(obj: dict[str, Any], info: ChunkInfo) -> None:
             info.timings_predicted_n = _count(timings.get("predicted_n"), "timings.predicted_n")
         except _BadNumber as e:
             info.bad = info.bad or str(e)  # a count: flagged, the chunks are counted
+        if timings.get("cache_n") is not None:  # prompt tokens reused from the cache
+            try:
+                info.cached_tokens = _count(timings.get("cache_n"), "timings.cache_n")
+            except _BadNumber as e:
+                info.bad = info.bad or str(e)
         if "draft_n" in timings:
             info.spec = _spec(
                 timings.get("draft_n"),

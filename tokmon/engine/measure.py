@@ -32,6 +32,7 @@ class StreamMeter:
         "exact_chunk_tokens",
         "usage_tokens",
         "prompt_tokens",
+        "cached_tokens",
         "predicted_n",
         "finish_reason",
         "spec",
@@ -56,6 +57,7 @@ class StreamMeter:
         self.exact_chunk_tokens = True  # every text chunk had cumulative usage so far
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.predicted_n: int | None = None
         self.finish_reason: str | None = None
         self.spec: SpecFields | None = None
@@ -100,6 +102,8 @@ class StreamMeter:
             self.usage_tokens = info.completion_tokens
         if info.prompt_tokens is not None:
             self.prompt_tokens = info.prompt_tokens
+        if info.cached_tokens is not None:
+            self.cached_tokens = info.cached_tokens
         if info.finish_reason:
             self.finish_reason = info.finish_reason
         if info.spec is not None:
@@ -125,6 +129,12 @@ class StreamMeter:
             "output_tokens": n,
             "tokens_estimated": estimated,
             "prompt_tokens": self.prompt_tokens,
+            # (never more than the prompt: a count over it is the server's bug, left out)
+            "cached_tokens": self.cached_tokens
+            if self.cached_tokens is None
+            or self.prompt_tokens is None
+            or self.cached_tokens <= self.prompt_tokens
+            else None,
             "chunks": self.text_chunks,
             "finish_reason": self.finish_reason,
             "stalls": self.stalls,

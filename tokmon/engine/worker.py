@@ -155,9 +155,8 @@ class Engine:
                 kind = self.mix_kinds[0]
             else:
                 kind = self.mix_kinds[int(self.rng.choice(len(self.mix_kinds), p=self.mix_w))]
-            p = synthetic_prompt(
-                kind, self.prompt_tokens.sample(self.rng), self.rng, cfg.prompt_shape
-            )
+            n = self.prompt_tokens.sample(self.rng)
+            p = synthetic_prompt(kind, n, self.rng, cfg.prompt_shape, cfg.shared_prefix)
         return p, self.max_tokens.sample(self.rng)
 
     def _pick_arm(self, n: int) -> str:

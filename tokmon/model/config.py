@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tokmon.model.arms import Arm
-from tokmon.model.workload import LengthDist, Prompt, PromptShape
+from tokmon.model.workload import LengthDist, Prompt, PromptShape, SharedPrefix
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class RunConfig:
     # how to build prompts of an exact token count on the server (measured before the run;
     # None: word-sized prompts, about one token a word)
     prompt_shape: PromptShape | None = None
+    # a system prompt shared by many requests (--shared-prefix, --prefix-pool)
+    shared_prefix: SharedPrefix | None = None
     max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)

@@ -246,6 +246,8 @@ class _Server:
 
     arms: tuple[str, ...]
     deltas: list[tuple[int, float, float, float]] = field(default_factory=list)
+    # (t, prompt tokens looked up in the prefix cache, of which hit)
+    prefix: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -261,6 +263,26 @@ def _arm_names(v: Any) -> tuple[str, ...]:
     return tuple(a for a in v if isinstance(a, str)) if isinstance(v, list) else ()
 
 
+def _in_spans(t: int, t0: int | None, segments: list[tuple[int, int | None]] | None) -> bool:
+    if t0 is not None and t < t0:
+        return False
+    return segments is None or any(s <= t <= (e if e is not None else t) for s, e in segments)
+
+
+def prefix_hit_rate(
+    prefix: list[tuple[int, float, float]],
+    t0: int | None = None,
+    segments: list[tuple[int, int | None]] | None = None,
+) -> float | None:
+    """The server's prefix-cache hit rate over a span: prompt tokens found cached over
+    those looked up, from its own counters (vLLM ``prefix_cache_hits``/``_queries``)."""
+    q = h = 0.0
+    for t, dq, dh in prefix:
+        if _in_spans(t, t0, segments):
+            q, h = q + dq, h + dh
+    return h / q if q > 0 else None
+
+
 def spec_totals(
     deltas: list[tuple[int, float, float, float]],
     t0: int | None = None,
@@ -270,13 +292,8 @@ def spec_totals(
     (drafts, draft tokens, accepted tokens), as docs/METRICS.md defines it."""
     dn = dd = da = 0.0
     for t, a, b, c in deltas:
-        if t0 is not None and t < t0:
-            continue
-        if segments is not None and not any(
-            s <= t <= (e if e is not None else t) for s, e in segments
-        ):
-            continue
-        dn, dd, da = dn + a, dd + b, da + c
+        if _in_spans(t, t0, segments):
+            dn, dd, da = dn + a, dd + b, da + c
     if dd <= 0:
         return None
     if da > dd:
@@ -547,8 +564,10 @@ class Fold:
             if srv is None:
                 srv = self.servers[url] = _Server(_arm_names(arms))
             d = v.get("delta")
-            if isinstance(d, list) and len(d) == 3 and all(_num(x) is not None for x in d):
+            if isinstance(d, list) and len(d) in (3, 5) and all(_num(x) is not None for x in d):
                 srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
+                if len(d) == 5 and d[3] > 0 and 0 <= d[4] <= d[3]:  # never a hit rate over 100%
+                    srv.prefix.append((smp.t, float(d[3]), float(d[4])))
         elif smp.src == "net":
             url = _str(v.get("url"))
             key = f"net {url}"
@@ -960,16 +979,19 @@ class Fold:
                     continue
                 if len(srv.arms) == 1:
                     tot = spec_totals(srv.deltas, t0=self.t_measure)
+                    hits = prefix_hit_rate(srv.prefix, t0=self.t_measure)
                 elif self.settings.assign != "switch":
-                    tot = None  # two arms at once on one server: counters cannot tell them apart
+                    # two arms at once on one server: counters cannot tell them apart
+                    tot = hits = None
                 else:
                     tm = self.t_measure
                     segs = [
                         (max(sg.t0, tm or sg.t0), sg.t1) for sg in self.segments if sg.arm == arm
                     ]
                     tot = spec_totals(srv.deltas, segments=segs)
-                if tot is not None:
-                    out[arm] = tot
+                    hits = prefix_hit_rate(srv.prefix, segments=segs)
+                if tot is not None or hits is not None:
+                    out[arm] = (tot or {}) | {"prefix_cache_hit_rate": hits}
         return out
 
     def ladder_summary(self, t_end: int) -> dict[str, Any] | None:

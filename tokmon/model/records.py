@@ -48,6 +48,7 @@ class RequestRecord:
     tokens_estimated: bool = False
     prompt_tokens: int | None = None
     prompt_tokens_asked: int | None = None  # what a synthetic prompt was built to have
+    cached_tokens: int | None = None  # of the prompt, from the server's prefix cache
     chunks: int = 0
     tpot_ms: float | None = None
     decode_tps: float | None = None

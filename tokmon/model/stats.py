@@ -271,6 +271,10 @@ class ArmTotals:
     # prompt tokens as the server counted them, and as asked (NaN: a prompt from a file)
     prompt: GrowArray = field(default_factory=GrowArray)
     prompt_asked: GrowArray = field(default_factory=GrowArray)
+    # TTFT of requests the server says found part of their prompt cached, and of those
+    # it says found none (requests it says nothing about are in neither)
+    ttft_cached: GrowArray = field(default_factory=GrowArray)
+    ttft_uncached: GrowArray = field(default_factory=GrowArray)
     spec_draft: int = 0
     spec_accepted: int = 0
     spec_drafts: int = 0
@@ -322,6 +326,9 @@ class ArmTotals:
         self.prompt.extend(pt[m])
         self.prompt_asked.extend(c["prompt_tokens_asked"][oi][m])
         ttft, tpot, e2e, dec = (c[k][oi] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps"))
+        ct, has = c["cached_tokens"][oi], ~np.isnan(ttft)
+        self.ttft_cached.extend(ttft[has & (ct > 0)])
+        self.ttft_uncached.extend(ttft[has & (ct == 0)])
         seg = c["segment"][oi]
         st = self._strata_rows(tb, oi)
         m = ~np.isnan(ttft)

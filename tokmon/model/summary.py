@@ -54,6 +54,12 @@ def arm_summary(
         "tpot_left_out": {"one_token": t.tpot_one_token, "one_read": t.tpot_one_read},
         "prompt_tokens": prompt_summary(t),
     }
+    if t.ttft_cached.values.size or t.ttft_uncached.values.size:
+        # where the server says which requests found their prefix cached: TTFT of each
+        out["ttft_ms_by_cache"] = {
+            "cached": pct_summary(t.ttft_cached.values),
+            "uncached": pct_summary(t.ttft_uncached.values),
+        }
     if t.kinds:
         out["by_kind"] = {
             k: {
@@ -65,6 +71,9 @@ def arm_summary(
             }
             for k, kt in sorted(t.kinds.items())
         }
+    if server_spec and server_spec.get("prefix_cache_hit_rate") is not None:
+        # the server's own prefix-cache hit rate (prompt tokens found cached) for this arm
+        out["prefix_cache_hit_rate"] = round(server_spec["prefix_cache_hit_rate"], 4)
     if server_spec and server_spec.get("acceptance_rate") is not None:
         out["acceptance_rate"] = server_spec["acceptance_rate"]
         out["acceptance_length"] = server_spec.get("acceptance_length")
@@ -333,6 +342,11 @@ def summary_table(summary: dict[str, Any]) -> str:
                 f"{name} prompt tokens: asked p50 {pt['asked_p50']:.0f}, server counted p50 "
                 f"{pt['p50']:.0f} ({pt['min']}–{pt['max']}); off by {off['min']:+d} to "
                 f"{off['max']:+d}, exact in {pt['exact_share']:.0%}"
+            )
+        if a.get("prefix_cache_hit_rate") is not None:
+            out.append(
+                f"{name}: prefix cache hit {a['prefix_cache_hit_rate']:.1%} of prompt tokens "
+                "(the server's counters)"
             )
         if a.get("clock_excluded"):
             out.append(

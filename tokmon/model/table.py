@@ -47,6 +47,7 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "tokens_estimated": ("est", "b", False),
     "prompt_tokens": ("pt", "n", None),
     "prompt_tokens_asked": ("pta", "n", None),
+    "cached_tokens": ("ct", "n", None),
     "chunks": ("ch", "k", 0),
     "tpot_ms": ("tpot", "f", None),
     "decode_tps": ("dec", "f", None),

@@ -32,6 +32,7 @@ class ProbeView:
     kv_pct: float | None = None
     queue: float | None = None
     running: float | None = None
+    prefix_hit_pct: float | None = None  # the server's prefix cache, over the window
     engine: str | None = None
     server_note: str | None = None
     self_cpu_pct: float | None = None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +126,7 @@ class Arrivals:
 
 KINDS = ("chat", "code", "structured", "summarize", "creative")
 
-WORDS = [  # common words: filler for synthetic prompts (and the tests' and benches')
+WORDS = (  # common words: filler for synthetic prompts (and the tests' and benches')
     "the",
     "service",
     "latency",
@@ -176,7 +178,7 @@ WORDS = [  # common words: filler for synthetic prompts (and the tests' and benc
     "storage",
     "compute",
     "process",
-]
+)
 
 _KIND_LEADS = {
     "chat": "Let us talk about how a busy team keeps a service healthy.",
@@ -239,30 +241,61 @@ class PromptShape:
         return next((n for k, n in self.overhead if k == kind), None)
 
 
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """A system prompt shared by many requests: ``pool`` distinct ones of ``words`` words
+    each (one token a word where the prompt shape says so), each request drawing one."""
+
+    words: int
+    pool: int = 1
+
+    def pick(self, rng: np.random.Generator) -> int:
+        return int(rng.integers(0, self.pool)) if self.pool > 1 else 0
+
+
+@lru_cache(maxsize=64)
+def prefix_text(index: int, n: int, words: tuple[str, ...]) -> str:
+    """Shared prefix number ``index``: the same text every time it is drawn (so a server
+    can cache it), different for every index (so a pool is that many prefixes)."""
+    rng = np.random.default_rng(1_000_003 + index)
+    return " ".join(words[i] for i in rng.integers(0, len(words), n))
+
+
+def compose(kind: str, head: str, filler: str, prefix: str = "") -> Prompt:
+    """The one layout of a synthetic prompt (the calibration measures this same one): a
+    shared system prompt if any, then the user's text: its own head, the kind's opening
+    sentence, the filler."""
+    text = f"Ticket {head}. {kind_lead(kind)} {filler}".rstrip()
+    if prefix:
+        return Prompt(kind=kind, messages=(("system", prefix), ("user", text)))
+    return Prompt(kind=kind, text=text)
+
+
 def synthetic_prompt(
-    kind: str, tokens: int, rng: np.random.Generator, shape: PromptShape | None = None
+    kind: str,
+    tokens: int,
+    rng: np.random.Generator,
+    shape: PromptShape | None = None,
+    shared: SharedPrefix | None = None,
 ) -> Prompt:
     """A readable prompt: a head of words unique to the request, the kind's opening
-    sentence, then filler. With a shape, of exactly ``tokens`` prompt tokens as the server
-    counts them (where the kind's fixed part alone is longer, that many); without one,
-    about ``tokens`` (one common English word ≈ one token)."""
-    lead = kind_lead(kind)
+    sentence, then filler (after a shared system prompt, if asked for). With a shape, of
+    exactly ``tokens`` prompt tokens as the server counts them (where the fixed part alone
+    is longer, that many); without one, about ``tokens`` (one common English word ≈ one
+    token)."""
     words = shape.units if shape is not None and shape.units else WORDS
     head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
+    prefix = prefix_text(shared.pick(rng), shared.words, words) if shared else ""
     fixed = shape.cost(kind) if shape is not None else None
     if fixed is None:
-        n_fill = max(0, tokens - len(lead.split()) - HEAD_WORDS - 1)
+        n_fixed = len(kind_lead(kind).split()) + HEAD_WORDS + 1
+        n_fill = max(0, tokens - n_fixed - (shared.words if shared else 0))
     else:
         n_fill = max(0, round((tokens - fixed) / shape.per_word))  # type: ignore[union-attr]
     idx = rng.integers(0, len(words), n_fill)
-    text = probe_text(head, lead, " ".join(words[i] for i in idx))
+    p = compose(kind, head, " ".join(words[i] for i in idx), prefix)
     got = tokens if fixed is None else max(tokens, fixed)
-    return Prompt(kind=kind, text=text, approx_tokens=got, asked=tokens)
-
-
-def probe_text(head: str, lead: str, filler: str) -> str:
-    """The one layout of a synthetic prompt (the calibration measures this same one)."""
-    return f"Ticket {head}. {lead} {filler}".rstrip()
+    return dataclasses.replace(p, approx_tokens=got, asked=tokens)
 
 
 def load_prompt_file(path: str) -> list[Prompt]:

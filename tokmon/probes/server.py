@@ -36,6 +36,9 @@ class EngineMap:
     acc_rate_gauge: tuple[str, ...] = ()
     acc_len_gauge: tuple[str, ...] = ()
     skipped_hist: str = ""  # TGI: histogram of accepted tokens per step
+    prefix_queries: tuple[str, ...] = ()  # prompt tokens looked up in the prefix cache
+    prefix_hits: tuple[str, ...] = ()  # of which found
+    prefix_hit_gauge: tuple[str, ...] = ()  # 0-1 (SGLang)
 
 
 ENGINES = (
@@ -53,6 +56,8 @@ ENGINES = (
         accepted=("vllm:spec_decode_num_accepted_tokens_total",),
         per_pos=("vllm:spec_decode_num_accepted_tokens_per_pos_total",),
         acc_rate_gauge=("vllm:spec_decode_draft_acceptance_rate",),
+        prefix_queries=("vllm:prefix_cache_queries_total",),
+        prefix_hits=("vllm:prefix_cache_hits_total",),
     ),
     EngineMap(
         "sglang",
@@ -64,6 +69,7 @@ ENGINES = (
         gen_tokens=("sglang:generation_tokens_total",),
         acc_rate_gauge=("sglang:spec_accept_rate",),
         acc_len_gauge=("sglang:spec_accept_length",),
+        prefix_hit_gauge=("sglang:cache_hit_rate",),
     ),
     EngineMap(
         "llama.cpp",
@@ -120,6 +126,8 @@ COUNTERS = (
     "accepted",
     "skipped_sum",
     "skipped_count",
+    "prefix_queries",
+    "prefix_hits",
 )
 
 
@@ -200,6 +208,9 @@ def neutral(text: str) -> dict[str, Any]:
         "accepted",
         "acc_rate_gauge",
         "acc_len_gauge",
+        "prefix_queries",
+        "prefix_hits",
+        "prefix_hit_gauge",
     ):
         v = _first(flat, getattr(e, field))
         if v is not None:
@@ -311,9 +322,8 @@ class ServerMetricsProbe(Sampler):
                 )
             else:
                 delta = [
-                    cur.get("drafts", 0) - prev[1].get("drafts", 0),
-                    cur.get("draft_tokens", 0) - prev[1].get("draft_tokens", 0),
-                    cur.get("accepted", 0) - prev[1].get("accepted", 0),
+                    cur.get(k, 0) - prev[1].get(k, 0)
+                    for k in ("drafts", "draft_tokens", "accepted", "prefix_queries", "prefix_hits")
                 ]
         self._prev = (t, cur)
         self.history.append((t, cur))
@@ -337,7 +347,23 @@ class ServerMetricsProbe(Sampler):
         if "preemptions" in cur:
             out["preemptions"] = cur["preemptions"]
         out.update(self.window_acceptance())
+        out.update(self.window_prefix_hits())
         return out
+
+    def window_prefix_hits(self) -> dict[str, Any]:
+        """The prefix cache's hit rate over the window: hit tokens / looked-up tokens, from
+        the server's counters (else its own gauge)."""
+        h = self.history
+        if len(h) >= 2:
+            a, b = h[0][1], h[-1][1]
+            dq = b.get("prefix_queries", 0) - a.get("prefix_queries", 0)
+            dh = b.get("prefix_hits", 0) - a.get("prefix_hits", 0)
+            if dq > 0 and 0 <= dh <= dq:
+                return {"prefix_hit_pct": 100.0 * dh / dq}
+        g = h[-1][1].get("prefix_hit_gauge") if h else None
+        if g is not None and 0 <= g <= 1:
+            return {"prefix_hit_pct": 100.0 * g}
+        return {}
 
     def window_acceptance(self) -> dict[str, Any]:
         """Acceptance over the window from counter deltas (source rank 1), else gauges."""

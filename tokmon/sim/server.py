@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from tokmon import __version__
 from tokmon.sim.faults import Faults
 from tokmon.sim.model import ALPHA, PROFILES, Profile, classify_prompt
+from tokmon.sim.prefix import PrefixCache
 from tokmon.sim.tokenizer import BOS_ID, count_prompt, token_ids
 
 MAX_HEADER = 64 * 1024
@@ -152,6 +153,13 @@ class Metrics:
         self.prompt = Counter("vllm:prompt_tokens", "Prefill tokens", lbl, registry=r)
         self.gen = Counter("vllm:generation_tokens", "Generation tokens", lbl, registry=r)
         self.preempt = Counter("vllm:num_preemptions", "Preemptions", lbl, registry=r)
+        # vLLM V1's prefix cache counters, in prompt tokens
+        self.prefix_queries = Counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries (tokens)", lbl, registry=r
+        )
+        self.prefix_hits = Counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits (tokens)", lbl, registry=r
+        )
         self.req_ok = Counter(
             "vllm:request_success", "Finished requests", lbl + ["finished_reason"], registry=r
         )
@@ -268,6 +276,7 @@ class Seq:
         "created",
         "max_tokens",
         "prompt_tokens",
+        "cached",
         "kind",
         "alpha",
         "spec",
@@ -316,6 +325,7 @@ class Seq:
 
     def __init__(self) -> None:
         self.request_id = ""
+        self.cached = 0
         self.produced = 0
         self.t_first = 0.0
         self.t_last = 0.0
@@ -334,6 +344,7 @@ class SimServer:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.metrics = Metrics(cfg.model_name, cfg)
+        self.prefix_cache = PrefixCache()
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.kv_used = 0
@@ -397,6 +408,7 @@ class SimServer:
     def restart(self) -> None:
         """Counters back to zero, in-flight streams dropped: what a server restart looks like."""
         self.metrics = Metrics(self.cfg.model_name, self.cfg)
+        self.prefix_cache = PrefixCache()
         for s in list(self.running) + list(self.waiting):
             s.done = True
             s.proto.abort()
@@ -450,6 +462,10 @@ class SimServer:
         s.created = self.created
         s.max_tokens = mt
         s.prompt_tokens = count_prompt(texts, chat)
+        # the prefix cache: whole blocks of the prompt seen before skip their prefill
+        s.cached = self.prefix_cache.lookup(texts, s.prompt_tokens)
+        self.metrics.prefix_queries.labels(**self.metrics.lv).inc(s.prompt_tokens)
+        self.metrics.prefix_hits.labels(**self.metrics.lv).inc(s.cached)
         s.kind = classify_prompt(prompt)
         s.alpha = ALPHA.get(s.kind, 0.5)
         spec = cfg.spec
@@ -512,7 +528,7 @@ class SimServer:
                 self.waiting.popleft()
                 self.kv_used += s.kv_need
                 self.running.append(s)
-                prefill_tokens += s.prompt_tokens
+                prefill_tokens += s.prompt_tokens - s.cached
                 admitted += 1
                 self.metrics.queue.labels(**self.metrics.lv).observe(time.monotonic() - s.t_arrival)
             if not self.running:
@@ -676,6 +692,7 @@ class SimServer:
                 "prompt_tokens": s.prompt_tokens,
                 "total_tokens": s.prompt_tokens + s.produced,
                 "completion_tokens": s.produced,
+                "prompt_tokens_details": {"cached_tokens": s.cached},
             },
         }
         if s.steps:
@@ -712,6 +729,7 @@ class SimServer:
                 "prompt_tokens": s.prompt_tokens,
                 "completion_tokens": s.produced,
                 "total_tokens": s.prompt_tokens + s.produced,
+                "prompt_tokens_details": {"cached_tokens": s.cached},
             },
         }
         self._observe_end(s, now)

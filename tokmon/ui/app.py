@@ -653,6 +653,8 @@ class DashboardApp(App[None]):
             if pr.kv_pct is None
             else (f"running {pr.running or 0:.0f} · {pr.engine or ''}")
         )
+        if pr.prefix_hit_pct is not None:  # the prefix cache at work (or not)
+            kv2 = f"prefix hit {pr.prefix_hit_pct:.0f}% · " + kv2
         out = {
             "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
             "decode": (
