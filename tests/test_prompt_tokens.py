@@ -170,3 +170,13 @@ def test_the_probe_reads_the_prefix_cache_hit_rate_over_its_window():
     # impossible counters (more hits than lookups) give no figure, never one over 100%
     out = p.ingest(int(6e9), base | {"prefix_queries": 3100.0, "prefix_hits": 5000.0})
     assert "prefix_hit_pct" not in out
+
+
+def test_a_prompt_tokens_ladder_says_what_the_server_counted_at_each_step(sim, tmp_path):
+    s = run_summary(sim.url, tmp_path, "--ladder", "prompt-tokens=128,1k",
+                    "--step-duration", "3s", "--step-warmup", "1s")  # fmt: skip
+    steps = s["ladder"]["steps"]
+    assert [(st["value"], st["prompt_tokens_p50"]) for st in steps] == [
+        ("128", 128.0),
+        ("1k", 1000.0),
+    ]

@@ -535,7 +535,8 @@ class Fold:
                     if ok[i]:
                         st.ok += 1
                         for lst, name in ((st.ttft, "ttft_ms"), (st.tpot, "tpot_ms"),
-                                          (st.decode, "decode_tps")):  # fmt: skip
+                                          (st.decode, "decode_tps"),
+                                          (st.prompt, "prompt_tokens")):  # fmt: skip
                             v = float(c[name][i])
                             if v == v:
                                 lst.append(v)

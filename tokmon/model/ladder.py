@@ -103,6 +103,7 @@ class StepTotals:
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
     decode: list[float] = field(default_factory=list)
+    prompt: list[float] = field(default_factory=list)
     gpu_mem_max: float | None = None
     kv_max: float | None = None
 
@@ -129,6 +130,7 @@ class StepTotals:
             decode_p50=p(self.decode, 50),
             gpu_mem_max_pct=self.gpu_mem_max,
             kv_max_pct=self.kv_max,
+            prompt_tokens_p50=p(self.prompt, 50),
         )
 
 

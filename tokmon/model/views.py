@@ -156,6 +156,8 @@ class StepFigures:
     decode_p50: float | None
     gpu_mem_max_pct: float | None
     kv_max_pct: float | None
+    # the prompt tokens the server counted (p50): a prompt-tokens ladder's real x axis
+    prompt_tokens_p50: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
