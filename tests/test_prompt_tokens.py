@@ -180,3 +180,33 @@ def test_a_prompt_tokens_ladder_says_what_the_server_counted_at_each_step(sim, t
         ("128", 128.0),
         ("1k", 1000.0),
     ]
+
+
+def test_multi_turn_histories_grow_by_what_was_sent(sim, tmp_path):
+    """One conversation at a time (-c 1), three turns each: every later turn's prompt, as
+    the server counted it, is the previous prompt plus the reply the server generated
+    (at least its completion tokens) plus the new user message; the user waits
+    --think-time before each later turn; the summary gives the figures per turn."""
+    from tokmon.recording.reader import read_recording
+
+    rec = tmp_path / "r.jsonl"
+    s = run_summary(sim.url, tmp_path, "-c", "1", "-n", "9", "--turns", "3",
+                    "--think-time", "0.3s", "--followup-tokens", "20", "--prompt-tokens", "200",
+                    "--max-tokens", "16", "--ignore-eos", "--record", str(rec))  # fmt: skip
+    rs = sorted(read_recording(str(rec)).records, key=lambda r: r.t_sched)
+    assert [r.turn for r in rs] == [1, 2, 3] * 3
+    for a, b in zip(rs, rs[1:], strict=False):
+        if b.turn == a.turn + 1:
+            assert b.prompt_tokens >= a.prompt_tokens + a.output_tokens + 20
+            assert (b.t_sched - a.t_end) / 1e9 >= 0.3
+    by = s["arms"]["default"]["by_turn"]
+    assert list(by) == ["1", "2", "3"] and all(v["requests"] == 3 for v in by.values())
+    assert by["1"]["prompt_tokens_p50"] == 200
+    assert (
+        by["1"]["prompt_tokens_p50"] < by["2"]["prompt_tokens_p50"] < by["3"]["prompt_tokens_p50"]
+    )
+
+
+def test_turns_need_streams_not_a_rate(sim):
+    r = tokmon("run", "--url", sim.url, "--headless", "--rate", "2", "--turns", "3", "-n", "4")
+    assert r.returncode == 2 and "--turns" in r.stderr and "Traceback" not in r.stderr

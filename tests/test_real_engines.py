@@ -622,3 +622,21 @@ def test_vllm_prefix_cache_hits_what_the_workload_shares(plain, tmp_path):
                "--max-tokens", "4", "--ignore-eos", "--metrics-interval", "0.5s",
                name="noprefix")  # fmt: skip
     assert s["arms"]["default"]["prefix_cache_hit_rate"] < 0.05
+
+
+def test_vllm_multi_turn_history_grows_turn_by_turn(plain, tmp_path):
+    """Three-turn chats, one at a time: vLLM counts each later turn's prompt as the last
+    one plus the reply it generated plus the new user message (its chat template
+    included), and finds the history in its prefix cache."""
+    s, rec = run(tmp_path, plain, "-c", "1", "-n", "6", "--turns", "3", "--prompt-tokens",
+                 "200", "--max-tokens", "16", "--ignore-eos", "--followup-tokens", "20",
+                 "--metrics-interval", "0.5s", name="turns")  # fmt: skip
+    rs = sorted(rec.records, key=lambda r: r.t_sched)
+    assert [r.turn for r in rs] == [1, 2, 3] * 2
+    for a, b in zip(rs, rs[1:], strict=False):
+        if b.turn == a.turn + 1:
+            assert b.prompt_tokens >= a.prompt_tokens + a.output_tokens + 20
+    a = s["arms"]["default"]
+    print(a["by_turn"], a.get("prefix_cache_hit_rate"))
+    assert a["by_turn"]["1"]["prompt_tokens_p50"] == 200
+    assert a["prefix_cache_hit_rate"] > 0.3

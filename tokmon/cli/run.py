@@ -128,6 +128,18 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         mtoks = LengthDist.parse(args.max_tokens)
     except WorkloadError as e:
         raise UsageError(f"--max-tokens: {e}") from None
+    conversations = None
+    if args.turns:
+        from tokmon.model.workload import Conversations
+
+        if mode != "concurrency":
+            raise UsageError("--turns: a conversation is one stream; use -c N, not --rate")
+        try:
+            turns = LengthDist.parse(args.turns)
+        except WorkloadError as e:
+            raise UsageError(f"--turns: {e}") from None
+        think = dur("--think-time", args.think_time) or 0.0
+        conversations = Conversations(turns, think, args.followup_tokens)
     shared = None
     if args.shared_prefix:
         from tokmon.model.workload import SharedPrefix, parse_count
@@ -258,6 +270,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         requests=args.requests,
         prompt_tokens=ptoks,
         shared_prefix=shared,
+        conversations=conversations,
         max_tokens=mtoks,
         prompts=prompts,
         mix=mix,

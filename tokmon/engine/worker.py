@@ -39,7 +39,48 @@ from tokmon.model.records import (
     Stop,
     SwitchArm,
 )
-from tokmon.model.workload import Arrivals, LengthDist, Prompt, synthetic_prompt
+from tokmon.model.workload import Arrivals, LengthDist, Prompt, followup_message, synthetic_prompt
+
+
+class Chat:
+    """One conversation on one stream: its history (the user's messages and the text the
+    server generated), and which turn comes next. A failed turn ends it (its history
+    would lack the reply)."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = max(1, turns)
+        self.turn = 0
+        self.messages: tuple[tuple[str, str], ...] = ()
+        self.kind = "chat"
+        self.done = False
+        self._got = False
+
+    def next_prompt(self, eng: Engine) -> tuple[Prompt, int]:
+        cfg = eng.cfg
+        conv = cfg.conversations
+        assert conv is not None
+        self.turn += 1
+        self._got = False
+        if self.turn == 1:
+            p, max_tokens = eng._pick_prompt()
+            self.kind = p.kind
+            self.messages = p.messages or (("user", p.text),)
+            self.asked: int | None = p.asked
+        else:
+            msg = followup_message(conv.followup, eng.rng, cfg.prompt_shape)
+            self.messages = (*self.messages, ("user", msg))
+            max_tokens = eng.max_tokens.sample(eng.rng)
+            self.asked = None
+        self.done = self.turn >= self.turns
+        return Prompt(kind=self.kind, messages=self.messages, asked=self.asked), max_tokens
+
+    def reply(self, text: str) -> None:
+        self.messages = (*self.messages, ("assistant", text))
+        self._got = True
+
+    def ended(self, outcome: str) -> None:
+        if outcome != "ok" or not self._got:
+            self.done = True
 
 
 def split_share(total: int, worker: int, nworkers: int) -> int:
@@ -175,13 +216,13 @@ class Engine:
             self.budget -= 1
         return True
 
-    async def one(self, t_sched: int) -> str:
+    async def one(self, t_sched: int, chat: Chat | None = None) -> str:
         n = self.counter
         self.counter += 1
         rid = n * self.nworkers + self.worker
         arm_name = self._pick_arm(n)
         arm = self.arms[arm_name]
-        prompt, max_tokens = self._pick_prompt()
+        prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
         body = json.dumps(build_body(self.cfg, arm, prompt, max_tokens)).encode()
         warm = False
         if self.warmup_left > 0:
@@ -198,6 +239,7 @@ class Engine:
             "warmup": warm,
             "settle": settle,
             "worker": self.worker,
+            "turn": 0 if chat is None else chat.turn,
         }
         self.in_flight[rid] = (arm_name, t_sched, prompt.kind, self.segment)
         self.sent += 1
@@ -216,6 +258,8 @@ class Engine:
                 stall_ms=self.cfg.stall_ms,
                 base=base,
                 request_id=request_id(self.cfg.run_id, rid),
+                keep_text=chat is not None,
+                on_text=None if chat is None else chat.reply,
             )
         except asyncio.CancelledError:
             self.records.append(
@@ -245,6 +289,8 @@ class Engine:
         if rec.send_lag_ms is not None:
             self.lags.append(rec.send_lag_ms)
         self.records.append(rec)
+        if chat is not None:
+            chat.ended(rec.outcome)
         return rec.outcome
 
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
@@ -256,13 +302,23 @@ class Engine:
     # ------------------------------------------------------------------ load shapes
     async def slot(self, idx: int) -> None:
         backoff = 0.0
+        conv = self.cfg.conversations
+        chat: Chat | None = None
         while not self.stopping and idx < int(self.level):
             if self.paused:
                 await self.resume_evt.wait()
                 continue
+            if conv is not None:
+                if chat is None or chat.done:
+                    chat = Chat(conv.turns.sample(self.rng))
+                elif conv.think_s > 0:  # the user reads, then types the next message
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop_evt.wait(), conv.think_s)
+                    if self.stopping:
+                        break
             if not self._take_budget():
                 break
-            if await self.one(perf_counter_ns()) == "connect":
+            if await self.one(perf_counter_ns(), chat) == "connect":
                 # The server is down: each stream retries with a growing pause instead of
                 # hammering it (every attempt is still counted as a failure).
                 backoff = min(5.0, backoff * 2 if backoff else 0.25)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tokmon.model.arms import Arm
-from tokmon.model.workload import LengthDist, Prompt, PromptShape, SharedPrefix
+from tokmon.model.workload import Conversations, LengthDist, Prompt, PromptShape, SharedPrefix
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class RunConfig:
     prompt_shape: PromptShape | None = None
     # a system prompt shared by many requests (--shared-prefix, --prefix-pool)
     shared_prefix: SharedPrefix | None = None
+    # multi-turn chats, one per stream (--turns, --think-time, --followup-tokens)
+    conversations: Conversations | None = None
     max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)

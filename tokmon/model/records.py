@@ -49,6 +49,7 @@ class RequestRecord:
     prompt_tokens: int | None = None
     prompt_tokens_asked: int | None = None  # what a synthetic prompt was built to have
     cached_tokens: int | None = None  # of the prompt, from the server's prefix cache
+    turn: int = 0  # its place in a multi-turn conversation (1, 2, …; 0: not one)
     chunks: int = 0
     tpot_ms: float | None = None
     decode_tps: float | None = None

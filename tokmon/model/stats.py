@@ -275,6 +275,11 @@ class ArmTotals:
     # it says found none (requests it says nothing about are in neither)
     ttft_cached: GrowArray = field(default_factory=GrowArray)
     ttft_uncached: GrowArray = field(default_factory=GrowArray)
+    # multi-turn conversations: per request of one, its turn and figures (NaN: none)
+    turn: GrowArray = field(default_factory=GrowArray)
+    turn_ttft: GrowArray = field(default_factory=GrowArray)
+    turn_prompt: GrowArray = field(default_factory=GrowArray)
+    turn_decode: GrowArray = field(default_factory=GrowArray)
     spec_draft: int = 0
     spec_accepted: int = 0
     spec_drafts: int = 0
@@ -329,6 +334,12 @@ class ArmTotals:
         ct, has = c["cached_tokens"][oi], ~np.isnan(ttft)
         self.ttft_cached.extend(ttft[has & (ct > 0)])
         self.ttft_uncached.extend(ttft[has & (ct == 0)])
+        tn = c["turn"][oi]
+        if (m := tn > 0).any():
+            self.turn.extend(tn[m])
+            self.turn_ttft.extend(ttft[m])
+            self.turn_prompt.extend(c["prompt_tokens"][oi][m])
+            self.turn_decode.extend(dec[m])
         seg = c["segment"][oi]
         st = self._strata_rows(tb, oi)
         m = ~np.isnan(ttft)

@@ -54,6 +54,8 @@ def arm_summary(
         "tpot_left_out": {"one_token": t.tpot_one_token, "one_read": t.tpot_one_read},
         "prompt_tokens": prompt_summary(t),
     }
+    if t.turn.values.size:
+        out["by_turn"] = turn_summary(t)
     if t.ttft_cached.values.size or t.ttft_uncached.values.size:
         # where the server says which requests found their prefix cached: TTFT of each
         out["ttft_ms_by_cache"] = {
@@ -83,6 +85,27 @@ def arm_summary(
         if t.spec_drafts:
             out["acceptance_length"] = 1 + t.spec_accepted / t.spec_drafts
         out["acceptance_source"] = t.spec_source or "response"
+    return out
+
+
+def turn_summary(t: ArmTotals) -> dict[str, dict[str, Any]]:
+    """Per turn of the conversations: how many, and the medians of TTFT, the prompt
+    tokens the server counted (the history grows) and decode speed."""
+    turn = t.turn.values
+    out: dict[str, dict[str, Any]] = {}
+    for k in np.unique(turn).astype(int).tolist():
+        m = turn == k
+
+        def med(v: np.ndarray, m: np.ndarray = m) -> float | None:
+            x = v[m]
+            return _p50(x[~np.isnan(x)])
+
+        out[str(k)] = {
+            "requests": int(m.sum()),
+            "ttft_ms_p50": med(t.turn_ttft.values),
+            "prompt_tokens_p50": med(t.turn_prompt.values),
+            "decode_tokens_per_s_p50": med(t.turn_decode.values),
+        }
     return out
 
 
@@ -342,6 +365,15 @@ def summary_table(summary: dict[str, Any]) -> str:
                 f"{name} prompt tokens: asked p50 {pt['asked_p50']:.0f}, server counted p50 "
                 f"{pt['p50']:.0f} ({pt['min']}–{pt['max']}); off by {off['min']:+d} to "
                 f"{off['max']:+d}, exact in {pt['exact_share']:.0%}"
+            )
+        if a.get("by_turn"):
+            out.append(
+                f"{name} by turn: "
+                + " · ".join(
+                    f"{k}: {v['requests']} req, TTFT p50 {fmt_ms(v['ttft_ms_p50'])}, "
+                    f"prompt {v['prompt_tokens_p50'] or 0:.0f}"
+                    for k, v in list(a["by_turn"].items())[:8]
+                )
             )
         if a.get("prefix_cache_hit_rate") is not None:
             out.append(

@@ -48,6 +48,7 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "prompt_tokens": ("pt", "n", None),
     "prompt_tokens_asked": ("pta", "n", None),
     "cached_tokens": ("ct", "n", None),
+    "turn": ("tn", "k", 0),
     "chunks": ("ch", "k", 0),
     "tpot_ms": ("tpot", "f", None),
     "decode_tps": ("dec", "f", None),

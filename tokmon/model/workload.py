@@ -261,6 +261,25 @@ def prefix_text(index: int, n: int, words: tuple[str, ...]) -> str:
     return " ".join(words[i] for i in rng.integers(0, len(words), n))
 
 
+@dataclass(frozen=True, slots=True)
+class Conversations:
+    """Multi-turn chats: each stream holds one conversation of ``turns`` requests (drawn
+    per conversation), ``think_s`` apart; every request after the first carries the whole
+    history — the user's messages and the text the server actually generated — and a new
+    user message of about ``followup`` tokens."""
+
+    turns: LengthDist
+    think_s: float = 0.0
+    followup: int = 64
+
+
+def followup_message(n: int, rng: np.random.Generator, shape: PromptShape | None) -> str:
+    """A user's next message: about ``n`` tokens (one a word where the shape says so)."""
+    words = shape.units if shape is not None and shape.units else WORDS
+    body = " ".join(words[i] for i in rng.integers(0, len(words), max(1, n - 3)))
+    return f"And then: {body}"
+
+
 def compose(kind: str, head: str, filler: str, prefix: str = "") -> Prompt:
     """The one layout of a synthetic prompt (the calibration measures this same one): a
     shared system prompt if any, then the user's text: its own head, the kind's opening
