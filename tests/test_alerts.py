@@ -234,10 +234,10 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     live = dict(snap.costs["a"].by_kind)
     s.close()
     from tokmon.model.views import Price
-    from tokmon.ui.app import DashboardApp
+    from tokmon.ui.app import DashboardApp, fit_blocks
 
     assert snap.price == Price(2.5, 1)
-    shown = DashboardApp(s)._compare_text(snap).plain
+    shown = fit_blocks(DashboardApp(s)._compare_blocks(snap), 100).plain
     assert shown.count("2.5/GPU-h") == 1 and "cost at 2.5/GPU-h × 1 GPU (whole run)" in shown
     a = s.summary()["arms"]["a"]
     bk = a["by_kind"]

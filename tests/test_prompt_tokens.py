@@ -210,3 +210,13 @@ def test_multi_turn_histories_grow_by_what_was_sent(sim, tmp_path):
 def test_turns_need_streams_not_a_rate(sim):
     r = tokmon("run", "--url", sim.url, "--headless", "--rate", "2", "--turns", "3", "-n", "4")
     assert r.returncode == 2 and "--turns" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_prefix_cache_demo_scene(tmp_path):
+    out = tmp_path / "s.json"
+    r = tokmon("demo", "--scene", "prefix-cache", "--headless", "--duration", "6s", "--seed", "3",
+               "--summary-json", str(out), "--status-interval", "1h")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    a = json.loads(out.read_text())["arms"]["default"]
+    assert a["prefix_cache_hit_rate"] > 0.3 and "2" in a["by_turn"]
+    assert a["by_turn"]["2"]["ttft_ms_p50"] < a["by_turn"]["1"]["ttft_ms_p50"]

@@ -112,6 +112,18 @@ def sim_config(
 DEMO_FAULTS = "http_500=0.004,http_429=0.004,stream_error=0.003,stall=0.004,stall_s=1.5"
 
 
+def prefix_scene(args: argparse.Namespace, url: str) -> list[str]:
+    """The prefix cache at work: 2,000-token prompts, half of them one of four shared
+    system prompts, in three-turn chats whose history the server finds cached."""
+    return (
+        ["run", "--url", url, "--concurrency", str(args.concurrency), "--prompt-tokens", "2k",
+         "--shared-prefix", "1k", "--prefix-pool", "4", "--turns", "3", "--think-time", "1s",
+         "--max-tokens", "64:192", "--warmup", "4", "--metrics-interval", "1s"]
+        + (["--duration", args.duration] if args.duration else [])
+        + (["--seed", str(args.seed)] if args.seed is not None else [])
+    )  # fmt: skip
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tokmon.sim.process import SimProcess
 
@@ -131,11 +143,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         0,
     )
     sims = [SimProcess(base), SimProcess(spec)]
+    if args.scene == "prefix-cache":
+        sims = sims[:1]
     try:
         for s in sims:
             s.start()
         ns = build_parser().parse_args(
-            [
+            prefix_scene(args, sims[0].url)
+            if args.scene == "prefix-cache"
+            else [
                 "run",
                 "--url",
                 sims[0].url,

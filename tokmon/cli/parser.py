@@ -104,6 +104,14 @@ def build_parser() -> Parser:
     )
     demo.add_argument("--no-faults", action="store_true", help="no injected faults")
     demo.add_argument(
+        "--scene",
+        choices=("ab", "prefix-cache"),
+        default="ab",
+        help="ab: speculative decoding off and on, alternating; prefix-cache: one server, "
+        "four shared system prompts and three-turn chats (the cache's hit rate under the "
+        "server chart, TTFT per turn in the summary)",
+    )
+    demo.add_argument(
         "--seed",
         type=number(0, 2**32 - 1, integer=True),
         default=None,

@@ -120,8 +120,11 @@ def prompt_summary(t: ArmTotals) -> dict[str, Any] | None:
     asked = t.prompt_asked.values
     m = ~np.isnan(asked)
     if m.any():
+        # (of the requests built to a length: a conversation's later turns are not)
         off = pt[m] - asked[m]
+        out["asked_requests"] = int(m.sum())
         out["asked_p50"] = _p50(asked[m])
+        out["counted_p50"] = _p50(pt[m])
         out["off_tokens"] = {"p50": _p50(off), "min": int(off.min()), "max": int(off.max())}
         out["exact_share"] = round(float(np.mean(off == 0)), 4)
     return out
@@ -363,8 +366,13 @@ def summary_table(summary: dict[str, Any]) -> str:
             off = pt["off_tokens"]
             out.append(
                 f"{name} prompt tokens: asked p50 {pt['asked_p50']:.0f}, server counted p50 "
-                f"{pt['p50']:.0f} ({pt['min']}–{pt['max']}); off by {off['min']:+d} to "
-                f"{off['max']:+d}, exact in {pt['exact_share']:.0%}"
+                f"{pt['counted_p50']:.0f}; off by {off['min']:+d} to {off['max']:+d}, exact "
+                f"in {pt['exact_share']:.0%} of {pt['asked_requests']}"
+                + (
+                    ""
+                    if pt["asked_requests"] == a["requests"]["ok"] - a["requests"]["warmup"]
+                    else f" (all requests: p50 {pt['p50']:.0f}, {pt['min']}–{pt['max']})"
+                )
             )
         if a.get("by_turn"):
             out.append(
