@@ -80,21 +80,24 @@ def test_prefill_grows_with_prompt(make_sim):
     short = records(
         sim.url,
         concurrency=1,
-        requests=2,
+        requests=4,
         prompt_tokens=LengthDist("fixed", 50),
         max_tokens=LengthDist("fixed", 4),
     )
     long = records(
         sim.url,
         concurrency=1,
-        requests=2,
+        requests=4,
         prompt_tokens=LengthDist("fixed", 1000),
         max_tokens=LengthDist("fixed", 4),
     )
-    # TTFT ≈ prefill_base + 0.1 × the prompt tokens the simulator counted + one step
+    # TTFT ≈ prefill_base + 0.1 × the prompt tokens the simulator counted + one step. The
+    # simulator shares this process: on a busy machine its delays only add, so the
+    # fastest of four requests is held to the model (one of two once read 17.8 for 13)
     for recs in (short, long):
         want = 5 + 0.1 * np.median([r.prompt_tokens for r in recs]) + 1
-        assert np.median([r.ttft_ms for r in recs]) == pytest.approx(want, abs=4 + want * 0.04)
+        fastest = min(r.ttft_ms for r in recs)
+        assert want - 1 <= fastest <= want + 4 + want * 0.04, (want, fastest)
     assert np.median([r.prompt_tokens for r in long]) > 1000
 
 
