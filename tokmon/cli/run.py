@@ -21,6 +21,7 @@ from tokmon.textsafe import add_secret, dumps, say, write_text
 
 if TYPE_CHECKING:
     from tokmon.model.config import RunConfig
+    from tokmon.model.trace import Trace
     from tokmon.model.workload import PromptShape
 
 
@@ -104,6 +105,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     if args.concurrency is not None and args.rate is not None:
         raise UsageError("--concurrency and --rate exclude each other: pick one")
     mode = "rate" if args.rate is not None else "concurrency"
+    trace = load_trace(args, ladder)
+    if trace is not None:
+        mode = "trace"
     conc = 4 if args.concurrency is None else args.concurrency
     # (each option's range is checked by its type, config values included; a ladder's
     # first step sets --concurrency or --rate here, so those two are checked again)
@@ -129,17 +133,26 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     except WorkloadError as e:
         raise UsageError(f"--max-tokens: {e}") from None
     conversations = None
-    if args.turns:
-        from tokmon.model.workload import Conversations
+    conv_file = getattr(args, "conversations", None)
+    if args.turns or conv_file:
+        from tokmon.model.workload import Conversations, load_conversations
 
+        flag = "--turns" if args.turns else "--conversations"
         if mode != "concurrency":
-            raise UsageError("--turns: a conversation is one stream; use -c N, not --rate")
+            raise UsageError(f"{flag}: a conversation is one stream; use -c N, not --rate")
+        if args.turns and conv_file:
+            raise UsageError("--turns and --conversations exclude each other: a file's "
+                             "conversations have their own turns")  # fmt: skip
         try:
-            turns = LengthDist.parse(args.turns)
+            turns = LengthDist.parse(args.turns or "1")
+            scripts = load_conversations(conv_file) if conv_file else ()
         except WorkloadError as e:
-            raise UsageError(f"--turns: {e}") from None
+            raise UsageError(str(e) if conv_file else f"--turns: {e}") from None
+        if scripts and (args.prompts or args.shared_prefix):
+            raise UsageError("--conversations brings its own prompts: not with --prompts "
+                             "or --shared-prefix")  # fmt: skip
         think = dur("--think-time", args.think_time) or 0.0
-        conversations = Conversations(turns, think, args.followup_tokens)
+        conversations = Conversations(turns, think, args.followup_tokens, scripts)
     shared = None
     if args.shared_prefix:
         from tokmon.model.workload import SharedPrefix, parse_count
@@ -160,7 +173,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         except WorkloadError as e:
             raise UsageError(str(e)) from None
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
-    if args.mix:
+    if trace is not None:
+        mix = trace.kinds  # (the kinds whose prompts are measured before the run)
+    elif args.mix:
         try:
             mix = tuple(parse_mix(args.mix).items())
         except WorkloadError as e:
@@ -258,6 +273,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         total_s=dur("--total-timeout", args.total_timeout, False) or 900.0,
     )
     alternate = dur("--alternate", args.alternate, allow_zero=False) if args.alternate else None
+    budget = args.requests  # (a trace is sent once: -n cuts it to its first N requests)
+    if trace is not None:
+        budget = min(args.requests or len(trace.entries), len(trace.entries))
     cfg = RunConfig(
         arms=tuple(resolved),
         mode=mode,
@@ -267,7 +285,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         burstiness=args.burstiness,
         max_concurrency=args.max_concurrency,
         duration_s=duration,
-        requests=args.requests,
+        requests=budget,
+        trace=trace,
+        record_prompts=bool(getattr(args, "record_prompts", False)),
         prompt_tokens=ptoks,
         shared_prefix=shared,
         conversations=conversations,
@@ -293,12 +313,14 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         # of the budget forever: at most one worker per stream and per request. (Without
         # one, an idle worker waits for + or a ladder step to give it streams.)
         workers=args.workers
-        if args.requests is None
-        else min(args.workers, args.requests, conc if mode == "concurrency" else args.workers),
+        if budget is None
+        else min(args.workers, budget, conc if mode == "concurrency" else args.workers),
         continuous_usage=args.continuous_usage,
         shown_headers=shown,
     )
-    if not cfg.prompts and not args.approx_prompt_tokens:
+    given = cfg.trace is not None and all(e.prompt is not None for e in cfg.trace.entries)
+    scripted = cfg.conversations is not None and bool(cfg.conversations.scripts)
+    if not (cfg.prompts or given or scripted or args.approx_prompt_tokens):
         cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg))
     # What each server runs on, the way to it and what it lets anyone do: written down
     # before measuring (the method), in the recording and the summary.
@@ -321,6 +343,43 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "model": resolved[0].model,
     }
     return cfg, info
+
+
+def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:
+    """``--trace`` or ``--replay-load``: the load given request by request (None: neither).
+    What a trace fixes (times, lengths, kinds, prompts) may not be given again."""
+    from tokmon.model.workload import WorkloadError
+
+    trace_file = getattr(args, "trace", None)
+    load_file = getattr(args, "replay_load", None)
+    if not (trace_file or load_file):
+        return None
+    flag = "--trace" if trace_file else "--replay-load"
+    if trace_file and load_file:
+        raise UsageError("--trace and --replay-load exclude each other: one load at a time")
+    clashes = {
+        "--concurrency": args.concurrency is not None,
+        "--rate": args.rate is not None,
+        "--ladder": ladder is not None,
+        "--turns": bool(args.turns),
+        "--conversations": bool(getattr(args, "conversations", None)),
+        "--prompts": bool(args.prompts),
+        "--shared-prefix": bool(args.shared_prefix),
+        "--mix": bool(args.mix),
+    }
+    for other, given in clashes.items():
+        if given:
+            raise UsageError(f"{flag} sets the load request by request: not with {other}")
+    try:
+        if trace_file:
+            from tokmon.model.trace import load_mooncake
+
+            return load_mooncake(trace_file, args.trace_speed, args.trace_block)
+        from tokmon.recording.trace import trace_of_recording
+
+        return trace_of_recording(str(load_file), args.trace_speed)
+    except WorkloadError as e:
+        raise UsageError(str(e)) from None
 
 
 def measure_prompts(cfg: RunConfig) -> PromptShape | None:

@@ -35,23 +35,35 @@ from tokmon.model.records import (
     Event,
     Pause,
     RequestRecord,
+    SentPrompt,
     SetLevel,
+    StartTrace,
     Stop,
     SwitchArm,
 )
-from tokmon.model.workload import Arrivals, LengthDist, Prompt, followup_message, synthetic_prompt
+from tokmon.model.trace import TraceEntry, trace_prompt
+from tokmon.model.workload import (
+    Arrivals,
+    LengthDist,
+    Prompt,
+    Script,
+    followup_message,
+    synthetic_prompt,
+)
 
 
 class Chat:
     """One conversation on one stream: its history (the user's messages and the text the
-    server generated), and which turn comes next. A failed turn ends it (its history
-    would lack the reply)."""
+    server generated, or the reply a conversation file recorded), and which turn comes
+    next. A failed turn ends it (its history would lack the reply)."""
 
-    def __init__(self, turns: int) -> None:
-        self.turns = max(1, turns)
+    def __init__(self, turns: int, script: Script | None = None) -> None:
+        self.script = script
+        self.turns = len(script.turns) if script is not None else max(1, turns)
         self.turn = 0
         self.messages: tuple[tuple[str, str], ...] = ()
-        self.kind = "chat"
+        self.kind = "chat" if script is None else script.kind
+        self.asked: int | None = None
         self.done = False
         self._got = False
 
@@ -61,11 +73,16 @@ class Chat:
         assert conv is not None
         self.turn += 1
         self._got = False
-        if self.turn == 1:
+        sc = self.script
+        if sc is not None:
+            opening = sc.opening if self.turn == 1 else ()
+            self.messages = (*self.messages, *opening, ("user", sc.turns[self.turn - 1][0]))
+            max_tokens = eng.max_tokens.sample(eng.rng)
+        elif self.turn == 1:
             p, max_tokens = eng._pick_prompt()
             self.kind = p.kind
             self.messages = p.messages or (("user", p.text),)
-            self.asked: int | None = p.asked
+            self.asked = p.asked
         else:
             msg = followup_message(conv.followup, eng.rng, cfg.prompt_shape)
             self.messages = (*self.messages, ("user", msg))
@@ -75,12 +92,36 @@ class Chat:
         return Prompt(kind=self.kind, messages=self.messages, asked=self.asked), max_tokens
 
     def reply(self, text: str) -> None:
-        self.messages = (*self.messages, ("assistant", text))
+        sc = self.script
+        recorded = sc.turns[self.turn - 1][1] if sc is not None else None
+        self.messages = (*self.messages, ("assistant", text if recorded is None else recorded))
         self._got = True
 
     def ended(self, outcome: str) -> None:
         if outcome != "ok" or not self._got:
             self.done = True
+
+
+SPIN_NS = 2_000_000
+
+
+async def until(t: int, evt: asyncio.Event) -> bool:
+    """Wait until the monotonic clock reaches ``t`` (True), or ``evt`` is set (False).
+    The loop's timers wake up to a millisecond or two late (epoll counts whole
+    milliseconds, rounded up) and may fire early: the timer is set ``SPIN_NS`` short and
+    the rest is spent yielding to the loop, so a scheduled request leaves on time and
+    never before its time."""
+    while True:
+        delay = t - perf_counter_ns()
+        if delay <= 0:
+            return True
+        if evt.is_set():
+            return False
+        if delay > SPIN_NS:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(evt.wait(), (delay - SPIN_NS) / 1e9)
+        else:
+            await asyncio.sleep(0)
 
 
 def split_share(total: int, worker: int, nworkers: int) -> int:
@@ -158,15 +199,19 @@ class Engine:
         self.level = (
             float(split_share(cfg.concurrency, worker, nworkers))
             if cfg.mode == "concurrency"
+            else cfg.trace.speed
+            if cfg.trace is not None
             else cfg.rate / nworkers
         )
         self.budget = split_share(cfg.requests, worker, nworkers) if cfg.requests else None
         self.warmup_left = split_share(cfg.warmup_requests, worker, nworkers)
         self.sent = 0
         self.counter = 0
+        self.conversations_begun = 0
         self.in_flight: dict[int, tuple[str, int, str, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.records: list[RequestRecord] = []
+        self.prompts: list[SentPrompt] = []
         self.events: list[Event] = []
         self.ticks = Tick()
         self.paused = False
@@ -176,6 +221,8 @@ class Engine:
         self.hard_stop = False
         self.stop_evt = asyncio.Event()
         self.level_evt = asyncio.Event()
+        self.trace_go = asyncio.Event()  # the parent's StartTrace came (or there is no parent)
+        self.trace_t0 = 0
         self.t_start = 0
         self.loop_lag_ms = 0.0
         self.lags: list[float] = []
@@ -200,6 +247,15 @@ class Engine:
             p = synthetic_prompt(kind, n, self.rng, cfg.prompt_shape, cfg.shared_prefix)
         return p, self.max_tokens.sample(self.rng)
 
+    def _next_script(self) -> Script | None:
+        """The next conversation of a file, in turn (the workers share the file out)."""
+        scripts = self.cfg.conversations.scripts if self.cfg.conversations else ()
+        if not scripts:
+            return None
+        i = self.conversations_begun * self.nworkers + self.worker
+        self.conversations_begun += 1
+        return scripts[i % len(scripts)]
+
     def _pick_arm(self, n: int) -> str:
         if self.cfg.assign == "alternate" and len(self.arm_names) > 1:
             return self.arm_names[n % len(self.arm_names)]
@@ -216,13 +272,20 @@ class Engine:
             self.budget -= 1
         return True
 
-    async def one(self, t_sched: int, chat: Chat | None = None) -> str:
+    async def one(
+        self, t_sched: int, chat: Chat | None = None, given: tuple[Prompt, int] | None = None
+    ) -> str:
         n = self.counter
         self.counter += 1
         rid = n * self.nworkers + self.worker
         arm_name = self._pick_arm(n)
         arm = self.arms[arm_name]
-        prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
+        if given is not None:
+            prompt, max_tokens = given
+        else:
+            prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
+        if self.cfg.record_prompts:
+            self.prompts.append(SentPrompt(rid, prompt.messages, prompt.text))
         body = json.dumps(build_body(self.cfg, arm, prompt, max_tokens)).encode()
         warm = False
         if self.warmup_left > 0:
@@ -234,6 +297,7 @@ class Engine:
         base: dict[str, Any] = {
             "kind": prompt.kind,
             "prompt_tokens_asked": prompt.asked,
+            "max_tokens_asked": max_tokens,
             "segment": self.segment,
             "step": self.step,
             "warmup": warm,
@@ -310,7 +374,7 @@ class Engine:
                 continue
             if conv is not None:
                 if chat is None or chat.done:
-                    chat = Chat(conv.turns.sample(self.rng))
+                    chat = Chat(conv.turns.sample(self.rng), self._next_script())
                 elif conv.think_s > 0:  # the user reads, then types the next message
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stop_evt.wait(), conv.think_s)
@@ -350,17 +414,8 @@ class Engine:
                 continue
             arr.set_rate(max(self.level, 1e-9))
             next_t += int(arr.next_gap() * 1e9)
-            replan = False
-            # A timer may fire a little early (the loop rounds to its clock's resolution):
-            # wait again until the schedule is reached, so no request goes out before it.
-            while (delay := next_t - perf_counter_ns()) > 0 and not self.stopping:
-                self.level_evt.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.level_evt.wait(), delay / 1e9)
-                if self.level_evt.is_set():
-                    replan = True
-                    break
-            if replan:
+            self.level_evt.clear()
+            if not await until(next_t, self.level_evt) and not self.stopping:
                 # The rate changed: re-plan from now rather than from an old gap.
                 next_t = perf_counter_ns()
                 continue
@@ -371,6 +426,38 @@ class Engine:
                 sem.release()
                 break
             t = self._spawn(self.one(next_t))
+            t.add_done_callback(lambda _t: sem.release())
+
+    async def replay_trace(self) -> None:
+        """Every request of the trace at its own time (this worker's share: every
+        ``nworkers``-th, so the shares interleave and ``-n N`` sends the first N). Each
+        prompt is built while waiting for its time: building a long one is never send
+        lag. A pause shifts the rest of the schedule by its length."""
+        tr = self.cfg.trace
+        assert tr is not None
+        cap = max(1, split_share(self.cfg.max_concurrency, self.worker, self.nworkers))
+        sem = asyncio.Semaphore(cap)
+        seed = self.cfg.seed if self.cfg.seed is not None else 0
+        shift = 0
+        await self.trace_go.wait()
+        for i in range(self.worker, len(tr.entries), self.nworkers):
+            e: TraceEntry = tr.entries[i]
+            given = (trace_prompt(e, i, seed, tr.block, self.cfg.prompt_shape), e.output_tokens)
+            while True:
+                next_t = self.trace_t0 + shift + round(e.t_ms * 1e6 / tr.speed)
+                await until(next_t, self.stop_evt)
+                if not self.paused or self.stopping:
+                    break
+                p0 = perf_counter_ns()
+                await self.resume_evt.wait()
+                shift += perf_counter_ns() - p0
+            if not self._take_budget():
+                break
+            await sem.acquire()  # the cap: waiting here shows as send lag, never a drop
+            if self.stopping:
+                sem.release()
+                break
+            t = self._spawn(self.one(next_t, given=given))
             t.add_done_callback(lambda _t: sem.release())
 
     # ------------------------------------------------------------------ control
@@ -397,14 +484,20 @@ class Engine:
             else:
                 self.resume_evt.set()
         elif isinstance(cmd, SetLevel):
-            if self.mode == "concurrency":
+            if self.mode == "trace":
+                pass  # the trace sets the load
+            elif self.mode == "concurrency":
                 self.level = float(split_share(int(cmd.level), self.worker, self.nworkers))
                 self._ensure_slots()
             else:
                 self.level = cmd.level / self.nworkers
                 self.level_evt.set()
+        elif isinstance(cmd, StartTrace):
+            self.trace_t0 = cmd.t
+            self.trace_go.set()
         elif isinstance(cmd, Stop):
             self.stopping = True
+            self.trace_go.set()
             self.hard_stop = cmd.hard
             self.resume_evt.set()
             self.level_evt.set()
@@ -442,8 +535,9 @@ class Engine:
             ticks=self.ticks.take(),
             events=self.events,
             status=self._status(done),
+            prompts=self.prompts,
         )
-        self.records, self.events, self.lags = [], [], []
+        self.records, self.events, self.lags, self.prompts = [], [], [], []
         self.loop_lag_ms = 0.0
         if self.out is None:
             self.batches.append(batch)  # in-process use (tests, benchmarks)
@@ -467,7 +561,10 @@ class Engine:
     async def run(self, cmd: Connection | None = None) -> None:
         loop = asyncio.get_running_loop()
         self.t_start = perf_counter_ns()
-        if cmd is not None:
+        if cmd is None:  # in-process (tests, benchmarks): the trace starts now
+            self.trace_t0 = self.t_start
+            self.trace_go.set()
+        else:
 
             def _read() -> None:
                 try:
@@ -478,12 +575,16 @@ class Engine:
                     self.on_command(Stop(hard=True))
 
             loop.add_reader(cmd.fileno(), _read)
+            if self.mode == "trace":
+                self.flush()  # "up": the trace starts once every engine has said so
         flusher = loop.create_task(self._flusher())
         lagger = loop.create_task(self._lag_probe())
         deadline = self.cfg.duration_s
         if self.mode == "concurrency":
             self._ensure_slots()
             producer = None
+        elif self.mode == "trace":
+            producer = self._spawn(self.replay_trace())
         else:
             producer = self._spawn(self.arrivals())
         try:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tokmon.model.arms import Arm
+from tokmon.model.trace import Trace
 from tokmon.model.workload import Conversations, LengthDist, Prompt, PromptShape, SharedPrefix
 
 
@@ -21,7 +22,7 @@ class Timeouts:
 @dataclass(frozen=True)
 class RunConfig:
     arms: tuple[Arm, ...]
-    mode: str = "concurrency"  # or "rate"
+    mode: str = "concurrency"  # or "rate", or "trace" (each request at its own time)
     concurrency: int = 4
     rate: float = 1.0
     arrival: str = "poisson"
@@ -37,6 +38,10 @@ class RunConfig:
     shared_prefix: SharedPrefix | None = None
     # multi-turn chats, one per stream (--turns, --think-time, --followup-tokens)
     conversations: Conversations | None = None
+    # a load given request by request (--trace, --replay-load): times, lengths, prompts
+    trace: Trace | None = None
+    # write every prompt sent into the recording (--record-prompts), to replay it verbatim
+    record_prompts: bool = False
     max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
@@ -68,7 +73,20 @@ class RunConfig:
 
     def redacted(self) -> dict[str, Any]:
         """The settings as a plain dict, with every secret removed (for recordings)."""
-        d = asdict(self)
+        trace, self_ = self.trace, self
+        if trace is not None or (self.conversations and self.conversations.scripts):
+            # (a trace or a file of conversations is data, not a setting: named, not copied)
+            conv = self.conversations
+            self_ = replace(
+                self,
+                trace=None,
+                conversations=None if conv is None else replace(conv, scripts=()),
+            )
+        d = asdict(self_)
+        if trace is not None:
+            d["trace"] = trace.describe()
+        if self.conversations and self.conversations.scripts:
+            d["conversations"]["scripts"] = f"<{len(self.conversations.scripts)} conversations>"
         d["api_key"] = "<set>" if self.api_key else None
         d["prompts"] = f"<{len(self.prompts)} prompts>" if self.prompts else None
         shown = self.shown_headers

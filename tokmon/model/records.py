@@ -48,6 +48,7 @@ class RequestRecord:
     tokens_estimated: bool = False
     prompt_tokens: int | None = None
     prompt_tokens_asked: int | None = None  # what a synthetic prompt was built to have
+    max_tokens_asked: int | None = None  # the max_tokens sent
     cached_tokens: int | None = None  # of the prompt, from the server's prefix cache
     turn: int = 0  # its place in a multi-turn conversation (1, 2, …; 0: not one)
     chunks: int = 0
@@ -128,6 +129,17 @@ class EngineBatch:
     ticks: dict[tuple[int, str], int]
     events: list[Event]
     status: EngineStatus
+    prompts: list[SentPrompt] = field(default_factory=list)  # with --record-prompts
+
+
+@dataclass(frozen=True, slots=True)
+class SentPrompt:
+    """What request ``rid`` sent (``--record-prompts``): its messages or its text, so a
+    later run can send the very same load (``--replay-load``)."""
+
+    rid: int
+    messages: tuple[tuple[str, str], ...] = ()
+    text: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,4 +188,12 @@ class Stop:
     hard: bool = False  # True: cancel in-flight requests; False: let them finish
 
 
-Command = SwitchArm | BeginStep | Pause | SetLevel | Stop
+@dataclass(frozen=True, slots=True)
+class StartTrace:
+    """Parent → engines: the trace's time 0, on the monotonic clock all processes share,
+    sent once every engine is up (so that the workers' shares keep one schedule)."""
+
+    t: int
+
+
+Command = SwitchArm | BeginStep | Pause | SetLevel | Stop | StartTrace

@@ -280,6 +280,9 @@ class ArmTotals:
     turn_ttft: GrowArray = field(default_factory=GrowArray)
     turn_prompt: GrowArray = field(default_factory=GrowArray)
     turn_decode: GrowArray = field(default_factory=GrowArray)
+    # the client's own delay, scheduled → sent, of every counted request sent (a starved
+    # client, or one behind a trace's schedule, shows here, not as a slower server)
+    send_lag: GrowArray = field(default_factory=GrowArray)
     spec_draft: int = 0
     spec_accepted: int = 0
     spec_drafts: int = 0
@@ -316,6 +319,8 @@ class ArmTotals:
         first = first[-ci.size :]
         self.t_first = int(first[-1])
         self.t_last = int(te.max()) if self.t_last is None else max(self.t_last, int(te.max()))
+        lag = c["send_lag_ms"][ci]
+        self.send_lag.extend(lag[~np.isnan(lag)])
         okm = c["outcome"][ci] == ok_code
         oi = ci[okm]
         if slo is not None and slo.any:

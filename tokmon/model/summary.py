@@ -40,6 +40,7 @@ def arm_summary(
         "ttft_ms": pct_summary(t.ttft.values),
         "tpot_ms": pct_summary(t.tpot.values),
         "e2e_ms": pct_summary(t.e2e.values),
+        "send_lag_ms": pct_summary(t.send_lag.values),
         "decode_tokens_per_s": pct_summary(t.decode.values),
         "goodput_per_s": None,
         "acceptance_rate": None,
@@ -382,6 +383,14 @@ def summary_table(summary: dict[str, Any]) -> str:
                     f"prompt {v['prompt_tokens_p50'] or 0:.0f}"
                     for k, v in list(a["by_turn"].items())[:8]
                 )
+            )
+        lag = a.get("send_lag_ms") or {}
+        if lag.get("count"):
+            # the client's own delay: a generator that falls behind its schedule shows
+            # here, never as a slower server
+            out.append(
+                f"{name} send lag (scheduled → sent): p50 {fmt_ms(lag['p50'])} p99 "
+                f"{fmt_ms(lag['p99'])} max {fmt_ms(lag['max'])} ms"
             )
         if a.get("prefix_cache_hit_rate") is not None:
             out.append(

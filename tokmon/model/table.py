@@ -47,6 +47,7 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "tokens_estimated": ("est", "b", False),
     "prompt_tokens": ("pt", "n", None),
     "prompt_tokens_asked": ("pta", "n", None),
+    "max_tokens_asked": ("mta", "n", None),
     "cached_tokens": ("ct", "n", None),
     "turn": ("tn", "k", 0),
     "chunks": ("ch", "k", 0),

@@ -122,6 +122,15 @@ class Arrivals:
         return float(self.rng.gamma(k, 1.0 / (self.rate * k)))
 
 
+def load_text(mode: str, level: float) -> str:
+    """The load in a few words: ``8 streams``, ``2.5 req/s``, ``trace 2×``."""
+    if mode == "concurrency":
+        return f"{level:g} streams"
+    if mode == "trace":
+        return f"trace {level:g}×"
+    return f"{level:g} req/s"
+
+
 # ----------------------------------------------------------------------------- prompts
 
 KINDS = ("chat", "code", "structured", "summarize", "creative")
@@ -253,7 +262,7 @@ class SharedPrefix:
         return int(rng.integers(0, self.pool)) if self.pool > 1 else 0
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)  # (a trace's blocks come and go; ~3.5 KB each at 512 words)
 def prefix_text(index: int, n: int, words: tuple[str, ...]) -> str:
     """Shared prefix number ``index``: the same text every time it is drawn (so a server
     can cache it), different for every index (so a pool is that many prefixes)."""
@@ -271,6 +280,20 @@ class Conversations:
     turns: LengthDist
     think_s: float = 0.0
     followup: int = 64
+    # conversations from a file (--conversations): each stream takes the next in turn,
+    # its user messages in order, and its recorded replies (where given) as the history
+    scripts: tuple[Script, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One conversation from a file: what comes before the first user message (a system
+    prompt), then each user message with the reply recorded for it (None: the server's
+    own reply goes into the history)."""
+
+    opening: tuple[tuple[str, str], ...]
+    turns: tuple[tuple[str, str | None], ...]
+    kind: str = "chat"
 
 
 def followup_message(n: int, rng: np.random.Generator, shape: PromptShape | None) -> str:
@@ -374,6 +397,105 @@ def load_prompt_file(path: str) -> list[Prompt]:
     if not prompts:
         raise WorkloadError(f"--prompts: {path} holds no prompts")
     return prompts
+
+
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+          "chatgpt": "assistant", "bard": "assistant", "system": "system", "developer": "system"}  # fmt: skip
+MAX_TURNS = 10_000
+
+
+def _script(msgs: list[tuple[str, str]], kind: str, where: str) -> Script:
+    """A conversation's messages (roles already mapped) as a script: what precedes the
+    first user message opens it; each user message is a turn, the assistant message
+    right after it that turn's recorded reply."""
+    opening: list[tuple[str, str]] = []
+    turns: list[tuple[str, str | None]] = []
+    for role, content in msgs:
+        if role == "user":
+            turns.append((content, None))
+        elif not turns:
+            opening.append((role, content))
+        elif role == "assistant" and turns[-1][1] is None:
+            turns[-1] = (turns[-1][0], content)
+        # (a second reply in a row, or a system message mid-way: not a turn; left out)
+    if not turns:
+        raise WorkloadError(f"{where} has no user message")
+    if len(turns) > MAX_TURNS:
+        raise WorkloadError(f"{where} has over {MAX_TURNS:,} turns")
+    return Script(tuple(opening), tuple(turns), kind or "chat")
+
+
+def _messages(items: Any, where: str, role_key: str, text_key: str) -> list[tuple[str, str]]:
+    if not isinstance(items, list):
+        raise WorkloadError(f"{where}: the messages are not a list")
+    out = []
+    for m in items:
+        if not isinstance(m, dict):
+            raise WorkloadError(f"{where}: a message is not a JSON object")
+        role = _ROLES.get(str(m.get(role_key, "")).lower())
+        if role is None:
+            raise WorkloadError(f"{where}: unknown role {str(m.get(role_key))[:40]!r}")
+        text = m.get(text_key)
+        if not isinstance(text, str):
+            raise WorkloadError(f"{where}: a message has no {text_key!r} text")
+        out.append((role, text))
+    return out
+
+
+def load_conversations(path: str) -> tuple[Script, ...]:
+    """Conversations for ``--conversations``: JSON Lines, one conversation a line, as
+    ``{"turns": ["first question", {"user": "…", "assistant": "recorded reply"}, …]}``
+    (optional ``system`` and ``kind``) or ``{"messages": [{"role", "content"}, …]}``; or a
+    ShareGPT JSON array (``conversations`` of ``{"from", "value"}``)."""
+    try:
+        raw = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise WorkloadError(f"--conversations: cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"--conversations: {path} is not UTF-8 text") from None
+    out: list[Script] = []
+    if raw.lstrip().startswith("["):
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise WorkloadError(f"--conversations: {path} is not valid JSON: {e}") from None
+        for i, item in enumerate(data):
+            where = f"--conversations: {path} item {i + 1}"
+            conv = item.get("conversations") if isinstance(item, dict) else None
+            if not isinstance(conv, list):
+                raise WorkloadError(f"{where} has no 'conversations' list")
+            out.append(_script(_messages(conv, where, "from", "value"), "chat", where))
+    else:
+        for ln, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"--conversations: {path} line {ln}"
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise WorkloadError(f"{where} is not JSON") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(f"{where} is not a JSON object")
+            kind = str(obj.get("kind") or "chat")
+            if "messages" in obj:
+                msgs = _messages(obj["messages"], where, "role", "content")
+            elif isinstance(obj.get("turns"), list):
+                msgs = [("system", str(obj["system"]))] if obj.get("system") else []
+                for t in obj["turns"]:
+                    if isinstance(t, str):
+                        msgs.append(("user", t))
+                    elif isinstance(t, dict) and isinstance(t.get("user"), str):
+                        msgs.append(("user", t["user"]))
+                        if isinstance(t.get("assistant"), str):
+                            msgs.append(("assistant", t["assistant"]))
+                    else:
+                        raise WorkloadError(f"{where}: a turn is neither text nor {{'user': …}}")
+            else:
+                raise WorkloadError(f"{where} has neither 'turns' nor 'messages'")
+            out.append(_script(msgs, kind, where))
+    if not out:
+        raise WorkloadError(f"--conversations: {path} holds no conversations")
+    return tuple(out)
 
 
 def parse_mix(text: str) -> dict[str, float]:

@@ -15,6 +15,8 @@ Lines, each a JSON object with a kind ``k``:
 * ``tick`` — the live run's clock: its dashboard was drawn from the facts before it
   (``final``: the last). The lines are in the order the live fold took them, so a
   replay folds them again to the same figures (``tokmon.recording.play``).
+* ``q`` — what request ``id`` sent (``--record-prompts``): its messages ``m`` as
+  ``[role, content]`` pairs, or its text ``t``; ``--replay-load`` sends them again.
 * ``summary`` — the run summary (the ``--summary-json`` object), at the end.
 * ``end`` — the session's end time; absent when the writer was killed.
 

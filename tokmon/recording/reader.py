@@ -18,7 +18,7 @@ import numpy as np
 
 from tokmon import __version__
 from tokmon.model.facts import Fact, Sample, Status, Tick, Tokens
-from tokmon.model.records import EngineStatus, Event, RequestRecord, TokenTick
+from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError
 
@@ -53,6 +53,7 @@ class Recording:
     # request rows written before it: the live run's order, for the fold.
     timeline: list[tuple[int, Fact]] = field(default_factory=list)
     clocked: bool = False  # the file has the live run's ticks (else a replay makes them)
+    prompts: dict[int, SentPrompt] = field(default_factory=dict)  # --record-prompts: by rid
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -297,6 +298,8 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
                 fact = Status(_status(obj))
             elif k == "summary":
                 rec.summary = {kk: vv for kk, vv in obj.items() if kk != "k"}
+            elif k == "q":
+                rec.prompts[int(obj["id"])] = _sent(obj)
             elif k == "end":
                 rec.t_end = _t(obj["t"])
             elif k == "gap":
@@ -325,6 +328,24 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
     if rec.t_end is None:
         rec.truncated = True
     return rec
+
+
+def _sent(obj: dict[str, Any]) -> SentPrompt:
+    """A ``q`` line: what one request sent (strings only; anything else is corrupt)."""
+    rid = obj["id"]
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise TypeError("id")
+    if "m" in obj:
+        ms = obj["m"]
+        ok = isinstance(ms, list) and all(
+            isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m) for m in ms
+        )
+        if not ok:
+            raise TypeError("m")
+        return SentPrompt(rid, messages=tuple((m[0], m[1]) for m in ms))
+    if not isinstance(obj["t"], str):
+        raise TypeError("t")
+    return SentPrompt(rid, text=obj["t"])
 
 
 def _status(obj: dict[str, Any]) -> EngineStatus:

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from tokmon.engine.h1 import stamp_sources
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
-from tokmon.model.records import Event, RequestRecord
+from tokmon.model.records import Event, RequestRecord, SentPrompt
 from tokmon.model.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError
 from tokmon.textsafe import dumps
@@ -190,6 +190,16 @@ class Recorder:
         for d in lines:
             self._write(d)
         self.requests += len(lines)
+
+    def prompts(self, sent: list[SentPrompt]) -> None:
+        """What requests sent (``--record-prompts``): a ``q`` line each."""
+        if not self.active:
+            return
+        for p in sent:
+            if p.messages:
+                self._write({"k": "q", "id": p.rid, "m": [list(m) for m in p.messages]})
+            else:
+                self._write({"k": "q", "id": p.rid, "t": p.text})
 
     def fact(self, f: Fact) -> None:
         """Any other fact of the run (``tokmon.model.facts``), its time since the start."""

@@ -29,6 +29,7 @@ from tokmon.model.records import (
     Event,
     Pause,
     SetLevel,
+    StartTrace,
     Stop,
     SwitchArm,
     TokenTick,
@@ -36,9 +37,12 @@ from tokmon.model.records import (
 from tokmon.model.snapshot import Snapshot
 from tokmon.model.stats import Slo
 from tokmon.model.table import RequestTable, record_to_line
+from tokmon.model.workload import load_text
 from tokmon.textsafe import dumps
 
 WINDOW_S = 10.0
+# time 0 of a trace: this long after the last engine said it is up (the command's way there)
+TRACE_LEAD_NS = 20_000_000
 
 
 class LiveSession:
@@ -84,7 +88,13 @@ class LiveSession:
                 slo=self.slo,
                 assign=cfg.assign,
                 mode=cfg.mode,
-                level=float(cfg.concurrency if cfg.mode == "concurrency" else cfg.rate),
+                level=float(
+                    cfg.concurrency
+                    if cfg.mode == "concurrency"
+                    else cfg.trace.speed
+                    if cfg.trace is not None
+                    else cfg.rate
+                ),
                 warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
                 kind_weights=mix_weights(cfg.redacted()),
                 gpu_hour_price=gpu_hour_price,
@@ -118,6 +128,8 @@ class LiveSession:
         self._statuses: dict[int, EngineStatus] = {}  # the engines' latest, not yet folded
         self._folded: dict[int, EngineStatus] = {}
         self._ended = False  # the final tick is folded: no more facts
+        self._engines_up: set[int] = set()
+        self._trace_t0: int | None = None
         self.check_n = check_outputs_n
         self._checking = False
         # managed servers (the arms take turns on one GPU): restarts run in one thread
@@ -462,7 +474,7 @@ class LiveSession:
 
     def _level_str(self, level: float | None = None) -> str:
         lv = self.fold.level if level is None else level
-        return f"{lv:g} streams" if self.cfg.mode == "concurrency" else f"{lv:g} req/s"
+        return load_text(self.cfg.mode, lv)
 
     def _switch_to(self, arm: str, now: int) -> None:
         """Tell the engines, then fold the switch in through its event."""
@@ -512,6 +524,8 @@ class LiveSession:
                 self._send(Pause(paused))
                 self._event("pause", "paused sending" if paused else "resumed sending")
                 return "paused" if paused else "resumed"
+            if name == "level" and self.cfg.mode == "trace":
+                return "the trace sets the load (--trace-speed)"
             if name == "level":
                 sign = args[0] if args else 1
                 if len(args) > 1:
@@ -666,9 +680,20 @@ class LiveSession:
                 # the lines a recording holds are the facts the fold takes (one conversion)
                 lines = [record_to_line(r, t0, chunks) for r in b.records]
                 self._feed(Requests(RequestTable.from_lines(lines, self.fold.vocab)), lines)
+            if b.prompts and self.recorder is not None:
+                self.recorder.prompts(b.prompts)
             if b.ticks:
                 self._feed(Tokens(tuple(TokenTick(t - t0, a, n) for (t, a), n in b.ticks.items())))
             self._statuses[b.worker] = b.status
+            if self.cfg.mode == "trace" and self._trace_t0 is None:
+                self._engines_up.add(b.worker)
+                if len(self._engines_up | self.finished_workers) >= max(1, self.cfg.workers):
+                    # every engine is up: time 0 of the trace, a moment from now, for all
+                    t0 = perf_counter_ns() + TRACE_LEAD_NS
+                    self._trace_t0 = t0
+                    self._send(StartTrace(t0))
+                    assert self.cfg.trace is not None
+                    self._event("trace", f"trace started: {self.cfg.trace.describe()}")
 
     def _tick(self, now: int, final: bool = False) -> None:
         """Once a second: the engines' status where it changed, then the clock's tick."""

@@ -25,6 +25,7 @@ from textual.widgets import Button, Footer, Input, Label
 from tokmon.model.history import Point, merge
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.model.summary import fmt_ms
+from tokmon.model.workload import load_text
 from tokmon.textsafe import clean_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
 from tokmon.ui.widgets import InfoPanel, MarkerRow, MetricSpark
@@ -549,7 +550,7 @@ class DashboardApp(App[None]):
     def _header_text(self, s: Snapshot) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" tokmon ", style="bold reverse")
-        lvl = f"{s.level:g} streams" if s.mode == "concurrency" else f"{s.level:g} req/s"
+        lvl = load_text(s.mode, s.level)
         if s.replay is not None:
             t.append(
                 f" REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} ·"

@@ -1,0 +1,181 @@
+"""A load given request by request: a production trace (Mooncake's JSON Lines) or an
+earlier tokmon recording, each request sent at its own time with its own lengths.
+
+Mooncake's format, one request a line: ``timestamp`` (ms since the trace began),
+``input_length`` and ``output_length`` (tokens) and, optionally, ``hash_ids``: one id per
+block of ``block`` prompt tokens, equal ids meaning equal blocks. A prompt is built from
+its blocks, each the same words wherever its id appears, so requests that shared a prefix
+in production share it here and the server's prefix cache sees what it saw there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tokmon.model.workload import (
+    HEAD_WORDS,
+    WORDS,
+    Prompt,
+    PromptShape,
+    WorkloadError,
+    compose,
+    kind_lead,
+    prefix_text,
+)
+
+MOONCAKE_BLOCK = 512  # tokens a hash id stands for in Mooncake's published traces
+MAX_TRACE = 10_000_000  # requests: a bound on what a file may make tokmon hold
+# where the words of block ``hid`` come from (shared prefixes use seeds from 1_000_003 on)
+_BLOCK_SEEDS = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """One request of a trace: when (ms after the first), how long in and out, its
+    blocks (equal ids: equal text), its task kind, and — replayed from a recording made
+    with ``--record-prompts`` — the very prompt that was sent."""
+
+    t_ms: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+    kind: str = ""
+    prompt: Prompt | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A whole trace, its first request at 0 ms, sent ``speed`` times faster than it was
+    recorded. ``source`` says where it came from (for the header and the summary)."""
+
+    entries: tuple[TraceEntry, ...]
+    speed: float = 1.0
+    block: int = MOONCAKE_BLOCK
+    source: str = ""
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the first send to the last, at the trace's speed."""
+        return self.entries[-1].t_ms / 1000 / self.speed if self.entries else 0.0
+
+    @property
+    def kinds(self) -> tuple[tuple[str, float], ...]:
+        """The task kinds, by their share of the requests (a trace without kinds: chat)."""
+        names = [e.kind or "chat" for e in self.entries]
+        u, n = np.unique(np.array(names, dtype=object), return_counts=True)
+        return tuple((str(k), float(c) / len(names)) for k, c in zip(u, n, strict=True))
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.entries)} requests over {self.span_s:.0f} s at {self.speed:g}× "
+            f"from {self.source}"
+        )
+
+
+def _int(v: object, what: str, where: str, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise WorkloadError(f"{where}: {what} is not a number")
+    if v != int(v) or v < lo or v > 10_000_000:
+        raise WorkloadError(f"{where}: {what} must be a whole number from {lo} to 10M, got {v}")
+    return int(v)
+
+
+def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) -> Trace:
+    """A Mooncake trace file (JSON Lines); every fault is one line naming the file's line."""
+    try:
+        f = Path(path).open(encoding="utf-8")  # noqa: SIM115 — closed below
+    except OSError as e:
+        raise WorkloadError(f"--trace: cannot read {path}: {e.strerror or e}") from None
+    entries: list[TraceEntry] = []
+    with f:
+        try:
+            for ln, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"--trace: {path} line {ln}"
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    raise WorkloadError(f"{where} is not JSON") from None
+                if not isinstance(obj, dict):
+                    raise WorkloadError(f"{where} is not a JSON object")
+                for key in ("timestamp", "input_length", "output_length"):
+                    if key not in obj:
+                        raise WorkloadError(f"{where} has no {key!r}")
+                ts = obj["timestamp"]
+                if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+                    raise WorkloadError(f"{where}: timestamp is not a number")
+                if not math.isfinite(ts) or ts < 0:
+                    raise WorkloadError(f"{where}: timestamp must be >= 0 ms, got {ts}")
+                hids = obj.get("hash_ids") or []
+                if not isinstance(hids, list):
+                    raise WorkloadError(f"{where}: hash_ids is not a list")
+                entries.append(
+                    TraceEntry(
+                        t_ms=float(ts),
+                        input_tokens=_int(obj["input_length"], "input_length", where),
+                        output_tokens=_int(obj["output_length"], "output_length", where),
+                        hash_ids=tuple(_int(h, "a hash id", where, 0) for h in hids),
+                    )
+                )
+                if len(entries) > MAX_TRACE:
+                    raise WorkloadError(f"--trace: {path} holds over {MAX_TRACE:,} requests")
+        except UnicodeDecodeError:
+            raise WorkloadError(f"--trace: {path} is not UTF-8 text") from None
+    if not entries:
+        raise WorkloadError(f"--trace: {path} holds no requests")
+    return make_trace(entries, speed, block, f"trace {Path(path).name}")
+
+
+def make_trace(entries: list[TraceEntry], speed: float, block: int, source: str) -> Trace:
+    """Entries in time order, the first at 0 ms (a trace's clock may start anywhere)."""
+    if not (speed > 0 and math.isfinite(speed)):
+        raise WorkloadError(f"--trace-speed must be a positive number, got {speed}")
+    entries = sorted(entries, key=lambda e: e.t_ms)  # (stable: equal times keep their order)
+    t0 = entries[0].t_ms
+    shifted = tuple(dataclasses.replace(e, t_ms=e.t_ms - t0) for e in entries)
+    return Trace(shifted, speed, block, source)
+
+
+def block_words(hid: int, n: int, words: tuple[str, ...]) -> str:
+    """The text of block ``hid``: the same ``n`` words wherever the id appears."""
+    return prefix_text(_BLOCK_SEEDS + hid, n, words)
+
+
+def trace_prompt(
+    e: TraceEntry, index: int, seed: int, block: int, shape: PromptShape | None
+) -> Prompt:
+    """The prompt of entry ``index``: the recorded one where the trace holds it; else its
+    blocks' words (their first words as the head), made up to ``input_tokens`` as the
+    server counts them with words unique to the entry (the same on every replay with the
+    same seed), or cut to it."""
+    if e.prompt is not None:
+        return e.prompt
+    kind = e.kind or "chat"
+    words = shape.units if shape is not None and shape.units else WORDS
+    rng = np.random.default_rng((seed, index))
+    fixed = shape.cost(kind) if shape is not None else None
+    if fixed is None:
+        n_fill = max(0, e.input_tokens - (len(kind_lead(kind).split()) + HEAD_WORDS + 1))
+    else:
+        n_fill = max(0, round((e.input_tokens - fixed) / shape.per_word))  # type: ignore[union-attr]
+    parts = [block_words(h, block, words) for h in e.hash_ids]
+    text = " ".join(parts)
+    have = len(parts) * block
+    if e.hash_ids:
+        head = block_words(e.hash_ids[0] + (1 << 39), HEAD_WORDS, words)
+    else:
+        head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
+    if have >= n_fill:
+        filler = " ".join(text.split(" ")[:n_fill]) if n_fill else ""
+    else:
+        extra = " ".join(words[i] for i in rng.integers(0, len(words), n_fill - have))
+        filler = f"{text} {extra}" if text else extra
+    got = e.input_tokens if fixed is None else max(e.input_tokens, fixed)
+    return dataclasses.replace(compose(kind, head, filler), approx_tokens=got, asked=e.input_tokens)
