@@ -58,7 +58,7 @@ def one(url: str, trace: str, rows: list[dict], speed: float, rec: str) -> dict[
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600,
     )  # fmt: skip
     r = read_recording(rec)
-    rs = sorted(r.records, key=lambda x: x.t_sched)
+    rs = sorted(r.records, key=lambda x: (x.t_sched, x.rid))  # (one worker: rid is the index)
     t0 = rs[0].t_sched
     sched = np.array([(x.t_sched - t0) / 1e6 for x in rs])
     want = np.array([(row["timestamp"] - rows[0]["timestamp"]) / speed for row in rows])

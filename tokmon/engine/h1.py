@@ -685,6 +685,7 @@ class Pool:
         self.ssl_ctx = ssl_ctx
         self.idle: dict[tuple[str, str, int], list[Connection]] = {}
         self.busy: set[Connection] = set()
+        self._opening: set[tuple[str, str, int]] = set()
 
     async def acquire(self, target: Target, fresh: bool = False) -> tuple[Connection, int, int]:
         """A connected connection, and the connect's start and end (0, 0 when reused)."""
@@ -704,6 +705,28 @@ class Pool:
             c.close()
             raise
         return c, t0, perf_counter_ns()
+
+    async def spare(self, target: Target) -> None:
+        """Open one connection ahead, left idle, where none is idle: an open-loop sender's
+        next request then leaves without a connect on its way (on a loaded 2-core machine
+        a loopback connect took up to 18 ms, all of it send lag). A spare that cannot be
+        opened is left to the request itself to fail, counted."""
+        key = target.key
+        if key in self._opening or any(not c.closed for c in self.idle.get(key, ())):
+            return
+        self._opening.add(key)
+        c = Connection(asyncio.get_running_loop(), key)
+        try:
+            await c.connect(target.host, target.port, self._ctx(target), self.connect_s)
+        except Exception:
+            c.close()
+            return
+        except BaseException:  # the run stopping
+            c.close()
+            raise
+        finally:
+            self._opening.discard(key)
+        self.idle.setdefault(key, []).append(c)
 
     def _ctx(self, target: Target) -> ssl.SSLContext | None:
         if not target.tls:

@@ -414,6 +414,7 @@ class Engine:
                 continue
             arr.set_rate(max(self.level, 1e-9))
             next_t += int(arr.next_gap() * 1e9)
+            self._spare(next_t)
             self.level_evt.clear()
             if not await until(next_t, self.level_evt) and not self.stopping:
                 # The rate changed: re-plan from now rather than from an old gap.
@@ -427,6 +428,11 @@ class Engine:
                 break
             t = self._spawn(self.one(next_t))
             t.add_done_callback(lambda _t: sem.release())
+
+    def _spare(self, next_t: int) -> None:
+        """Before an open-loop send with time to spare: a connection ready for it."""
+        if next_t - perf_counter_ns() > SPIN_NS:
+            self._spawn(self.pool.spare(self.targets[self.arm]))
 
     async def replay_trace(self) -> None:
         """Every request of the trace at its own time (this worker's share: every
@@ -445,6 +451,7 @@ class Engine:
             given = (trace_prompt(e, i, seed, tr.block, self.cfg.prompt_shape), e.output_tokens)
             while True:
                 next_t = self.trace_t0 + shift + round(e.t_ms * 1e6 / tr.speed)
+                self._spare(next_t)
                 await until(next_t, self.stop_evt)
                 if not self.paused or self.stopping:
                     break
