@@ -63,7 +63,9 @@ def one(url: str, trace: str, rows: list[dict], speed: float, rec: str) -> dict[
     sched = np.array([(x.t_sched - t0) / 1e6 for x in rs])
     want = np.array([(row["timestamp"] - rows[0]["timestamp"]) / speed for row in rows])
     lag = np.array([x.send_lag_ms for x in rs if x.send_lag_ms is not None])
-    exact = np.mean([x.prompt_tokens == row["input_length"] for x, row in zip(rs, rows, strict=True)])
+    exact = np.mean(
+        [x.prompt_tokens == row["input_length"] for x, row in zip(rs, rows, strict=True)]
+    )
     hit = (r.summary or {}).get("arms", {}).get("default", {}).get("prefix_cache_hit_rate")
     return {
         "lag_p50": float(np.percentile(lag, 50)),

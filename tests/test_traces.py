@@ -96,7 +96,9 @@ def test_a_trace_is_sent_on_its_schedule_with_its_lengths_and_its_shared_blocks(
     assert a["prompt_tokens"]["exact_share"] == 1.0
     assert a["send_lag_ms"]["count"] == len(rows) and a["send_lag_ms"]["min"] >= 0
     assert rec.header["settings"]["mode"] == "trace"
-    assert "40 requests" in rec.header["settings"]["trace"]
+    from tokmon.report.text import render
+
+    assert "load: 40 requests over 1 s at 1× from trace t.jsonl" in render(rec, "text")
 
 
 def test_trace_speed_compresses_time_and_n_takes_the_first_requests(sim, tmp_path):
@@ -170,6 +172,7 @@ def test_replay_load_sends_the_very_same_load_again(sim, tmp_path):
     assert len(a) == len(b) == 30
     assert [x.t_sched - a[0].t_sched for x in a] == [y.t_sched - b[0].t_sched for y in b]
     assert [(x.kind, x.max_tokens_asked) for x in a] == [(y.kind, y.max_tokens_asked) for y in b]
+
     def sent(rec, rs):
         return [(rec.prompts[r.rid].messages, rec.prompts[r.rid].text) for r in rs]
 
@@ -242,3 +245,22 @@ def test_sharegpt_conversations_keep_their_replies(tmp_path):
         {"from": "gpt", "value": "A1"}, {"from": "human", "value": "Q2"}]}]))  # fmt: skip
     (sc,) = load_conversations(str(p))
     assert sc.opening == (("system", "S"),) and sc.turns == (("Q1", "A1"), ("Q2", None))
+
+
+def test_the_load_is_written_down_in_one_line():
+    from tokmon.model.workload import describe_load, load_text
+
+    assert load_text("trace", 2.0) == "trace 2×" and load_text("rate", 4) == "4 req/s"
+    st = {"mode": "rate", "rate": 4.0, "arrival": "gamma", "burstiness": 0.5,
+          "prompt_tokens": "1000", "max_tokens": "256", "ignore_eos": True,
+          "shared_prefix": {"words": 512, "pool": 4}, "mix": [["code", 0.5], ["chat", 0.5]]}  # fmt: skip
+    assert describe_load(st) == (
+        "open loop 4.0 req/s, gamma arrivals (burstiness 0.5) · prompt tokens 1000 (shared "
+        "prefix 512, pool 4) · max tokens 256 (ignore_eos) · mix code 50%, chat 50%"
+    )
+    st = {"mode": "concurrency", "concurrency": 8, "max_tokens": "64",
+          "conversations": {"scripts": "<12 conversations>"}}  # fmt: skip
+    assert (
+        describe_load(st)
+        == "closed loop 8 streams · conversations <12 conversations> · max tokens 64"
+    )

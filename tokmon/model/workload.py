@@ -131,6 +131,44 @@ def load_text(mode: str, level: float) -> str:
     return f"{level:g} req/s"
 
 
+def describe_load(st: dict[str, Any]) -> str:
+    """What a run sent, in one line, from its recorded settings (the method: write the
+    request pattern down): the load's shape, then the lengths and kinds."""
+    mode = st.get("mode")
+    if mode == "trace":
+        return str(st.get("trace") or "a trace")
+    if mode == "rate":
+        parts = [f"open loop {st.get('rate')} req/s, {st.get('arrival')} arrivals"]
+        if st.get("arrival") == "gamma":
+            parts[0] += f" (burstiness {st.get('burstiness')})"
+    else:
+        parts = [f"closed loop {st.get('concurrency')} streams"]
+    conv = st.get("conversations") if isinstance(st.get("conversations"), dict) else None
+    if conv and conv.get("scripts"):
+        parts.append(f"conversations {conv['scripts']}")
+    elif st.get("prompts"):
+        parts.append(f"prompts {st['prompts']}")
+    else:
+        pt = f"prompt tokens {st.get('prompt_tokens')}"
+        sp = st.get("shared_prefix")
+        if isinstance(sp, dict):
+            pt += f" (shared prefix {sp.get('words')}, pool {sp.get('pool')})"
+        parts.append(pt)
+    if conv and not conv.get("scripts"):
+        turns = conv.get("turns") if isinstance(conv.get("turns"), dict) else {}
+        parts.append(f"{turns.get('a', '?'):g} turns" if isinstance(turns.get("a"), (int, float))
+                     else "turns")  # fmt: skip
+    parts.append(
+        f"max tokens {st.get('max_tokens')}" + (" (ignore_eos)" if st.get("ignore_eos") else "")
+    )
+    mix = st.get("mix")
+    if isinstance(mix, list) and len(mix) > 1:
+        parts.append(
+            "mix " + ", ".join(f"{k} {float(w):.0%}" for k, w in mix if isinstance(w, (int, float)))
+        )
+    return " · ".join(parts)
+
+
 # ----------------------------------------------------------------------------- prompts
 
 KINDS = ("chat", "code", "structured", "summarize", "creative")

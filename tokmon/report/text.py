@@ -17,6 +17,7 @@ from tokmon.model.fold import Fold
 from tokmon.model.summary import fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import drift
+from tokmon.model.workload import describe_load
 from tokmon.recording.play import fold_of, settings_of, summary_of
 from tokmon.recording.reader import Recording
 from tokmon.textsafe import clean_text, csv_cell, dumps
@@ -247,7 +248,23 @@ def environment_block(rec: Recording) -> dict[str, Any]:
         "servers": servers,
         "records": settings_of(rec).environment,
         "command": " ".join(map(str, h.get("command") or [])),
+        "load": load_of(h),
     }
+
+
+def load_of(h: dict[str, Any]) -> str:
+    """The load in one line, from the header's settings (and a ladder's steps, which only
+    the command line names)."""
+    if not isinstance(h.get("settings"), dict):
+        return ""
+    line = describe_load(h["settings"])
+    cmd = [str(c) for c in h.get("command") or []]
+    for i, c in enumerate(cmd):
+        if c.startswith("--ladder="):
+            line += f" · ladder {c.split('=', 1)[1]}"
+        elif c == "--ladder" and i + 1 < len(cmd):
+            line += f" · ladder {cmd[i + 1]}"
+    return line
 
 
 def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
@@ -281,6 +298,8 @@ def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
                 f"version {v.get('version') or 'unknown'}"
             )
     out.append(f"command: {clean_text(env.get('command') or '', False)}")
+    if env.get("load"):
+        out.append(f"load: {clean_text(env['load'], False)}")
     return out
 
 
