@@ -220,3 +220,49 @@ def test_the_prefix_cache_demo_scene(tmp_path):
     a = json.loads(out.read_text())["arms"]["default"]
     assert a["prefix_cache_hit_rate"] > 0.3 and "2" in a["by_turn"]
     assert a["by_turn"]["2"]["ttft_ms_p50"] < a["by_turn"]["1"]["ttft_ms_p50"]
+
+
+def word_tokenizer(path, words) -> str:
+    """A Hugging Face tokenizer.json that has ``words`` whole and spells any other word
+    letter by letter."""
+    import string
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    letters = string.ascii_letters + string.digits
+    pieces = ["[UNK]", *sorted(set(words)), *letters, *(f"##{c}" for c in letters)]
+    vocab = {p: i for i, p in enumerate(dict.fromkeys(pieces))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+    return str(path)
+
+
+def test_a_local_tokenizer_makes_lengths_exact_without_tokenize(sim_without_tokenize, tmp_path):
+    """A server with no /tokenize, and the model's tokenizer.json given: the lengths are
+    exact again (the file picks the one-token words, the server's usage the rest)."""
+    from tokmon.model.workload import WORDS
+
+    path = word_tokenizer(tmp_path / "tokenizer.json", [w for w in WORDS if len(w) <= 6])
+    s = run_summary(sim_without_tokenize.url, tmp_path, "-n", "12", "--prompt-tokens", "2k",
+                    "--tokenizer", path)  # fmt: skip
+    pt = s["arms"]["default"]["prompt_tokens"]
+    assert pt["exact_share"] == 1.0 and pt["min"] == pt["max"] == 2000
+
+
+def test_a_tokenizer_that_is_not_the_servers_is_caught(sim_without_tokenize, tmp_path):
+    """A tokenizer.json that counts a word as one token where the server counts two: the
+    probe requests disagree with it, and the lengths are said to be near, not exact."""
+    from tokmon.model.workload import WORDS
+
+    path = word_tokenizer(tmp_path / "tokenizer.json", WORDS)  # "latency" is two tokens there
+    s = run_summary(sim_without_tokenize.url, tmp_path, "-n", "8", "--prompt-tokens", "1k",
+                    "--tokenizer", path)  # fmt: skip
+    assert s["arms"]["default"]["prompt_tokens"]["exact_share"] < 1.0
+
+
+def test_a_bad_tokenizer_path_is_one_line(sim, tmp_path):
+    r = tokmon("run", "--url", sim.url, "--headless", "-n", "1",
+               "--tokenizer", str(tmp_path / "nope.json"))  # fmt: skip
+    assert r.returncode == 2 and "--tokenizer: cannot read" in r.stderr
+    assert "Traceback" not in r.stderr

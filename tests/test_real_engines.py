@@ -689,3 +689,13 @@ def test_vllm_replays_a_mooncake_trace_on_schedule(plain, tmp_path):
     print(f"send lag p50 {np.percentile(lag, 50):.2f} p99 {np.percentile(lag, 99):.2f} ms; "
           f"prefix hit {a['prefix_cache_hit_rate']:.3f} (built for {want:.3f})")  # fmt: skip
     assert abs(a["prefix_cache_hit_rate"] - want) <= 0.02
+
+
+def test_the_models_own_tokenizer_file_gives_vllms_count(plain, tmp_path):
+    """`--tokenizer` with the model's tokenizer.json (for servers with no /tokenize; here
+    used instead of vLLM's): prompts built with it are exactly what vLLM counts."""
+    s, _ = run(tmp_path, plain, "-n", "6", "-c", "2", "--prompt-tokens", "1k", "--max-tokens",
+               "4", "--tokenizer", MODEL, "--mix", "code=1,chat=1", name="tokfile")  # fmt: skip
+    pt = s["arms"]["default"]["prompt_tokens"]
+    print(pt)
+    assert pt["exact_share"] == 1.0 and pt["min"] == pt["max"] == 1000

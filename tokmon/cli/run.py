@@ -320,8 +320,18 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     )
     given = cfg.trace is not None and all(e.prompt is not None for e in cfg.trace.entries)
     scripted = cfg.conversations is not None and bool(cfg.conversations.scripts)
+    local = None
+    if getattr(args, "tokenizer", None):
+        from tokmon.engine.calibrate import CalibrationError, local_tokenizer
+
+        if args.approx_prompt_tokens:
+            raise UsageError("--tokenizer and --approx-prompt-tokens exclude each other")
+        try:
+            local = local_tokenizer(args.tokenizer)
+        except CalibrationError as e:
+            raise UsageError(str(e)) from None
     if not (cfg.prompts or given or scripted or args.approx_prompt_tokens):
-        cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg))
+        cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg, local))
     # What each server runs on, the way to it and what it lets anyone do: written down
     # before measuring (the method), in the recording and the summary.
     envs = {}
@@ -382,7 +392,7 @@ def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:
         raise UsageError(str(e)) from None
 
 
-def measure_prompts(cfg: RunConfig) -> PromptShape | None:
+def measure_prompts(cfg: RunConfig, local: Any = None) -> PromptShape | None:
     """How to build prompts of an exact token count, measured on the first arm whose
     server is up (the others are held to it in the summary: requested vs. actual per
     arm). Where it cannot be measured, one line says why and prompts stay word-sized."""
@@ -394,7 +404,7 @@ def measure_prompts(cfg: RunConfig) -> PromptShape | None:
     if arm is None:
         return None
     try:
-        return calibrate(cfg, arm, tuple(k for k, _ in cfg.mix))
+        return calibrate(cfg, arm, tuple(k for k, _ in cfg.mix), local)
     except (CalibrationError, httpx.HTTPError) as e:
         say(f"prompt tokens: not measured on {arm.url} ({e}); about one word a token", err=True)
         return None

@@ -76,6 +76,33 @@ def tokenizer(
     return None
 
 
+def local_tokenizer(path: str) -> Callable[[str], int]:
+    """A token counter from a Hugging Face ``tokenizer.json`` (or a folder holding one),
+    through the ``tokenizers`` package (no deep-learning stack needed): for servers with
+    no tokenizer endpoint. Raises CalibrationError with one line."""
+    from pathlib import Path
+
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise CalibrationError(
+            "--tokenizer needs the tokenizers package: pip install 'tokmon-live[tokenizer]'"
+        ) from None
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    try:
+        tok = Tokenizer.from_file(str(p))
+    except Exception as e:  # the library raises plain Exceptions for a bad file
+        why = "no such file" if not p.exists() else str(e).splitlines()[0][:120]
+        raise CalibrationError(f"--tokenizer: cannot read {p}: {why}") from None
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    return count
+
+
 def _count(obj: Any) -> int | None:
     if not isinstance(obj, dict):
         return None
@@ -112,12 +139,19 @@ def prompt_tokens(client: httpx.Client, cfg: RunConfig, arm: Arm, prompt: Prompt
     return n
 
 
-def calibrate(cfg: RunConfig, arm: Arm, kinds: tuple[str, ...]) -> PromptShape:
-    """The prompt shape for ``arm``'s server (raises CalibrationError with the reason)."""
+def calibrate(
+    cfg: RunConfig,
+    arm: Arm,
+    kinds: tuple[str, ...],
+    local: Callable[[str], int] | None = None,
+) -> PromptShape:
+    """The prompt shape for ``arm``'s server (raises CalibrationError with the reason);
+    ``local``: a tokenizer of the model's own (``--tokenizer``), used instead of the
+    server's endpoint."""
     rng = np.random.default_rng(12345)
     hdr = request_headers(cfg, arm)
     with httpx.Client(timeout=60.0, verify=not cfg.insecure, trust_env=False) as client:
-        count = tokenizer(client, arm, hdr)
+        count = local if local is not None else tokenizer(client, arm, hdr)
         units = unit_words(count) if count is not None else ()
         exact = len(units) >= 8
         words = units if exact else WORDS
@@ -146,6 +180,6 @@ def calibrate(cfg: RunConfig, arm: Arm, kinds: tuple[str, ...]) -> PromptShape:
     return PromptShape(
         units=units if exact else (),
         overhead=tuple(overhead),
-        source="tokenize" if exact else "usage",
+        source=("tokenizer file" if local is not None else "tokenize") if exact else "usage",
         per_word=pw_all,
     )

@@ -273,7 +273,7 @@ class PromptShape:
     template, the request's unique head and the kind's opening sentence), as the server
     counts it in ``usage.prompt_tokens``. ``per_word`` is 1 when the words were checked
     with the server's tokenizer; otherwise it is the mean measured, and lengths are near,
-    not exact. ``source`` says which ("tokenize" or "usage")."""
+    not exact. ``source`` says which ("tokenize", "tokenizer file" or "usage")."""
 
     units: tuple[str, ...]
     overhead: tuple[tuple[str, int], ...]
