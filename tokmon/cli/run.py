@@ -228,6 +228,10 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
         )
     auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
+    if getattr(args, "ray", None) and any(a.serve for a in arms):
+        raise UsageError(
+            "--ray and arms with serve= exclude each other (a managed server is local)"
+        )
     managed = start_managed(args, arms, {**auth, **headers}) if any(a.serve for a in arms) else None
     if managed is not None:
         arms = [dataclasses.replace(a, url=managed.url) if a.serve else a for a in arms]
@@ -272,6 +276,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         idle_s=dur("--idle-timeout", args.idle_timeout, False) or 60.0,
         total_s=dur("--total-timeout", args.total_timeout, False) or 900.0,
     )
+    ray_opts = ray_options(args)
     alternate = dur("--alternate", args.alternate, allow_zero=False) if args.alternate else None
     budget = args.requests  # (a trace is sent once: -n cuts it to its first N requests)
     if trace is not None:
@@ -317,7 +322,17 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         else min(args.workers, budget, conc if mode == "concurrency" else args.workers),
         continuous_usage=args.continuous_usage,
         shown_headers=shown,
+        ray=getattr(args, "ray", None),
+        ray_options=ray_opts,
+        ray_on_loss=getattr(args, "ray_on_loss", "continue"),
     )
+    if cfg.ray is not None:
+        from tokmon.sources.ray_workers import RayUnavailable, connect
+
+        try:
+            connect(cfg.ray, cfg.workers)
+        except RayUnavailable as e:
+            raise UsageError(str(e)) from None
     given = cfg.trace is not None and all(e.prompt is not None for e in cfg.trace.entries)
     scripted = cfg.conversations is not None and bool(cfg.conversations.scripts)
     local = None
@@ -353,6 +368,31 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "model": resolved[0].model,
     }
     return cfg, info
+
+
+def ray_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--ray-resources``: the options of each worker actor (checked here: one line)."""
+    if not getattr(args, "ray", None):
+        if getattr(args, "ray_resources", None):
+            raise UsageError("--ray-resources needs --ray")
+        return {}
+    from tokmon.sources.ray_workers import RayUnavailable, import_ray
+
+    try:
+        import_ray()
+    except RayUnavailable as e:
+        raise UsageError(str(e)) from None
+    raw = getattr(args, "ray_resources", None)
+    if not raw:
+        return {}
+    try:
+        opts = json.loads(raw)
+    except ValueError as e:
+        raise UsageError(f"--ray-resources is not valid JSON: {e}") from None
+    allowed = {"num_cpus", "num_gpus", "memory", "resources", "scheduling_strategy"}
+    if not isinstance(opts, dict) or not set(opts) <= allowed:
+        raise UsageError(f"--ray-resources: a JSON object of {', '.join(sorted(allowed))}")
+    return opts
 
 
 def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:

@@ -223,6 +223,7 @@ class Engine:
         self.level_evt = asyncio.Event()
         self.trace_go = asyncio.Event()  # the parent's StartTrace came (or there is no parent)
         self.trace_t0 = 0
+        self.in_process_start = True  # without a command pipe, start a trace at once
         self.t_start = 0
         self.loop_lag_ms = 0.0
         self.lags: list[float] = []
@@ -568,9 +569,12 @@ class Engine:
     async def run(self, cmd: Connection | None = None) -> None:
         loop = asyncio.get_running_loop()
         self.t_start = perf_counter_ns()
-        if cmd is None:  # in-process (tests, benchmarks): the trace starts now
-            self.trace_t0 = self.t_start
-            self.trace_go.set()
+        if cmd is None:
+            if self.in_process_start:  # (tests, benchmarks): the trace starts now
+                self.trace_t0 = self.t_start
+                self.trace_go.set()
+            elif self.mode == "trace":
+                self.flush()  # "up" (a Ray actor: its parent starts the trace)
         else:
 
             def _read() -> None:

@@ -61,6 +61,11 @@ class RunConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     insecure: bool = False
     workers: int = 1
+    # engine workers as Ray actors (--ray ADDRESS|local): the address, the actors' options
+    # (resources, placement), and what a lost worker does ("continue" or "stop")
+    ray: str | None = None
+    ray_options: dict[str, Any] = field(default_factory=dict)
+    ray_on_loss: str = "continue"
     continuous_usage: bool = False
     drain_s: float = 30.0
     flush_s: float = 0.1

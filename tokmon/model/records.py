@@ -148,6 +148,7 @@ class EngineFailure:
 
     worker: int
     why: str
+    lost: bool = False  # a Ray worker lost (its node or process gone), not a bug
 
 
 @dataclass(frozen=True, slots=True)

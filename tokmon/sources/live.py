@@ -123,6 +123,7 @@ class LiveSession:
         self.stopping = False
         self.finished_workers: set[int] = set()
         self.engine_errors: list[str] = []  # why an engine process died, one line each
+        self.workers_lost: dict[int, str] = {}  # Ray workers lost while the run went on
         self.on_finished: Any = None  # called with the summary when the run has ended
         self.final: dict[str, Any] | None = None  # that summary, computed once
         self._statuses: dict[int, EngineStatus] = {}  # the engines' latest, not yet folded
@@ -162,7 +163,9 @@ class LiveSession:
                 self.t_start,
             )
         n = max(1, self.cfg.workers)
-        for i in range(n):
+        if self.cfg.ray is not None:
+            self._start_ray(n)
+        for i in range(0 if self.cfg.ray is not None else n):
             out_r, out_w = ctx.Pipe(duplex=False)
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             p = ctx.Process(
@@ -200,6 +203,24 @@ class LiveSession:
                     st.arm, st.ready_s, st.model, f"{st.arm}'s server ready in {st.ready_s:.1f} s"
                 )
             threading.Thread(target=self._watch_servers, name="tokmon-servers", daemon=True).start()
+
+    def _start_ray(self, n: int) -> None:
+        """The engines as Ray actors (``sources/ray_workers.py``), each behind the same
+        two pipes as a local engine process."""
+        from multiprocessing import Pipe
+
+        from tokmon.sources.ray_workers import RayWorker, import_ray
+
+        ray = import_ray()
+        opts = {"scheduling_strategy": "SPREAD", "num_cpus": 1} | dict(self.cfg.ray_options)
+        for i in range(n):
+            out_r, out_w = Pipe(duplex=False)
+            cmd_r, cmd_w = Pipe(duplex=False)
+            w = RayWorker(ray, self.cfg, i, n, out_w, cmd_r,
+                          lambda k, m, d: self._event(k, m, d), opts)  # fmt: skip
+            self.procs.append(w)
+            self.out_conns.append(out_r)
+            self.cmd_conns.append(cmd_w)
 
     def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
         self._feed(Sample(t - self.t_start, src, _plain(values)))
@@ -463,6 +484,10 @@ class LiveSession:
             self.managed.close()
         if self.prom is not None:
             self.prom.close()
+        if self.cfg.ray is not None:
+            from tokmon.sources.ray_workers import shutdown
+
+            shutdown()
 
     # ------------------------------------------------------------------ commands
     def _send(self, cmd: Command) -> None:
@@ -587,6 +612,8 @@ class LiveSession:
         out = list(self.engine_errors)
         for i, p in enumerate(self.procs):
             code = p.exitcode
+            if i in self.workers_lost:
+                continue  # (an event; its requests in flight are counted as cancelled)
             if code not in (0, None) and not any(m.startswith(f"engine {i} ") for m in out):
                 out.append(f"engine {i} failed: exit code {code}")
         return out
@@ -640,7 +667,12 @@ class LiveSession:
                 if isinstance(msg, EngineFailure):
                     conns.remove(c)
                     self.finished_workers.add(msg.worker)
-                    self._engine_died(msg.worker, msg.why)
+                    if msg.lost and self.cfg.ray_on_loss == "continue":
+                        # the rest go on; its in-flight requests came as cancelled
+                        self.workers_lost[msg.worker] = msg.why
+                        self._event("error", f"engine {msg.worker}: {msg.why}; the run goes on")
+                    else:
+                        self._engine_died(msg.worker, msg.why)
                     continue
                 self._ingest(msg)
                 if msg.status.done:
