@@ -2,6 +2,8 @@
 by the worker's clock offset, its durations untouched; a lost worker's requests in
 flight ended as cancelled (no Ray needed)."""
 
+from dataclasses import replace
+
 from tokmon.model.records import EngineBatch, EngineStatus, Event, RequestRecord
 from tokmon.sources.ray_workers import lost_records, shift_batch
 
@@ -25,3 +27,39 @@ def test_a_lost_workers_requests_in_flight_end_as_cancelled():
     assert [(r.rid, r.arm, r.outcome, r.error, r.t_sched, r.t_end, r.kind, r.segment, r.worker)
             for r in got] == [(5, "b", "cancelled", "worker lost", 500, 10_000, "chat", 0, 1),
                               (7, "a", "cancelled", "worker lost", 1_500, 10_000, "code", 1, 1)]  # fmt: skip
+
+
+def test_each_load_generator_shows_its_host_streams_lag_and_cpu():
+    """Two engine processes: the dashboard's comparison panel gives one line per worker —
+    its host, streams in flight, send lag and CPU — from the statuses the engines send."""
+    import socket
+
+    from rich.text import Text
+
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.sim.process import SimProcess
+    from tokmon.sim.server import SimConfig
+    from tokmon.sources.live import LiveSession
+    from tokmon.ui.app import DashboardApp, _worker_line, fit_blocks
+
+    with SimProcess(SimConfig(schedule=(20.0, 5.0, 1), seed=3)) as sim:
+        cfg = RunConfig(arms=(Arm("a", url=sim.url, model="sim-27b"),), concurrency=4,
+                        requests=40, workers=2)  # fmt: skip
+        s = LiveSession(cfg, target=sim.url, model="sim-27b")
+        s.start()
+        assert s.wait(60)
+        snap = s.snapshot()
+        s.close()
+    assert [w.worker for w in snap.workers] == [0, 1]
+    assert all(w.host == socket.gethostname() and w.cpu_pct >= 0 for w in snap.workers)
+    shown = fit_blocks(DashboardApp(s)._compare_blocks(snap), 100).plain
+    assert f"worker 0 {socket.gethostname()[:16]} · 0 in flight · lag " in shown
+    assert "worker 1 " in shown and "CPU " in shown
+    # a load generator at its limit is loud
+    hot = _worker_line(replace(snap.workers[0], send_lag_ms=80.0, cpu_pct=97.0))
+    assert isinstance(hot, Text)
+    assert {hot.plain[sp.start : sp.end] for sp in hot.spans if "reverse" in str(sp.style)} == {
+        "lag 80.0 ms",
+        "CPU 97%",
+    }

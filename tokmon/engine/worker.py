@@ -13,6 +13,7 @@ import json
 import os
 import random
 import signal
+import socket
 import time
 from dataclasses import replace
 from multiprocessing.connection import Connection
@@ -224,6 +225,8 @@ class Engine:
         self.trace_go = asyncio.Event()  # the parent's StartTrace came (or there is no parent)
         self.trace_t0 = 0
         self.in_process_start = True  # without a command pipe, start a trace at once
+        self.host = socket.gethostname()
+        self._cpu_at = (time.process_time(), time.monotonic())
         self.t_start = 0
         self.loop_lag_ms = 0.0
         self.lags: list[float] = []
@@ -522,6 +525,10 @@ class Engine:
     def _status(self, done: bool = False) -> EngineStatus:
         lags = self.lags
         lag = float(np.median(lags)) if lags else 0.0
+        # its own CPU (an overloaded load generator must never pass for a slow server)
+        cpu, wall = time.process_time(), time.monotonic()
+        cpu_pct = 100 * (cpu - self._cpu_at[0]) / max(1e-6, wall - self._cpu_at[1])
+        self._cpu_at = (cpu, wall)
         return EngineStatus(
             t=perf_counter_ns(),
             in_flight=len(self.in_flight),
@@ -534,6 +541,8 @@ class Engine:
             send_lag_ms=lag,
             done=done,
             worker=self.worker,
+            host=self.host,
+            cpu_pct=round(max(0.0, cpu_pct), 1),
         )
 
     def flush(self, done: bool = False) -> None:

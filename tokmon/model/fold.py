@@ -932,6 +932,7 @@ class Fold:
             down={a: (now - t) / 1e9 for a, t in self.down_since.items()},
             trends=dict(self.alerts.trends),
             ladder=self._ladder_view(now) if self.steps else None,
+            workers=tuple(self.statuses[w] for w in sorted(self.statuses)),
             restarting=None
             if self.restarting is None
             else RestartView(

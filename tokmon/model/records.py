@@ -113,6 +113,8 @@ class EngineStatus:
     send_lag_ms: float  # p50 of the batch
     done: bool = False
     worker: int = 0
+    host: str = ""  # where the engine runs (Ray workers: each on its node)
+    cpu_pct: float = 0.0  # the engine process's CPU since its last status (100: one core)
 
 
 # --------------------------------------------------------------------------- the engine's pipes

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from tokmon.model.alerts import Trend
 from tokmon.model.history import Point
-from tokmon.model.records import Event
+from tokmon.model.records import EngineStatus, Event
 from tokmon.model.stats import WindowStats
 from tokmon.model.views import (
     ArmCost,
@@ -64,6 +64,7 @@ class Snapshot:
     price: Price | None = None  # what the costs are based on (--gpu-hour-price)
     ladder: LadderView | None = None  # current step, progress and the steps so far
     restarting: RestartView | None = None  # a managed server restarting (arms take turns)
+    workers: tuple[EngineStatus, ...] = ()  # each engine's latest status, by worker
 
 
 class Source(Protocol):

@@ -369,6 +369,8 @@ def _status(obj: dict[str, Any]) -> EngineStatus:
         send_lag_ms=n("send_lag_ms"),
         done=bool(obj.get("done")),
         worker=int(n("worker")),
+        host=str(obj.get("host", "")),
+        cpu_pct=n("cpu_pct"),
     )
 
 

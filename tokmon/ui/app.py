@@ -23,6 +23,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label
 
 from tokmon.model.history import Point, merge
+from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.model.summary import fmt_ms
 from tokmon.model.workload import load_text
@@ -782,6 +783,8 @@ class DashboardApp(App[None]):
                         t.append(f", diverge ~char {r['first_divergence_median']:.0f}", style="dim")
                     lines.append(t)
             out.append(Block(tuple(lines), fold=2, name="outputs"))
+        if len(s.workers) > 1:
+            out.append(Block(tuple(_worker_line(w) for w in s.workers), fold=3, name="workers"))
         return out
 
     def _events_text(self, s: Snapshot, room: int = 6) -> Text:
@@ -793,6 +796,18 @@ class DashboardApp(App[None]):
             style = "bold" if ev.kind in ("arm", "alert", "restart") else ""
             t.append(clean_text(ev.message, keep_newlines=False) + "\n", style=style)
         return t
+
+
+def _worker_line(w: EngineStatus) -> Text:
+    """One load generator: where it runs, its streams, its send lag and CPU — loud when
+    it is the limit (lag over 50 ms, CPU over 90% of a core), so that an overloaded
+    client is never read as a slow server."""
+    t = Text(f"worker {w.worker} {clean_text(w.host, False)[:16]} · {w.in_flight} in flight · ")
+    hot = "bold reverse"
+    t.append(f"lag {w.send_lag_ms:.1f} ms", style=hot if w.send_lag_ms > 50 else "")
+    t.append(" · ")
+    t.append(f"CPU {w.cpu_pct:.0f}%", style=hot if w.cpu_pct > 90 else "")
+    return t
 
 
 @dataclass(frozen=True)
