@@ -424,14 +424,23 @@ class Engine:
                 # The rate changed: re-plan from now rather than from an old gap.
                 next_t = perf_counter_ns()
                 continue
-            if not self._take_budget():
+            if not await self._send_capped(sem, next_t):
                 break
-            await sem.acquire()  # the cap: waiting here shows as send lag, never a drop
-            if self.stopping:
-                sem.release()
-                break
-            t = self._spawn(self.one(next_t))
-            t.add_done_callback(lambda _t: sem.release())
+
+    async def _send_capped(
+        self, sem: asyncio.Semaphore, t_sched: int, given: tuple[Prompt, int] | None = None
+    ) -> bool:
+        """An open-loop request scheduled at ``t_sched``, under the cap on streams in
+        flight (waiting here shows as send lag, never a drop); False: the run is over."""
+        if not self._take_budget():
+            return False
+        await sem.acquire()
+        if self.stopping:
+            sem.release()
+            return False
+        t = self._spawn(self.one(t_sched, given=given))
+        t.add_done_callback(lambda _t: sem.release())
+        return True
 
     def _spare(self, next_t: int) -> None:
         """Before an open-loop send with time to spare: a connection ready for it."""
@@ -462,14 +471,8 @@ class Engine:
                 p0 = perf_counter_ns()
                 await self.resume_evt.wait()
                 shift += perf_counter_ns() - p0
-            if not self._take_budget():
+            if not await self._send_capped(sem, next_t, given):
                 break
-            await sem.acquire()  # the cap: waiting here shows as send lag, never a drop
-            if self.stopping:
-                sem.release()
-                break
-            t = self._spawn(self.one(next_t, given=given))
-            t.add_done_callback(lambda _t: sem.release())
 
     # ------------------------------------------------------------------ control
     def on_command(self, cmd: Command) -> None:

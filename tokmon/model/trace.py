@@ -11,7 +11,6 @@ in production share it here and the server's prefix cache sees what it saw there
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from tokmon.model.workload import (
     PromptShape,
     WorkloadError,
     compose,
+    json_objects,
     kind_lead,
     prefix_text,
 )
@@ -95,16 +95,7 @@ def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) ->
     entries: list[TraceEntry] = []
     with f:
         try:
-            for ln, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"--trace: {path} line {ln}"
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    raise WorkloadError(f"{where} is not JSON") from None
-                if not isinstance(obj, dict):
-                    raise WorkloadError(f"{where} is not a JSON object")
+            for where, obj in json_objects(f, f"--trace: {path}"):
                 for key in ("timestamp", "input_length", "output_length"):
                     if key not in obj:
                         raise WorkloadError(f"{where} has no {key!r}")

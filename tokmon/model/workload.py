@@ -405,15 +405,7 @@ def load_prompt_file(path: str) -> list[Prompt]:
                         prompts.append(Prompt(kind="chat", text=v, approx_tokens=len(v.split())))
                     break
     else:
-        for ln, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise WorkloadError(f"--prompts: {path} line {ln} is not JSON") from None
-            if not isinstance(obj, dict):
-                raise WorkloadError(f"--prompts: {path} line {ln} is not a JSON object")
+        for where, obj in json_objects(raw.splitlines(), f"--prompts: {path}"):
             # a conversation is chat; a bare prompt without a kind gets none (it used to be
             # called "chat", which read as the endpoint on a completions run)
             kind = str(obj.get("kind") or ("chat" if "messages" in obj else ""))
@@ -429,12 +421,26 @@ def load_prompt_file(path: str) -> list[Prompt]:
                 t = str(obj["prompt"])
                 prompts.append(Prompt(kind=kind, text=t, approx_tokens=len(t.split())))
             else:
-                raise WorkloadError(
-                    f"--prompts: {path} line {ln} has neither 'prompt' nor 'messages'"
-                )
+                raise WorkloadError(f"{where} has neither 'prompt' nor 'messages'")
     if not prompts:
         raise WorkloadError(f"--prompts: {path} holds no prompts")
     return prompts
+
+
+def json_objects(lines: Any, where: str) -> Any:
+    """The JSON objects of a JSON Lines file, each with the words that name its line in
+    an error (``{where} line N``); a line that is not one object is one clear message."""
+    for ln, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        at = f"{where} line {ln}"
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise WorkloadError(f"{at} is not JSON") from None
+        if not isinstance(obj, dict):
+            raise WorkloadError(f"{at} is not a JSON object")
+        yield at, obj
 
 
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -504,16 +510,7 @@ def load_conversations(path: str) -> tuple[Script, ...]:
                 raise WorkloadError(f"{where} has no 'conversations' list")
             out.append(_script(_messages(conv, where, "from", "value"), "chat", where))
     else:
-        for ln, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"--conversations: {path} line {ln}"
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise WorkloadError(f"{where} is not JSON") from None
-            if not isinstance(obj, dict):
-                raise WorkloadError(f"{where} is not a JSON object")
+        for where, obj in json_objects(raw.splitlines(), f"--conversations: {path}"):
             kind = str(obj.get("kind") or "chat")
             if "messages" in obj:
                 msgs = _messages(obj["messages"], where, "role", "content")
