@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, median, server_tokens, table, tree_cpu  # noqa: E402
@@ -146,15 +147,23 @@ class ClientFailed(Exception):
     pass
 
 
-def measure(cmd: list[str], url: str, secs: float, warm: float) -> tuple[float, float]:
+def measure(
+    cmd: list[str], url: str, secs: float, warm: float, extra_cpu: Any = None
+) -> tuple[float, float]:
+    """CPU seconds per million tokens of the client's process tree (plus ``extra_cpu()``:
+    processes outside it, e.g. a Ray actor), and the server's tokens/s."""
+
+    def cpu(pid: int) -> float:
+        return tree_cpu(pid) + (extra_cpu() if extra_cpu is not None else 0.0)
+
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     with tempfile.TemporaryFile() as err:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
             time.sleep(warm)
-            tok0, cpu0, t0 = server_tokens(url), tree_cpu(p.pid), time.monotonic()
+            tok0, cpu0, t0 = server_tokens(url), cpu(p.pid), time.monotonic()
             time.sleep(secs)
-            tok1, cpu1, t1 = server_tokens(url), tree_cpu(p.pid), time.monotonic()
+            tok1, cpu1, t1 = server_tokens(url), cpu(p.pid), time.monotonic()
         finally:
             try:
                 p.wait(timeout=secs + 60)

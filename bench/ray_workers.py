@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 import psutil  # noqa: E402
-from _common import machine, median, server_tokens, table, tree_cpu  # noqa: E402
+from _common import machine, median, table  # noqa: E402
+from client_capacity import measure  # noqa: E402
 
 from tokmon.sim.process import SimProcess  # noqa: E402
 from tokmon.sim.server import SimConfig  # noqa: E402
@@ -42,24 +43,6 @@ def actor_cpu() -> float:
                 t = p.cpu_times()
                 total += t.user + t.system
     return total
-
-
-def measure(cmd: list[str], url: str, secs: float, warm: float, ray: bool) -> tuple[float, float]:
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(warm)
-        cpu = lambda: tree_cpu(p.pid) + (actor_cpu() if ray else 0.0)  # noqa: E731
-        tok0, cpu0, t0 = server_tokens(url), cpu(), time.monotonic()
-        time.sleep(secs)
-        tok1, cpu1, t1 = server_tokens(url), cpu(), time.monotonic()
-    finally:
-        try:
-            p.wait(timeout=secs + 120)
-        except subprocess.TimeoutExpired:
-            p.terminate()
-            p.wait(timeout=30)
-    tok = tok1 - tok0
-    return (cpu1 - cpu0) / tok * 1e6, tok / (t1 - t0)
 
 
 def main() -> None:
@@ -96,7 +79,9 @@ def main() -> None:
                            "256", "--prompt-tokens", "16", "--workers", "1", "--duration",
                            f"{a.seconds + a.warmup + 2:g}s", "--status-interval", "1h",
                            *(["--ray", f"127.0.0.1:{port}"] if ray else [])]  # fmt: skip
-                    got[name].append(measure(cmd, sim.url, a.seconds, a.warmup, ray))
+                    got[name].append(
+                        measure(cmd, sim.url, a.seconds, a.warmup, actor_cpu if ray else None)
+                    )
     finally:
         os.killpg(head.pid, signal.SIGTERM)  # (stops what it started, nothing else)
         head.wait(60)

@@ -706,14 +706,17 @@ class Pool:
             raise
         return c, t0, perf_counter_ns()
 
-    async def spare(self, target: Target) -> None:
-        """Open one connection ahead, left idle, where none is idle: an open-loop sender's
-        next request then leaves without a connect on its way (on a loaded 2-core machine
-        a loopback connect took up to 18 ms, all of it send lag). A spare that cannot be
-        opened is left to the request itself to fail, counted."""
+    def wants_spare(self, target: Target) -> bool:
+        """No idle connection to ``target`` and none being opened: ``spare`` would open one."""
         key = target.key
-        if key in self._opening or any(not c.closed for c in self.idle.get(key, ())):
-            return
+        return key not in self._opening and not any(not c.closed for c in self.idle.get(key, ()))
+
+    async def spare(self, target: Target) -> None:
+        """Open one connection ahead, left idle (call where ``wants_spare``): an open-loop
+        sender's next request then leaves without a connect on its way (on a loaded 2-core
+        machine a loopback connect took up to 18 ms, all of it send lag). A spare that
+        cannot be opened is left to the request itself to fail, counted."""
+        key = target.key
         self._opening.add(key)
         c = Connection(asyncio.get_running_loop(), key)
         try:

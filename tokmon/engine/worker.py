@@ -174,7 +174,17 @@ def request_headers(cfg: RunConfig, arm: Arm) -> dict[str, str]:
 
 
 class Engine:
-    def __init__(self, cfg: RunConfig, worker: int, nworkers: int, out: Connection | None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        worker: int,
+        nworkers: int,
+        out: Connection | None,
+        start_trace: bool = True,
+    ) -> None:
+        """``start_trace``: without a command pipe, start a trace at once (tests,
+        benchmarks); False: wait for the parent's ``StartTrace`` all the same (a Ray
+        actor's commands come through its methods)."""
         self.cfg = cfg
         self.worker = worker
         self.nworkers = nworkers
@@ -197,12 +207,11 @@ class Engine:
         self.mix_kinds = [k for k, _ in cfg.mix]
         self.mix_w = np.array([w for _, w in cfg.mix], dtype=float)
         self.mode = cfg.mode
+        # this worker's share of the load (a trace's speed is not shared out)
         self.level = (
             float(split_share(cfg.concurrency, worker, nworkers))
             if cfg.mode == "concurrency"
-            else cfg.trace.speed
-            if cfg.trace is not None
-            else cfg.rate / nworkers
+            else cfg.level / (1 if cfg.mode == "trace" else nworkers)
         )
         self.budget = split_share(cfg.requests, worker, nworkers) if cfg.requests else None
         self.warmup_left = split_share(cfg.warmup_requests, worker, nworkers)
@@ -224,7 +233,7 @@ class Engine:
         self.level_evt = asyncio.Event()
         self.trace_go = asyncio.Event()  # the parent's StartTrace came (or there is no parent)
         self.trace_t0 = 0
-        self.in_process_start = True  # without a command pipe, start a trace at once
+        self.start_trace = start_trace
         self.host = socket.gethostname()
         self._cpu_at = (time.process_time(), time.monotonic())
         self.t_start = 0
@@ -443,9 +452,11 @@ class Engine:
         return True
 
     def _spare(self, next_t: int) -> None:
-        """Before an open-loop send with time to spare: a connection ready for it."""
-        if next_t - perf_counter_ns() > SPIN_NS:
-            self._spawn(self.pool.spare(self.targets[self.arm]))
+        """Before an open-loop send with time to spare: a connection ready for it (a task
+        only where none is idle)."""
+        target = self.targets[self.arm]
+        if next_t - perf_counter_ns() > SPIN_NS and self.pool.wants_spare(target):
+            self._spawn(self.pool.spare(target))
 
     async def replay_trace(self) -> None:
         """Every request of the trace at its own time (this worker's share: every
@@ -498,9 +509,7 @@ class Engine:
             else:
                 self.resume_evt.set()
         elif isinstance(cmd, SetLevel):
-            if self.mode == "trace":
-                pass  # the trace sets the load
-            elif self.mode == "concurrency":
+            if self.mode == "concurrency":
                 self.level = float(split_share(int(cmd.level), self.worker, self.nworkers))
                 self._ensure_slots()
             else:
@@ -582,7 +591,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         self.t_start = perf_counter_ns()
         if cmd is None:
-            if self.in_process_start:  # (tests, benchmarks): the trace starts now
+            if self.start_trace:  # (tests, benchmarks): the trace starts now
                 self.trace_t0 = self.t_start
                 self.trace_go.set()
             elif self.mode == "trace":

@@ -76,22 +76,22 @@ class RunConfig:
     # value is redacted in every output
     shown_headers: tuple[str, ...] = ()
 
+    @property
+    def level(self) -> float:
+        """The whole run's load: streams, requests/s, or a trace's speed."""
+        if self.mode == "concurrency":
+            return float(self.concurrency)
+        return self.trace.speed if self.trace is not None else self.rate
+
     def redacted(self) -> dict[str, Any]:
         """The settings as a plain dict, with every secret removed (for recordings)."""
-        trace, self_ = self.trace, self
-        if trace is not None or (self.conversations and self.conversations.scripts):
-            # (a trace or a file of conversations is data, not a setting: named, not copied)
-            conv = self.conversations
-            self_ = replace(
-                self,
-                trace=None,
-                conversations=None if conv is None else replace(conv, scripts=()),
-            )
-        d = asdict(self_)
-        if trace is not None:
-            d["trace"] = trace.describe()
-        if self.conversations and self.conversations.scripts:
-            d["conversations"]["scripts"] = f"<{len(self.conversations.scripts)} conversations>"
+        # (a trace or a file of conversations is data, not a setting: named, not copied)
+        conv = self.conversations
+        d = asdict(replace(self, trace=None, conversations=conv and replace(conv, scripts=())))
+        if self.trace is not None:
+            d["trace"] = self.trace.describe()
+        if conv is not None and conv.scripts:
+            d["conversations"]["scripts"] = f"<{len(conv.scripts)} conversations>"
         d["api_key"] = "<set>" if self.api_key else None
         d["prompts"] = f"<{len(self.prompts)} prompts>" if self.prompts else None
         shown = self.shown_headers

@@ -19,13 +19,13 @@ import numpy as np
 
 from tokmon.model.workload import (
     HEAD_WORDS,
-    WORDS,
     Prompt,
     PromptShape,
     WorkloadError,
     compose,
+    filler_count,
+    filler_words,
     json_objects,
-    kind_lead,
     prefix_text,
 )
 
@@ -149,24 +149,16 @@ def trace_prompt(
     if e.prompt is not None:
         return e.prompt
     kind = e.kind or "chat"
-    words = shape.units if shape is not None and shape.units else WORDS
+    words = filler_words(shape)
     rng = np.random.default_rng((seed, index))
-    fixed = shape.cost(kind) if shape is not None else None
-    if fixed is None:
-        n_fill = max(0, e.input_tokens - (len(kind_lead(kind).split()) + HEAD_WORDS + 1))
-    else:
-        n_fill = max(0, round((e.input_tokens - fixed) / shape.per_word))  # type: ignore[union-attr]
-    parts = [block_words(h, block, words) for h in e.hash_ids]
-    text = " ".join(parts)
-    have = len(parts) * block
+    n_fill, got = filler_count(kind, e.input_tokens, shape)
     if e.hash_ids:
         head = block_words(e.hash_ids[0] + (1 << 39), HEAD_WORDS, words)
+        blocks = " ".join(block_words(h, block, words) for h in e.hash_ids).split(" ")
     else:
         head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
-    if have >= n_fill:
-        filler = " ".join(text.split(" ")[:n_fill]) if n_fill else ""
-    else:
-        extra = " ".join(words[i] for i in rng.integers(0, len(words), n_fill - have))
-        filler = f"{text} {extra}" if text else extra
-    got = e.input_tokens if fixed is None else max(e.input_tokens, fixed)
+        blocks = []
+    # the blocks' words, cut to the length, or made up to it with words of its own
+    own = rng.integers(0, len(words), max(0, n_fill - len(blocks)))
+    filler = " ".join([*blocks[:n_fill], *(words[i] for i in own)])
     return dataclasses.replace(compose(kind, head, filler), approx_tokens=got, asked=e.input_tokens)

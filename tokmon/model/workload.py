@@ -336,7 +336,7 @@ class Script:
 
 def followup_message(n: int, rng: np.random.Generator, shape: PromptShape | None) -> str:
     """A user's next message: about ``n`` tokens (one a word where the shape says so)."""
-    words = shape.units if shape is not None and shape.units else WORDS
+    words = filler_words(shape)
     body = " ".join(words[i] for i in rng.integers(0, len(words), max(1, n - 3)))
     return f"And then: {body}"
 
@@ -363,19 +363,32 @@ def synthetic_prompt(
     exactly ``tokens`` prompt tokens as the server counts them (where the fixed part alone
     is longer, that many); without one, about ``tokens`` (one common English word ≈ one
     token)."""
-    words = shape.units if shape is not None and shape.units else WORDS
+    words = filler_words(shape)
     head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
     prefix = prefix_text(shared.pick(rng), shared.words, words) if shared else ""
-    fixed = shape.cost(kind) if shape is not None else None
-    if fixed is None:
-        n_fixed = len(kind_lead(kind).split()) + HEAD_WORDS + 1
-        n_fill = max(0, tokens - n_fixed - (shared.words if shared else 0))
-    else:
-        n_fill = max(0, round((tokens - fixed) / shape.per_word))  # type: ignore[union-attr]
+    n_fill, got = filler_count(kind, tokens, shape, shared.words if shared else 0)
     idx = rng.integers(0, len(words), n_fill)
     p = compose(kind, head, " ".join(words[i] for i in idx), prefix)
-    got = tokens if fixed is None else max(tokens, fixed)
     return dataclasses.replace(p, approx_tokens=got, asked=tokens)
+
+
+def filler_words(shape: PromptShape | None) -> tuple[str, ...]:
+    """The words prompts are made of: one token each on the server where it was measured."""
+    return shape.units if shape is not None and shape.units else WORDS
+
+
+def filler_count(
+    kind: str, tokens: int, shape: PromptShape | None, shared: int = 0
+) -> tuple[int, int]:
+    """How many filler words make a prompt of ``kind`` ``tokens`` long (``compose``'s
+    layout), and the length it will then have: exact with a measured shape (never shorter
+    than the kind's fixed part), else about one word a token (``shared``: words of a
+    shared prefix, counted in it)."""
+    fixed = shape.cost(kind) if shape is not None else None
+    if shape is None or fixed is None:
+        n_fixed = len(kind_lead(kind).split()) + HEAD_WORDS + 1
+        return max(0, tokens - n_fixed - shared), tokens
+    return max(0, round((tokens - fixed) / shape.per_word)), max(tokens, fixed)
 
 
 def load_prompt_file(path: str) -> list[Prompt]:

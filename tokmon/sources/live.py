@@ -88,13 +88,7 @@ class LiveSession:
                 slo=self.slo,
                 assign=cfg.assign,
                 mode=cfg.mode,
-                level=float(
-                    cfg.concurrency
-                    if cfg.mode == "concurrency"
-                    else cfg.trace.speed
-                    if cfg.trace is not None
-                    else cfg.rate
-                ),
+                level=cfg.level,
                 warmup=cfg.warmup_requests > 0 or cfg.warmup_s > 0,
                 kind_weights=mix_weights(cfg.redacted()),
                 gpu_hour_price=gpu_hour_price,
@@ -216,8 +210,7 @@ class LiveSession:
         for i in range(n):
             out_r, out_w = Pipe(duplex=False)
             cmd_r, cmd_w = Pipe(duplex=False)
-            w = RayWorker(ray, self.cfg, i, n, out_w, cmd_r,
-                          lambda k, m, d: self._event(k, m, d), opts)  # fmt: skip
+            w = RayWorker(ray, self.cfg, i, n, out_w, cmd_r, self._event, opts)
             self.procs.append(w)
             self.out_conns.append(out_r)
             self.cmd_conns.append(cmd_w)

@@ -88,8 +88,7 @@ class EngineActor:
         self.host = socket.gethostname()
         self.ready = threading.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.engine = Engine(cfg, worker, nworkers, None)
-        self.engine.in_process_start = False  # the parent starts a trace (StartTrace)
+        self.engine = Engine(cfg, worker, nworkers, None, start_trace=False)
         self.failure: str | None = None
         self.thread = threading.Thread(target=self._run, name="tokmon-engine", daemon=True)
         self.thread.start()
@@ -266,10 +265,9 @@ class RayWorker:
             except Exception as e:
                 self._lost(f"lost: {type(e).__name__}", flight)
                 return
+            # (``flight`` was read after these batches: none of theirs is in it)
             for b in batches:
                 self.out.send(shift_batch(b, self.offset.ns))
-                done_rids = {r.rid for r in b.records}
-                flight = {k: v for k, v in flight.items() if k not in done_rids}
                 if b.status.done:
                     self.exitcode = 0
                     self._stop.set()

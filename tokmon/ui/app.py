@@ -605,7 +605,7 @@ class DashboardApp(App[None]):
             t.append(
                 f" · SERVER DOWN ({clean_text(arm, False)}) {_hms(secs)}", style="bold reverse"
             )
-        if s.send_lag_ms > 50:
+        if s.send_lag_ms > LAG_HOT_MS:
             t.append(f" · client lag {s.send_lag_ms:.0f} ms", style="bold reverse")
         return t
 
@@ -798,13 +798,16 @@ class DashboardApp(App[None]):
         return t
 
 
+LAG_HOT_MS = 50  # a client this late against its schedule is the limit, not the server
+
+
 def _worker_line(w: EngineStatus) -> Text:
     """One load generator: where it runs, its streams, its send lag and CPU — loud when
     it is the limit (lag over 50 ms, CPU over 90% of a core), so that an overloaded
     client is never read as a slow server."""
     t = Text(f"worker {w.worker} {clean_text(w.host, False)[:16]} · {w.in_flight} in flight · ")
     hot = "bold reverse"
-    t.append(f"lag {w.send_lag_ms:.1f} ms", style=hot if w.send_lag_ms > 50 else "")
+    t.append(f"lag {w.send_lag_ms:.1f} ms", style=hot if w.send_lag_ms > LAG_HOT_MS else "")
     t.append(" · ")
     t.append(f"CPU {w.cpu_pct:.0f}%", style=hot if w.cpu_pct > 90 else "")
     return t
