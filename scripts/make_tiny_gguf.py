@@ -34,9 +34,12 @@ def main(src: str, out: str) -> None:
     if os.path.exists(out):
         print(f"model already there: {out}")
         return
-    cfg = json.load(open(os.path.join(src, "config.json")))
-    tj = json.load(open(os.path.join(src, "tokenizer.json")))
-    template = open(os.path.join(src, "chat_template.jinja")).read()
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        tj = json.load(f)
+    with open(os.path.join(src, "chat_template.jinja")) as f:
+        template = f.read()
     vocab: dict[str, int] = tj["model"]["vocab"]
     for t in tj.get("added_tokens", []):
         vocab[t["content"]] = t["id"]

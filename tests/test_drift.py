@@ -25,10 +25,11 @@ def test_step_flagged_soon_after_it_and_placed_near_it(cv, drop):
         assert len(cps) == 1, [(c.t, c.t_found) for c in cps]
         hits.append(cps[0])
     delays = [c.t_found - 300 for c in hits]
-    assert min(delays) >= 0 and np.median(delays) <= 30  # never before it; measured: 2–14 s
+    # never before it; measured: 3–6 s at 5% noise, 13–48 s (median 24) at 15%
+    assert min(delays) >= 0 and np.median(delays) <= 30
     where = [abs(c.t - 300) for c in hits]
-    # measured (bench/alerts.py): median 0–1 s; a few of the noisiest land 10–13 s off
-    assert np.median(where) <= 2 and np.percentile(where, 80) <= 5 and max(where) <= 15
+    # measured: median 0–1 s; at 15% noise, found later, one in five lands 8–20 s off
+    assert np.median(where) <= 2 and np.percentile(where, 80) <= 10 and max(where) <= 25
     # (the new level from the few seconds seen at the alarm: as noisy as they are)
     assert all(c.change_pct == pytest.approx(-100 * drop, abs=max(8, 60 * cv)) for c in hits)
 
@@ -155,9 +156,9 @@ def test_a_short_run_reports_no_drift_figure(tmp_path):
 def test_a_slow_wander_is_read_as_noise_not_as_steps():
     """A server whose speed wanders slowly (a busy host: ±5% over half a minute, under 2.5%
     per-second jitter) without any step. Scaled by the per-second noise alone, the CUSUM
-    takes each wander for a step; with the noise read at 5-20 s scales as well
-    (``long_run_noise``) it raises several times fewer. Measured: 99 against 12 alarms in
-    10 hours; on vLLM's own noise (bench/alerts.py) 1,239 against 5 a day."""
+    takes each wander for a step; with the long-run noise (``long_run_noise``: the
+    persistence and the 5-20 s block spreads) it raises many times fewer. Measured: 82
+    against 2 alarms in 10 hours."""
     import tokmon.model.changepoint as cpm
 
     def wander(rng, n, phi=0.97, sd=0.05):
@@ -187,3 +188,31 @@ def test_a_slow_wander_is_read_as_noise_not_as_steps():
 
     ours, per_second = alarms(StepDetector), alarms(PerSecond)
     assert per_second >= 3 * ours and per_second >= 50, (ours, per_second)
+
+
+def test_a_wandering_server_is_quiet_while_its_noise_is_learned(monkeypatch):
+    """The first minutes of a regime: the reference is short, and a slow wander looks
+    like independent noise over a few seconds of it. vLLM on a busy CPU swings ±40% for
+    a minute at a time; read off the block spreads alone, ten-minute flat runs of such
+    noise raised several alarms each. With the persistence (an AR(1) fitted robustly,
+    raised by what a short reference cannot show) one at most. Measured: 1 against 90 in
+    60 ten-minute runs."""
+    import tokmon.model.changepoint as cpm
+
+    def wander(rng, n, phi=0.9, sd=0.15):
+        w = np.zeros(n)
+        e = rng.normal(0, sd * np.sqrt(1 - phi**2), n)
+        for i in range(1, n):
+            w[i] = phi * w[i - 1] + e[i]
+        return 200 * np.exp(w + rng.normal(0, 0.03, n))
+
+    rng = np.random.default_rng(6)
+    runs = [wander(rng, 600) for _ in range(60)]
+
+    def alarms():
+        return sum(len(run(x)) for x in runs)
+
+    ours = alarms()
+    monkeypatch.setattr(cpm, "persistence", lambda x: 0.0)
+    blocks_only = alarms()
+    assert ours <= 1 and blocks_only >= 50, (ours, blocks_only)
