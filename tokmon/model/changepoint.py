@@ -36,7 +36,7 @@ RHO_MAX = 0.95  # persistence at most (the noise of a sum at most 4.4× the per-
 # a short reference knows little: the persistence read from n seconds is raised by
 # RHO_PAD/√n (a slow wander looks independent over a few seconds of it), and the dead
 # zone widened by REF_Z/√n of the noise (the reference median is off by about 1/√n)
-RHO_PAD = 3.0
+RHO_PAD = 4.5
 REF_Z = 2.0
 HOLD = 0.5  # of H: a CUSUM this far on holds the reference (see add)
 
