@@ -18,7 +18,9 @@ placement measured over ``--trials`` trials.
 
 The series are kept in ``bench/data/noise.npz`` (a few kilobytes) so that a change to the
 detector is judged on the same noise in seconds; ``--record``/``--vllm`` measure them again
-(a machine's noise is its own: record on a quiet host, and say which).
+(a machine's noise is its own: record on a quiet host, and say which). The store also
+keeps an earlier vLLM recording made while the host was busier ("host busy"): a worst
+case that ``--vllm`` leaves in place.
 """
 
 from __future__ import annotations

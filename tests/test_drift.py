@@ -153,6 +153,16 @@ def test_a_short_run_reports_no_drift_figure(tmp_path):
     assert "too short to tell" in part and "%/h  [" not in part
 
 
+def wander(rng, n, level, phi, sd, jitter):
+    """A flat server whose speed wanders: an AR(1) of persistence phi and spread sd on the
+    log scale, plus independent per-second jitter."""
+    w = np.zeros(n)
+    e = rng.normal(0, sd * np.sqrt(1 - phi**2), n)
+    for i in range(1, n):
+        w[i] = phi * w[i - 1] + e[i]
+    return level * np.exp(w + rng.normal(0, jitter, n))
+
+
 def test_a_slow_wander_is_read_as_noise_not_as_steps():
     """A server whose speed wanders slowly (a busy host: ±5% over half a minute, under 2.5%
     per-second jitter) without any step. Scaled by the per-second noise alone, the CUSUM
@@ -160,13 +170,6 @@ def test_a_slow_wander_is_read_as_noise_not_as_steps():
     persistence and the 5-20 s block spreads) it raises many times fewer. Measured: 82
     against 2 alarms in 10 hours."""
     import tokmon.model.changepoint as cpm
-
-    def wander(rng, n, phi=0.97, sd=0.05):
-        w = np.zeros(n)
-        e = rng.normal(0, sd * np.sqrt(1 - phi**2), n)
-        for i in range(1, n):
-            w[i] = phi * w[i - 1] + e[i]
-        return 40 * np.exp(w + rng.normal(0, 0.025, n))
 
     class PerSecond(StepDetector):
         def _ref_level(self):
@@ -177,7 +180,7 @@ def test_a_slow_wander_is_read_as_noise_not_as_steps():
             return lv[0], max(cpm.noise(r), self.floor)
 
     rng = np.random.default_rng(5)
-    series = [wander(rng, 3600) for _ in range(10)]
+    series = [wander(rng, 3600, level=40, phi=0.97, sd=0.05, jitter=0.025) for _ in range(10)]
 
     def alarms(cls):
         total = 0
@@ -199,15 +202,8 @@ def test_a_wandering_server_is_quiet_while_its_noise_is_learned(monkeypatch):
     60 ten-minute runs."""
     import tokmon.model.changepoint as cpm
 
-    def wander(rng, n, phi=0.9, sd=0.15):
-        w = np.zeros(n)
-        e = rng.normal(0, sd * np.sqrt(1 - phi**2), n)
-        for i in range(1, n):
-            w[i] = phi * w[i - 1] + e[i]
-        return 200 * np.exp(w + rng.normal(0, 0.03, n))
-
     rng = np.random.default_rng(6)
-    runs = [wander(rng, 600) for _ in range(60)]
+    runs = [wander(rng, 600, level=200, phi=0.9, sd=0.15, jitter=0.03) for _ in range(60)]
 
     def alarms():
         return sum(len(run(x)) for x in runs)
