@@ -477,43 +477,15 @@ def test_spec_acceptance_equals_the_counters(spec, tmp_path):
     assert sum(r.spec_accepted_tokens for r in rec.records) == d["accepted_tokens"]
 
 
-def decode_speeds(urls: dict[str, str], rounds: int, prompt: str, n: int) -> dict[str, float]:
-    """The test's own measure: one plain streaming loop, the servers taken in turn (so
-    that both see the same moment of a shared machine), median tokens/s after the first
-    token, with the token count from each stream's usage."""
-    speeds: dict[str, list[float]] = {k: [] for k in urls}
-    with httpx.Client(timeout=120) as c:
-        for _ in range(rounds):
-            for arm, url in urls.items():
-                body = {
-                    "model": "tiny",
-                    "messages": [{"role": "user", "content": prompt}],
-                    "max_tokens": n,
-                    "temperature": 0,
-                    "ignore_eos": True,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                }
-                first = last = None
-                tokens = 0
-                with c.stream("POST", url + "/v1/chat/completions", json=body) as r:
-                    for line in r.iter_lines():
-                        if not line.startswith("data: {"):
-                            continue
-                        d = json.loads(line[6:])
-                        if d.get("usage"):
-                            tokens = d["usage"]["completion_tokens"]
-                        if d.get("choices") and d["choices"][0]["delta"].get("content"):
-                            last = time.perf_counter()
-                            first = first or last
-                assert first is not None and last > first and tokens == n
-                speeds[arm].append((tokens - 1) / (last - first))
-    return {k: statistics.median(v) for k, v in speeds.items()}
-
-
 def test_ab_speedup_is_the_one_the_servers_have(plain, spec, tmp_path):
-    """tokmon's A/B ratio against the test's own streaming loop, both interleaving arms."""
-    before = decode_speeds({"plain": plain, "spec": spec}, 6, LOOPING, 64)
+    """tokmon's A/B speed-up against the servers' own figures for the very same requests.
+
+    The truth is each server's mean TPOT (its request_time_per_output_token histogram)
+    between scrapes taken just before and after tokmon's run: a client loop before and
+    after the run measures other moments of a shared machine: it once saw ×2.02–2.12
+    around a run that tokmon measured at ×1.76 [1.64, 1.98]."""
+    urls = {"plain": plain, "spec": spec}
+    m0 = {arm: metrics(u) for arm, u in urls.items()}
     s, rec = run(
         tmp_path,
         plain,
@@ -535,14 +507,25 @@ def test_ab_speedup_is_the_one_the_servers_have(plain, spec, tmp_path):
         "--prompts",
         str(_prompts(tmp_path, LOOPING)),
     )
-    after = decode_speeds({"plain": plain, "spec": spec}, 6, LOOPING, 64)
-    truths = [before["spec"] / before["plain"], after["spec"] / after["plain"]]
+    m1 = {arm: metrics(u) for arm, u in urls.items()}
+    k = "vllm:request_time_per_output_token_seconds_count"
+    # the run's 12 requests per arm and nothing else reached each server
+    assert {arm: m1[arm][k] - m0[arm].get(k, 0) for arm in urls} == {"plain": 12, "spec": 12}
+    srv = {arm: server_mean_ms(m0[arm], m1[arm], "request_time_per_output_token") for arm in urls}
+    arms = s["arms"]
+    assert arms["plain"]["requests"]["ok"] == 12 and arms["spec"]["requests"]["ok"] == 12
+    ours = {arm: arms[arm]["tpot_ms"]["mean"] for arm in urls}
+    truth = srv["plain"] / srv["spec"]
     got = s["comparison"]["decode_tokens_per_s"]
-    print(f"speed-up: tokmon ×{got['ratio']:.3f} {got['ci95']}, own loop ×{truths}")
-    assert s["arms"]["plain"]["requests"]["ok"] == 12 and s["arms"]["spec"]["requests"]["ok"] == 12
-    # within 10% of the loop's speed-up before or after the run, or between them: the
-    # shared machine's speed moves between the three (once ×2.10 against a mean of ×1.90)
-    assert min(truths) * 0.9 <= got["ratio"] <= max(truths) * 1.1
+    print(f"speed-up: tokmon ×{got['ratio']:.3f} {got['ci95']}, servers ×{truth:.3f}; "
+          f"TPOT means tokmon {ours}, servers {srv}")  # fmt: skip
+    assert truth > 1.3  # the n-gram drafts hit on a looping model: there is a speed-up to find
+    # each arm's mean TPOT is its server's for the same requests (as with one server, above)
+    for arm in urls:
+        assert ours[arm] == pytest.approx(srv[arm], rel=0.05)
+    # tokmon's figure is a ratio of medians of decode speed, the servers' one of mean TPOTs:
+    # the same requests, so within 10% of each other
+    assert truth * 0.9 <= got["ratio"] <= truth * 1.1
 
 
 def test_vllm_environment_as_the_server_reports_it(plain, spec):
