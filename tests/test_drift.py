@@ -129,7 +129,7 @@ def test_a_ladders_step_boundaries_are_not_change_points():
 
 def test_a_short_run_reports_no_drift_figure(tmp_path):
     """A 20-second run cannot bound a drift of a few %/h: the report says so, and gives no
-    figure (it once printed ±100 %/h)."""
+    figure (it once printed ±100 %/h); its change points are "not watched", not "none"."""
     from tokmon.model.records import RequestRecord
     from tokmon.recording.reader import read_recording
     from tokmon.recording.writer import Recorder
@@ -151,6 +151,9 @@ def test_a_short_run_reports_no_drift_figure(tmp_path):
     text = render(read_recording(str(tmp_path / "r.jsonl")), "text")
     part = text.split("Drift per regime")[1].split("Alerts raised")[0]
     assert "too short to tell" in part and "%/h  [" not in part
+    # nor does it call the change points "none": the detector never looked
+    steps = text.split("Change points")[1].split("Jitter")[0]
+    assert "not watched" in steps and "lasted 21 s" in steps and "none" not in steps
 
 
 def wander(rng, n, level, phi, sd, jitter):

@@ -200,6 +200,8 @@ WATCHED = {
     "ttft_p95": ("TTFT p95", 10, 50),
 }
 RAMP_S = 5.0  # a regime's first seconds are the load settling, not the server
+# the first moment a regime's detector may speak: settled, a reference, a tested span
+SPEAKS_AFTER_S = RAMP_S + MIN_REF + GUARD_S
 LAG_S = 1.0  # a second is complete once the clock is this far past it (batches in flight)
 
 

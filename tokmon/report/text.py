@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold
 from tokmon.model.summary import fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
@@ -131,6 +132,12 @@ def drifts(
     return out
 
 
+def longest_regime_s(starts: list[float], end_s: float) -> float:
+    """The longest stretch the run held one setting (a regime starts at each change)."""
+    bounds = [*starts, max(end_s, starts[-1])]
+    return max(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+
 def change_points(fold: Fold) -> dict[str, list[dict[str, Any]]]:
     """The step changes the run's own detector found (as live: the same fold)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -219,6 +226,7 @@ def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, A
         "segments": segments(rec),
         "drift": drifts(rec, fold.regimes, fold.settings.drift_alert_pct_h),
         "change_points": change_points(fold),
+        "longest_regime_s": longest_regime_s(fold.regimes, summary["duration_s"]),
         "jitter": jitter(rec),
         "errors": errors_by_class(rec),
         "environment": environment_block(rec),
@@ -387,7 +395,12 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         *fence,
     ]
     cps = [(arm, c) for arm, cs in data["change_points"].items() for c in cs]
-    if not cps:
+    if not cps and data["longest_regime_s"] < SPEAKS_AFTER_S:
+        out.append(
+            f"not watched: the detector speaks {SPEAKS_AFTER_S:.0f} s into a regime, and the "
+            f"longest here lasted {data['longest_regime_s']:.0f} s"
+        )
+    elif not cps:
         out.append("none")
     for arm, c in cps:
         out.append(
