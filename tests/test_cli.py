@@ -244,3 +244,44 @@ def test_a_bad_theme_is_refused_before_the_run():
     r = tokmon("run", "--url", "http://127.0.0.1:9/v1", "--theme", "nope")
     assert r.returncode == 2 and "unknown theme 'nope'" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_headless_run_prints_its_alert_when_it_is_raised(tmp_path):
+    """The issue's new user: ``tokmon run -c 4 --headless`` against a server that decodes
+    a third slower from 45 s. The alert is a line on stderr while the run goes on (it was
+    only in --summary-json), the closing summary lists it, and --alerts-exit gives 3."""
+    from tokmon.sim.faults import Faults
+
+    with SimProcess(SimConfig(seed=1, faults=Faults(step=50.0, step_at=45.0))) as s:
+        e = dict(os.environ)
+        e.pop("OPENAI_API_KEY", None)
+        e.pop("TOKMON_API_KEY", None)
+        args = ["run", "--url", s.url, "-c", "4", "--duration", "80s", "--headless"]
+        proc = subprocess.Popen(
+            [PY, "-m", "tokmon", *args, "--alerts-exit", "--no-gpu"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=e,
+        )
+        assert proc.stderr is not None and proc.stdout is not None
+        alerts = []  # (line, when it arrived)
+        for line in proc.stderr:
+            if " ALERT " in line:
+                alerts.append((line, time.monotonic()))
+        out = proc.stdout.read()
+        code = proc.wait(60)
+        ended = time.monotonic()
+    assert code == 3, out
+    assert alerts, out
+    line, came = alerts[0]
+    assert "change point: tokens/s of default" in line and "(-3" in line, line
+    assert not any("TTFT" in a for a, _ in alerts)  # TTFT's level did not move
+    found = float(line.split("found at ")[1].split(" s")[0])
+    assert 40 <= found <= 75, (
+        line
+    )  # the step is at 45 s of the simulator (the run began ~1 s later)
+    # live: it came while the run still had ~20 s to go, not with the closing summary
+    assert ended - came > 8, (ended - came, line)
+    assert "alerts raised: " in out and "change point: tokens/s" in out

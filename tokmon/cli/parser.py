@@ -270,7 +270,8 @@ def build_parser() -> Parser:
         metavar="NAME=V,...",
         help="injected faults, a share of requests each: http_500, http_429, "
         "stream_error, drop, malformed, overlong, stall (with stall_s=SECONDS); and "
-        "drift=%%/h, kv_creep=%%/h, slowdown=%% (e.g. http_500=0.01,stall=0.02)",
+        "drift=%%/h, kv_creep=%%/h, slowdown=%%, step=%% from step_at=SECONDS (decoding "
+        "that much slower from then: try the alerts) (e.g. http_500=0.01,stall=0.02)",
     )
     sim.add_argument(
         "--schedule",

@@ -21,6 +21,8 @@ from tokmon.textsafe import add_secret, dumps, say, write_text
 
 if TYPE_CHECKING:
     from tokmon.model.config import RunConfig
+    from tokmon.model.records import Event
+    from tokmon.model.snapshot import Snapshot
     from tokmon.model.trace import Trace
     from tokmon.model.workload import PromptShape
 
@@ -892,7 +894,41 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
 def _summary_text(summary: dict[str, Any]) -> str:
     from tokmon.model.summary import summary_table
 
-    return summary_table(summary)
+    lines = [summary_table(summary)]
+    alerts = summary.get("alerts") or []
+    if alerts:  # what an on-call reader needs first, not only in --summary-json
+        lines.append(f"alerts raised: {len(alerts)}")
+        lines += [f"{a.get('t_s', 0):8.1f} s  {a.get('message', '')}" for a in alerts]
+    return "\n".join(lines)
+
+
+class EventLines:
+    """The run's event log as lines, each once: headless, the terminal is the event log.
+
+    A snapshot holds the latest events (a window that slides), so each call gives those
+    after the last one given."""
+
+    def __init__(self) -> None:
+        self.last: Event | None = None
+
+    def new(self, s: Snapshot) -> list[str]:
+        evs = s.events
+        start = 0
+        if self.last is not None:
+            for i in range(len(evs) - 1, -1, -1):
+                if evs[i] is self.last or evs[i] == self.last:
+                    start = i + 1
+                    break
+            else:  # the window slid past it: what is later than it
+                start = next((i for i, e in enumerate(evs) if e.t > self.last.t), len(evs))
+        fresh = evs[start:]
+        if fresh:
+            self.last = fresh[-1]
+        t0 = s.t - int(s.elapsed_s * 1e9)
+        return [
+            f"[{(e.t - t0) / 1e9:7.1f}s] {'ALERT ' if e.kind == 'alert' else ''}{e.message}"
+            for e in fresh
+        ]
 
 
 def run_headless(session: Any, every: float) -> bool:
@@ -917,20 +953,36 @@ def run_headless(session: Any, every: float) -> bool:
     old_int = signal.signal(signal.SIGINT, on_sigint)
     old_term = signal.signal(signal.SIGTERM, on_sigterm)
     last_t = None
+    events = EventLines()
+
+    def log_events() -> None:
+        s = session.snapshot()
+        for line in events.new(s) if s is not None else ():
+            say(line, err=True, flush=True)
+
     try:
         next_print = time.monotonic() + every
+        next_events = time.monotonic() + EVENTS_EVERY_S
         while not session.wait(0.2):
-            if time.monotonic() >= next_print:
-                next_print = max(next_print + every, time.monotonic())
+            now = time.monotonic()
+            if now >= next_events:  # an alert shows within a second of being raised
+                next_events = now + EVENTS_EVERY_S
+                log_events()
+            if now >= next_print:
+                next_print = max(next_print + every, now)
                 s = session.snapshot()
                 # a starved process may wake twice before a new snapshot: no repeat
                 if s is not None and s.t != last_t:
                     last_t = s.t
                     say(status_line(s), err=True, flush=True)
+        log_events()  # those of the run's last moments
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
     return interrupted["n"] > 0
+
+
+EVENTS_EVERY_S = 1.0
 
 
 def status_line(s: Any) -> str:
