@@ -34,6 +34,20 @@ def test_step_flagged_soon_after_it_and_placed_near_it(cv, drop):
     assert all(c.change_pct == pytest.approx(-100 * drop, abs=max(8, 60 * cv)) for c in hits)
 
 
+def test_a_step_in_a_quiet_stepped_series_is_placed_where_it_is():
+    """Tokens/s of 4 streams in lock-step on the simulator (recorded, seconds 25–60): 164
+    a second with 2–7% dips where prefills land, then a third slower from 43 s. The series
+    is so quiet that its noise is the floor; a split that weighed each dip as much as the
+    step placed it at 37 s."""
+    seen = [164, 164, 160, 164, 164, 152, 164, 164, 164, 164, 164, 160, 156, 160, 164, 164,
+            164, 112, 106, 102, 112, 108, 108, 108, 112, 108, 108, 108, 100, 112, 108, 108,
+            108, 112, 108]  # fmt: skip
+    x = [164.0] * 26 + seen  # the seconds before: the flat level (the series starts at 0)
+    cps = run(x, "tok_s")
+    assert [c.t for c in cps] == [43.0]
+    assert cps[0].change_pct == pytest.approx(-34, abs=1)
+
+
 def test_flat_noise_raises_no_alarm():
     rng = np.random.default_rng(2)
     alarms = sum(len(run(40 * rng.lognormal(0, 0.10, 3600))) for _ in range(40))
