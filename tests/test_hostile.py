@@ -518,13 +518,16 @@ async def test_ctrl_c_in_the_dashboard_drains_then_stops():
     assert app.interrupted == 2
 
 
-def test_headless_status_never_repeats_a_snapshot(capsys):
+def test_headless_status_never_repeats_a_snapshot(capsys, monkeypatch):
     from tokmon.cli import run as cli
+    from tokmon.model.records import Event
 
     class Snap:
         t = 1
         elapsed_s, arm, ok, failed, in_flight = 1.0, "a", 1, 0, 1
         window, warming_up, down, restarting = None, False, {}, None
+        # (the same event in every snapshot: the event log gives it once too)
+        events = (Event(t=1, kind="alert", message="change point: x"),)
 
     class Starved:
         def __init__(self) -> None:
@@ -541,9 +544,10 @@ def test_headless_status_never_repeats_a_snapshot(capsys):
         def command(self, *a: Any) -> None:
             pass
 
+    monkeypatch.setattr(cli, "EVENTS_EVERY_S", 0.001)
     cli.run_headless(Starved(), 0.001)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(lines) == 1, lines
+    assert len(lines) == 2 and sum("ALERT change point: x" in ln for ln in lines) == 1, lines
 
 
 # ----------------------------------------------------------------------------- the rule
