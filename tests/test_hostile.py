@@ -526,6 +526,7 @@ def test_headless_status_never_repeats_a_snapshot(capsys, monkeypatch):
         t = 1
         elapsed_s, arm, ok, failed, in_flight = 1.0, "a", 1, 0, 1
         window, warming_up, down, restarting = None, False, {}, None
+        t_start = 1 - 10**9
         # (the same event in every snapshot: the event log gives it once too)
         events = (Event(t=1, kind="alert", message="change point: x"),)
 

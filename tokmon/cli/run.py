@@ -892,13 +892,12 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
 
 
 def _summary_text(summary: dict[str, Any]) -> str:
-    from tokmon.model.summary import summary_table
+    from tokmon.model.summary import alert_lines, summary_table
 
     lines = [summary_table(summary)]
     alerts = summary.get("alerts") or []
     if alerts:  # what an on-call reader needs first, not only in --summary-json
-        lines.append(f"alerts raised: {len(alerts)}")
-        lines += [f"{a.get('t_s', 0):8.1f} s  {a.get('message', '')}" for a in alerts]
+        lines += [f"alerts raised: {len(alerts)}", *alert_lines(alerts)]
     return "\n".join(lines)
 
 
@@ -916,7 +915,7 @@ class EventLines:
         start = 0
         if self.last is not None:
             for i in range(len(evs) - 1, -1, -1):
-                if evs[i] is self.last or evs[i] == self.last:
+                if evs[i] == self.last:
                     start = i + 1
                     break
             else:  # the window slid past it: what is later than it
@@ -924,9 +923,8 @@ class EventLines:
         fresh = evs[start:]
         if fresh:
             self.last = fresh[-1]
-        t0 = s.t - int(s.elapsed_s * 1e9)
         return [
-            f"[{(e.t - t0) / 1e9:7.1f}s] {'ALERT ' if e.kind == 'alert' else ''}{e.message}"
+            f"[{(e.t - s.t_start) / 1e9:7.1f}s] {'ALERT ' if e.kind == 'alert' else ''}{e.message}"
             for e in fresh
         ]
 

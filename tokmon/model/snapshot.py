@@ -66,6 +66,11 @@ class Snapshot:
     restarting: RestartView | None = None  # a managed server restarting (arms take turns)
     workers: tuple[EngineStatus, ...] = ()  # each engine's latest status, by worker
 
+    @property
+    def t_start(self) -> int:
+        """When the run began, on the clock of ``t`` and of the events."""
+        return self.t - int(self.elapsed_s * 1e9)
+
 
 class Source(Protocol):
     """What the dashboard draws from: a live session, a recording replay, or a fake."""

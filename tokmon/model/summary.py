@@ -295,6 +295,11 @@ def fmt_ms(v: float | None) -> str:
     return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
 
 
+def alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
+    """The alerts of a summary, one line each: when, then what."""
+    return [f"{a.get('t_s', 0):>8.1f} s  {a.get('message', '')}" for a in alerts]
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary (stdout of a headless run)."""
     rows = [

@@ -15,7 +15,7 @@ import numpy as np
 
 from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold
-from tokmon.model.summary import fmt_ms, summary_table
+from tokmon.model.summary import alert_lines, fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import drift
 from tokmon.model.workload import describe_load
@@ -386,8 +386,7 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
     alerts = data["summary"].get("alerts") or []
     if not alerts:
         out.append("none")
-    for a in alerts:
-        out.append(f"{a.get('t_s', 0):>8.1f} s  {a.get('message', '')}")
+    out += alert_lines(alerts)
     out += [
         *fence,
         "",

@@ -790,9 +790,8 @@ class DashboardApp(App[None]):
     def _events_text(self, s: Snapshot, room: int = 6) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("events\n", style="bold")
-        t0 = s.t - int(s.elapsed_s * 1e9)
         for ev in list(s.events)[-room:]:
-            t.append(f"{_hms((ev.t - t0) / 1e9):>8} ", style="dim")
+            t.append(f"{_hms((ev.t - s.t_start) / 1e9):>8} ", style="dim")
             style = "bold" if ev.kind in ("arm", "alert", "restart") else ""
             t.append(clean_text(ev.message, keep_newlines=False) + "\n", style=style)
         return t
