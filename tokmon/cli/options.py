@@ -115,6 +115,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--seed',), 'seed for the workload (and request seed)', type=number(0, 4294967295, integer=True), group='requests'),
     Option(('--extra-body',), 'JSON object merged into every request body', group='requests'),
     Option(('--header',), 'extra request header (repeatable); its value is redacted in every output unless named with --show-header', action="append", metavar='K:V', group='requests'),
+    Option(('--show-arg',), 'an option of a serve= command whose value may be written although its name looks secret (repeatable, e.g. --show-arg max-num-batched-tokens)', action="append", metavar='NAME', group='arms', config=False),
     Option(('--show-header',), 'a --header whose value may appear in recordings and reports (repeatable)', action="append", metavar='NAME', group='requests', config=False),
     Option(('--continuous-usage',), 'ask for per-chunk usage (vLLM, SGLang): exact tokens per chunk', action="store_true", group='requests'),
     Option(('--stall-threshold',), 'a chunk gap longer than this is a stall', default='1s', group='requests'),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokmon import __version__
 from tokmon.cli.parser import UsageError, api_key
+from tokmon.model.redact import redact_argv, secrets_in
 from tokmon.textsafe import add_secret, dumps, say, write_text
 
 if TYPE_CHECKING:
@@ -203,6 +204,10 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         check_unique(arms)
     except ArmError as e:
         raise UsageError(str(e)) from None
+    shown_args = tuple(str(x) for x in (getattr(args, "show_arg", None) or []))
+    for a in arms:
+        for sec in secrets_in(a.serve, shown_args):
+            add_secret(sec)  # scrubbed from every output, a server's log included
     if not arms:
         arms = [Arm(name="default")]
     for i, a in enumerate(arms):
@@ -324,6 +329,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         else min(args.workers, budget, conc if mode == "concurrency" else args.workers),
         continuous_usage=args.continuous_usage,
         shown_headers=shown,
+        shown_args=shown_args,
         ray=getattr(args, "ray", None),
         ray_options=ray_opts,
         ray_on_loss=getattr(args, "ray_on_loss", "continue"),
@@ -529,6 +535,7 @@ def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, 
         endpoint=args.endpoint,
         gpu_used=gpu_used,
         survey=lambda u: survey(u, headers),
+        shown_args=tuple(str(x) for x in (getattr(args, "show_arg", None) or [])),
     )
     first = arms[0]
     if first.serve:
@@ -758,7 +765,7 @@ def make_recorder(
             gpu_info = pr.info
     header = {
         "tokmon_version": __version__,
-        "command": _redact_argv(sys.argv, cfg.shown_headers),
+        "command": _redact_argv(sys.argv, cfg.shown_headers, cfg.shown_args),
         "settings": cfg.redacted(),
         "slo": {k: v for k, v in vars(slo).items() if v is not None},
         "cost": {
@@ -787,9 +794,12 @@ def make_recorder(
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 
 
-def _redact_argv(argv: list[str], shown: tuple[str, ...] = ()) -> list[str]:
+def _redact_argv(
+    argv: list[str], shown: tuple[str, ...] = (), shown_args: tuple[str, ...] = ()
+) -> list[str]:
     """The command line as it may be written down: URL credentials and the values of
-    headers (``--header K:V``) replaced, unless a header is named by --show-header."""
+    headers (``--header K:V``) replaced, unless a header is named by --show-header, and
+    every secret of a serve= command (``tokmon.model.redact``)."""
     from tokmon.model.config import redact_header
 
     out: list[str] = []
@@ -803,7 +813,7 @@ def _redact_argv(argv: list[str], shown: tuple[str, ...] = ()) -> list[str]:
                 a = f"{prefix}{k}:{redact_header(k.strip(), v, shown)}"
         header_next = a in ("--header", "-H")
         out.append(a)
-    return out
+    return [out[0], *redact_argv(out[1:], shown_args)] if out else out
 
 
 def split_credentials(url: str) -> tuple[str, str | None]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
+
+from tokmon.model.redact import redact_argv, redact_text, short_command
 
 
 class ArmError(ValueError):
@@ -27,6 +30,11 @@ class Arm:
     # a server tokmon starts, warms and stops itself (argv, "{port}" in it): one GPU,
     # one instance, the arms taking turns
     serve: tuple[str, ...] = ()
+
+    def server(self) -> str:
+        """Its server as a header names it: the URL, or the managed command, short and
+        without its secrets."""
+        return f"serve: {short_command(self.serve)}" if self.serve else self.url
 
 
 def serve_argv(name: str, value: Any) -> tuple[str, ...]:
@@ -79,22 +87,45 @@ def _split_top(text: str) -> list[str]:
     return [p for p in (x.strip() for x in parts) if p]
 
 
+NAME_MAX = 32
+_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{NAME_MAX}}}")
+
+
+def check_name(name: str, where: str = "--arm") -> None:
+    """An arm's name becomes a file name (its server's log), a label of /metrics and a
+    column of every report: letters, digits, '-', '_' and '.', at most 32, and not a
+    path ('.', '..')."""
+    if not _NAME.fullmatch(name) or set(name) == {"."}:
+        shown = redact_text(name)[:40].encode("ascii", "backslashreplace").decode()
+        raise ArmError(
+            f"{where}: arm name {shown!r}: use letters, digits, '-', '_' and '.' "
+            f"(at most {NAME_MAX})"
+        )
+
+
+def _shown(text: str) -> str:
+    """An --arm value as an error message may echo it: without its secrets."""
+    return " ".join(redact_argv(text.split(" ")))
+
+
 def parse_arm(text: str) -> Arm:
-    """``NAME:key=value,...`` with keys url, model, endpoint, body (JSON), header (K:V)."""
+    """``NAME:key=value,...`` with keys url, model, endpoint, body (JSON), header (K:V);
+    ``serve=`` takes the rest of the value, commas included (a command line)."""
     name, sep, rest = text.partition(":")
     name = name.strip()
-    if not sep and "=" in name:
-        raise ArmError(f"--arm {text!r}: an arm needs a name, as NAME:key=value,...")
-    if not name:
-        raise ArmError(f"--arm {text!r}: an arm needs a name, as NAME:key=value,...")
-    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ArmError(f"--arm {text!r}: name may hold letters, digits, '-', '_' and '.' only")
+    if not sep or not name:
+        raise ArmError(f"--arm {_shown(text)!r}: an arm needs a name, as NAME:key=value,...")
+    check_name(name)
     kw: dict[str, Any] = {"body": {}, "headers": {}}
+    m = re.search(r"(?:^|,)\s*serve=", rest)
+    if m is not None:
+        kw["serve"] = serve_argv(name, rest[m.end() :])
+        rest = rest[: m.start()]
     for part in _split_top(rest):
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq:
-            raise ArmError(f"--arm {name}: expected key=value, got {part!r}")
+            raise ArmError(f"--arm {name}: expected key=value, got {_shown(part)!r}")
         if key not in ARM_KEYS:
             raise ArmError(f"--arm {name}: unknown key {key!r} (keys: {', '.join(ARM_KEYS)})")
         value = value.strip()
@@ -109,7 +140,7 @@ def parse_arm(text: str) -> Arm:
         elif key == "header":
             hk, colon, hv = value.partition(":")
             if not colon or not hk.strip():
-                raise ArmError(f"--arm {name}: header must be K:V, got {value!r}")
+                raise ArmError(f"--arm {name}: header must be K:V, got {hk.strip()[:40]!r}:…")
             kw["headers"][hk.strip()] = hv.strip()
         elif key == "endpoint":
             if value not in ("chat", "completions"):
@@ -126,6 +157,7 @@ def parse_arm(text: str) -> Arm:
 
 def arm_from_mapping(name: str, obj: dict[str, Any]) -> Arm:
     """An arm from a TOML table ``[arms.NAME]``."""
+    check_name(name, "--config")
     unknown = set(obj) - {"url", "serve", "model", "endpoint", "body", "headers"}
     if unknown:
         raise ArmError(f"arm {name}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tokmon.model.arms import Arm
+from tokmon.model.redact import redact_argv
 from tokmon.model.trace import Trace
 from tokmon.model.workload import Conversations, LengthDist, Prompt, PromptShape, SharedPrefix
 
@@ -75,6 +76,7 @@ class RunConfig:
     # header names whose values may be shown (--show-header); every other custom header's
     # value is redacted in every output
     shown_headers: tuple[str, ...] = ()
+    shown_args: tuple[str, ...] = ()  # serve= options kept although their names look secret
 
     @property
     def level(self) -> float:
@@ -98,6 +100,7 @@ class RunConfig:
         d["headers"] = {k: redact_header(k, v, shown) for k, v in self.headers.items()}
         for a in d["arms"]:
             a["headers"] = {k: redact_header(k, v, shown) for k, v in a["headers"].items()}
+            a["serve"] = redact_argv(a["serve"], self.shown_args)
         d["prompt_tokens"] = str(self.prompt_tokens)
         d["max_tokens"] = str(self.max_tokens)
         return d

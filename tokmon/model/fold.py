@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.active import ArmTokens, active_spans, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.changepoint import WATCHED, ChangePoint, StepWatch
 from tokmon.model.changepoint import H as CUSUM_H
@@ -27,9 +28,10 @@ from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.records import EngineStatus, Event
+from tokmon.model.redact import short_command
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
-from tokmon.model.summary import active_time, alerts_from_events, build_summary, compare
+from tokmon.model.summary import alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
 from tokmon.model.views import (
     ArmCost,
@@ -127,6 +129,11 @@ class FoldSettings:
     # what each server said of itself before the run (its raw answers stay in the
     # header's ``servers``): the summary's environment block
     environment: tuple[ServerEnv, ...] = ()
+    # each arm's server: its URL, or its managed command, short and redacted
+    arm_servers: tuple[tuple[str, str], ...] = ()
+
+    def server_of(self, arm: str) -> str:
+        return dict(self.arm_servers).get(arm) or self.target
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(replace(self, environment=()))
@@ -135,6 +142,7 @@ class FoldSettings:
         d["kind_weights"] = (
             None if self.kind_weights is None else [list(p) for p in self.kind_weights]
         )
+        d["arm_servers"] = [list(p) for p in self.arm_servers]
         return d
 
     @classmethod
@@ -200,7 +208,27 @@ class FoldSettings:
             started_at=_str(f.get("started_at")),
             wall_start=_num(f.get("wall_start")) or 0.0,
             environment=_environment(f.get("environment"), h.get("servers")),
+            arm_servers=_arm_servers(f.get("arm_servers"), h.get("settings")),
         )
+
+
+def _arm_servers(listed: Any, settings: Any) -> tuple[tuple[str, str], ...]:
+    """Each arm's server, as the file says (a file from before: its arms' URLs)."""
+    out: list[tuple[str, str]] = []
+    if isinstance(listed, list):
+        for p in listed:
+            if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p):
+                out.append((p[0], p[1]))
+        return tuple(out)
+    arms = settings.get("arms") if isinstance(settings, dict) else None
+    for a in arms if isinstance(arms, list) else ():
+        if isinstance(a, dict) and isinstance(a.get("name"), str):
+            serve = a.get("serve")
+            if isinstance(serve, list) and serve and all(isinstance(x, str) for x in serve):
+                out.append((a["name"], "serve: " + short_command(serve)))
+            elif isinstance(a.get("url"), str) and a["url"]:
+                out.append((a["name"], a["url"]))
+    return tuple(out)
 
 
 def _environment(listed: Any, servers: Any) -> tuple[ServerEnv, ...]:
@@ -332,6 +360,7 @@ class Fold:
         self.totals = {n: ArmTotals(n) for n in self.arm_names}
         self.window: deque[RequestTable] = deque()
         self.tokens = TokenWindow()
+        self.arm_tokens = ArmTokens()  # the whole run's, counted against each arm's spans
         self.history = History()
         self.events: deque[Event] = deque(maxlen=500)
         self.alert_events: list[Event] = []
@@ -546,6 +575,7 @@ class Fold:
 
     def _tokens(self, t: int, arm: str, n: int) -> None:
         self.tokens.add(t, arm, n)
+        self.arm_tokens.add(t, arm, n)
         if self.t_measure is not None or not self.settings.warmup:
             self.watch.token_bucket(arm, t / 1e9, n)
         for st in reversed(self.steps):
@@ -885,11 +915,10 @@ class Fold:
         # Cost per arm from its whole run so far (tokens over its own active time, power
         # over its own spans), as the summary computes it: a window would price the arm
         # that is not running from the tail of its last turn. "—" before 5 s of it.
-        active = self.active_time(now)
+        own = self.own_time(now)
         for v in arm_views:
-            tot = self.totals.get(v.name)
-            secs = active.get(v.name, 0.0)
-            tps = tot.output_tokens / secs if tot is not None and secs >= 5 else None
+            toks, secs = own.get(v.name, (0.0, 0.0))
+            tps = toks / secs if secs >= 5 else None
             c = cost_figures(
                 tps,
                 gpu_hour_price=s.gpu_hour_price,
@@ -904,7 +933,8 @@ class Fold:
         self.snapshot = Snapshot(
             t=now,
             elapsed_s=now / 1e9,
-            target=s.target,
+            # the server of the arm in force (arms side by side: the run's target)
+            target=s.server_of(self.arm) if s.assign == "switch" else s.target,
             model=s.model,
             arm=self.arm if s.assign == "switch" else s.assign,
             arms=tuple(self.arm_names),
@@ -1036,9 +1066,11 @@ class Fold:
             out["speedup"] = speedup
         return out
 
-    def active_time(self, t: int) -> dict[str, float]:
-        """Seconds each arm was active up to ``t`` (warm-up and idle spans left out)."""
-        return active_time(
+    def own_time(self, t: int) -> dict[str, tuple[float, float]]:
+        """Per arm, up to ``t``: the tokens that arrived in its own spans and their
+        seconds (warm-up, other arms' segments, drains, restarts and pauses left out of
+        both): the whole-run tokens/s of an arm is one over the other."""
+        spans = active_spans(
             [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
             t,
             self.t_measure,
@@ -1047,22 +1079,27 @@ class Fold:
             0,
             [(a, b) for a, b in self.idle],
         )
+        return {a: (self.arm_tokens.within(a, sp), seconds(sp)) for a, sp in spans.items()}
 
     def summary(self, t_end: int) -> dict[str, Any]:
         """The run summary (the ``--summary-json`` object) at ``t_end``."""
         s = self.settings
-        active = self.active_time(t_end)
+        own = self.own_time(t_end)
         out = build_summary(
             started_at=s.started_at,
             duration_s=t_end / 1e9,
             target={"url": s.target, "model": s.model, "endpoint": s.endpoint},
             totals=self.totals,
-            active_s=active,
+            active_s={a: secs for a, (_, secs) in own.items()},
+            active_tokens={a: toks for a, (toks, _) in own.items()},
+            streams=self.level if s.mode == "concurrency" and not self.steps else None,
             alternations=self.alternations,
             server_spec=self.server_spec(),
             slo_good=self.slo.any,
             kind_weights=dict(s.kind_weights) if s.kind_weights else None,
         )
+        for name, a in out["arms"].items():
+            a["server"] = s.server_of(name)
         lad = self.ladder_summary(t_end)
         if lad is not None:
             out["ladder"] = lad

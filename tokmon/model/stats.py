@@ -257,6 +257,9 @@ class ArmTotals:
     tpot: GrowArray = field(default_factory=GrowArray)
     e2e: GrowArray = field(default_factory=GrowArray)
     decode: GrowArray = field(default_factory=GrowArray)
+    # each request's output tokens over its whole time (first token included): what one
+    # stream can deliver at most, the bound of the arm's tokens/s
+    rate: GrowArray = field(default_factory=GrowArray)
     # for the segment bootstrap and drift: segment id and end time of each decode/ttft value
     seg_decode: GrowArray = field(default_factory=GrowArray)
     seg_tpot: GrowArray = field(default_factory=GrowArray)
@@ -361,6 +364,8 @@ class ArmTotals:
         self.tpot_one_token += int((no_tpot & one).sum())
         self.tpot_one_read += int((no_tpot & ~one).sum())
         self.e2e.extend(e2e[~np.isnan(e2e)])
+        m = ~np.isnan(e2e) & (e2e > 0)
+        self.rate.extend(c["output_tokens"][oi][m] / (e2e[m] / 1000.0))
         m = ~np.isnan(dec)
         self.decode.extend(dec[m])
         self.seg_decode.extend(seg[m])
@@ -470,13 +475,24 @@ def ratio_ci_requests(
 
 @dataclass(frozen=True)
 class Ratio:
-    """A ratio of medians other/base with its 95% interval, and how it was taken."""
+    """A ratio of medians other/base with its 95% interval, and how it was taken.
+
+    ``coverage`` is the share of the workload's weight the strata combined hold: 1.0
+    when every stratum of the workload had enough requests in both arms; below 1 the
+    figure is *partial* (its strata renormalised among themselves) and must say so."""
 
     ratio: float
     lo: float
     hi: float
     method: str  # "requests" or "segments"
     strata: int = 1  # strata combined (task kind × ladder step)
+    coverage: float = 1.0
+    # strata left out for want of requests: (stratum id, values in a, values in b)
+    missing: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
 
 
 def ratio_ci_stratified(
@@ -491,6 +507,7 @@ def ratio_ci_stratified(
     seed: int = 12345,
     per_segment_cap: int = 200,
     weights: dict[int, float] | None = None,
+    expected: tuple[int, ...] = (),
 ) -> Ratio | None:
     """The ratio of medians b/a per stratum, combined with the workload's weights.
 
@@ -503,23 +520,34 @@ def ratio_ci_stratified(
     stratum's share of both arms' requests. The interval resamples within each stratum:
     whole segments where both arms have at least two in it (``segments``; this keeps the
     between-segment variation -- drift, warm caches -- in the interval, so a drift that
-    lines up with the arms does not pass for an effect), else requests. Strata with fewer
-    than MIN_SAMPLES values in either arm are left out (and counted out of the weights).
+    lines up with the arms does not pass for an effect), else requests.
+
+    Strata with fewer than MIN_SAMPLES values in either arm cannot be combined; they are
+    never dropped silently: the result names them (``missing``, with ``expected``: strata
+    of the workload no request has reached yet) and ``coverage`` says what share of the
+    workload's weight the figure holds.
     """
-    ids = [
-        sid
-        for sid in np.unique(np.concatenate([a_st, b_st]))
-        if (a_st == sid).sum() >= MIN_SAMPLES and (b_st == sid).sum() >= MIN_SAMPLES
-    ]
+    seen = np.unique(np.concatenate([a_st, b_st])).astype(np.int64).tolist()
+    every = list(dict.fromkeys([*seen, *expected]))
+    n_a = {sid: int((a_st == sid).sum()) for sid in every}
+    n_b = {sid: int((b_st == sid).sum()) for sid in every}
+    ids = [sid for sid in every if n_a[sid] >= MIN_SAMPLES and n_b[sid] >= MIN_SAMPLES]
     if not ids:
         return None
     rng = np.random.default_rng(seed)
     logs = np.zeros(reps)
     point = 0.0
-    counts = {sid: float((a_st == sid).sum() + (b_st == sid).sum()) for sid in ids}
+    counts = {sid: float(n_a[sid] + n_b[sid]) for sid in every}
     if weights is not None and all(weights.get(sid, 0) > 0 for sid in ids):
-        counts = {sid: weights[sid] for sid in ids}
-    total = sum(counts.values())
+        counts = {sid: max(0.0, weights.get(sid, 0.0)) for sid in every}
+    # a stratum of no weight in the workload (a kind outside the mix) is not missed
+    missing = tuple(
+        (sid, n_a[sid], n_b[sid]) for sid in every if sid not in ids and counts[sid] > 0
+    )
+    whole = sum(counts.values())
+    total = sum(counts[sid] for sid in ids)
+    if total <= 0 or whole <= 0:
+        return None
     all_segments = True
     for sid in ids:
         ma, mb = a_st == sid, b_st == sid
@@ -550,18 +578,40 @@ def ratio_ci_stratified(
         hi=math.exp(float(hi)),
         method="segments" if segments and all_segments else "requests",
         strata=len(ids),
+        coverage=1.0 if not missing else min(1.0, total / whole),
+        missing=missing,
     )
 
 
 def _boot_segment_medians(
     parts: list[np.ndarray], reps: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """``reps`` medians of whole segments drawn with replacement."""
+    """``reps`` medians of whole segments drawn with replacement.
+
+    With few segments the plain cluster bootstrap is too narrow: its variance is short by
+    (k−1)/k, and with two segments it has three possible outcomes. With two, each drawn
+    segment's requests are drawn again (a two-stage bootstrap: continuous, and keeps
+    both the between- and within-segment spread); from three on, the replicates' spread
+    is widened by √(k/(k−1)). Measured over 20 seeded live runs (tests/abtick.py, ticks
+    after the arms alternated twice): the 95% interval held the truth at 83–89% of ticks
+    without this, 94–100% with it."""
     out = np.empty(reps)
     k = len(parts)
+    two_stage = k < FEW_SEGMENTS
     for i in range(reps):
-        out[i] = np.median(np.concatenate([parts[j] for j in rng.integers(0, k, k)]))
+        chosen = [parts[j] for j in rng.integers(0, k, k)]
+        if two_stage:
+            chosen = [p[rng.integers(0, p.size, p.size)] for p in chosen]
+        out[i] = np.median(np.concatenate(chosen))
+    if not two_stage and k > 1:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(out)
+            centre = float(np.mean(logs[np.isfinite(logs)])) if np.isfinite(logs).any() else 0.0
+            out = np.exp(centre + (logs - centre) * math.sqrt(k / (k - 1)))
     return out
+
+
+FEW_SEGMENTS = 3
 
 
 def _split_by_segment(x: np.ndarray, seg: np.ndarray, cap: int, seed: int) -> list[np.ndarray]:

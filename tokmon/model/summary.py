@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.model.stats import ArmTotals, pct_summary, ratio_ci_requests, ratio_ci_stratified
+from tokmon.model.stats import (
+    MIN_SAMPLES,
+    ArmTotals,
+    pct_summary,
+    ratio_ci_requests,
+    ratio_ci_stratified,
+)
 
 COMPARED = (
     ("decode_tokens_per_s", "decode", "seg_decode"),
@@ -22,9 +28,18 @@ _RATIO_KEYS = tuple(k for k, _, _ in COMPARED)
 
 
 def arm_summary(
-    t: ArmTotals, active_s: float, server_spec: dict[str, Any] | None
+    t: ArmTotals,
+    active_s: float,
+    server_spec: dict[str, Any] | None,
+    active_tokens: float | None = None,
+    streams: float | None = None,
 ) -> dict[str, Any]:
+    """One arm's figures. Its tokens/s is ``active_tokens`` (the tokens that arrived in
+    its own spans) over ``active_s`` (those spans' seconds); where ``streams`` is fixed,
+    the figure is checked against what they can make (streams × p99 decode speed)."""
     by = {k: v for k, v in t.by_outcome.items() if v}
+    toks = float(t.output_tokens) if active_tokens is None else active_tokens
+    tps = toks / active_s if active_s > 0 else 0.0
     out: dict[str, Any] = {
         "requests": {
             "ok": t.ok,
@@ -34,7 +49,9 @@ def arm_summary(
             "settle": t.settle,
         },
         "output_tokens": t.output_tokens,
-        "output_tokens_per_s": t.output_tokens / active_s if active_s > 0 else 0.0,
+        # tokens that arrived while the arm was measured (its own time), and their rate
+        "active_tokens": round(toks, 1),
+        "output_tokens_per_s": tps,
         "requests_per_s": _counted_ok(t) / active_s if active_s > 0 else 0.0,
         "active_s": active_s,
         "ttft_ms": pct_summary(t.ttft.values),
@@ -55,6 +72,10 @@ def arm_summary(
         "tpot_left_out": {"one_token": t.tpot_one_token, "one_read": t.tpot_one_read},
         "prompt_tokens": prompt_summary(t),
     }
+    bound = throughput_bound(t, streams, active_s)
+    if bound is not None:
+        bound["holds"] = tps <= bound["tokens_per_s_max"]
+        out["throughput_bound"] = bound
     if t.turn.values.size:
         out["by_turn"] = turn_summary(t)
     if t.ttft_cached.values.size or t.ttft_uncached.values.size:
@@ -87,6 +108,24 @@ def arm_summary(
             out["acceptance_length"] = 1 + t.spec_accepted / t.spec_drafts
         out["acceptance_source"] = t.spec_source or "response"
     return out
+
+
+def throughput_bound(t: ArmTotals, streams: float | None, active_s: float) -> dict[str, Any] | None:
+    """What ``streams`` can make at most: a stream delivers one request at a time, each
+    no faster than its output tokens over its whole time (p99 of the arm's requests), so
+    the arm's tokens/s cannot exceed streams × that (plus one 250 ms bucket of it, the
+    counting's resolution). A figure over it is a counting error, flagged where the
+    figure is made."""
+    rate = t.rate.values
+    if not streams or streams <= 0 or rate.size < MIN_SAMPLES or active_s <= 0:
+        return None
+    p99 = float(np.percentile(rate, 99))
+    limit = streams * p99 * (1 + 0.25 / active_s)
+    return {
+        "streams": streams,
+        "request_rate_p99": round(p99, 3),
+        "tokens_per_s_max": round(limit, 3),
+    }
 
 
 def turn_summary(t: ArmTotals) -> dict[str, dict[str, Any]]:
@@ -149,12 +188,20 @@ def compare(
 
     Over segments once the arms have alternated at least twice (so that a drift during
     the run does not pass for an effect), else over requests. The strata are combined
-    with ``kind_weights`` (the mix the workload was built with) where given.
+    with ``kind_weights`` (the mix the workload was built with) where given. A stratum of
+    the workload without enough requests in both arms is named, never dropped: the
+    combined figure then says it is ``partial`` and which share of the workload it holds.
     """
     method = "segments" if alternations >= 2 else "requests"
     out: dict[str, Any] = {"baseline": base.name, "other": other.name, "method": method}
-    # one numbering of strata for both arms
+    # one numbering of strata for both arms, with the mix's kinds no request reached yet
     keys = list(dict.fromkeys([*base.strata, *other.strata]))
+    steps = sorted({step for _, step in keys}) or [-1]
+    seen_kinds = {kind for kind, _ in keys}
+    for kind in kind_weights or {}:
+        if kind not in seen_kinds:
+            keys.extend((kind, step) for step in steps)
+    expected = tuple(range(len(keys)))
     weights = _stratum_weights(keys, base, other, kind_weights)
     for key, attr, seg_attr in COMPARED:
         st_attr = "st_" + attr
@@ -169,22 +216,40 @@ def compare(
             b_st,
             segments=method == "segments",
             weights=weights,
+            expected=expected,
         )
         if res is not None and res.method != method:
             out["method"] = res.method  # too few segments: the interval is by requests
         out[key] = (
             None
             if res is None
-            else {"ratio": res.ratio, "ci95": [res.lo, res.hi], "strata": res.strata}
+            else {
+                "ratio": res.ratio,
+                "ci95": [res.lo, res.hi],
+                "strata": res.strata,
+                # the share of the workload's weight the figure holds (1: all of it)
+                "coverage": round(res.coverage, 4),
+                "partial": res.partial,
+                "missing": [
+                    {"kind": keys[sid][0], "step": keys[sid][1], "n": [na, nb]}
+                    for sid, na, nb in res.missing
+                ],
+            }
         )
-    kinds = sorted(set(base.kinds) & set(other.kinds))
+    kinds = sorted(set(base.kinds) | set(other.kinds) | set(kind_weights or ()))
     if kinds:
         # The speed-up per kind of task: speculative decoding's gain is conditional.
+        # Every kind of the workload is listed, with its requests in each arm, so that
+        # one still collecting is seen as such (``needed`` values in each arm).
         out["by_kind"] = {}
         for k in kinds:
-            r = ratio_ci_requests(base.kinds[k].decode.values, other.kinds[k].decode.values)
+            a = base.kinds[k].decode.values if k in base.kinds else np.empty(0)
+            b = other.kinds[k].decode.values if k in other.kinds else np.empty(0)
+            r = ratio_ci_requests(a, b) if a.size >= MIN_SAMPLES and b.size >= MIN_SAMPLES else None
             out["by_kind"][k] = {
-                "decode_tokens_per_s": None if r is None else {"ratio": r[0], "ci95": [r[1], r[2]]}
+                "decode_tokens_per_s": None if r is None else {"ratio": r[0], "ci95": [r[1], r[2]]},
+                "n": [int(a.size), int(b.size)],
+                "needed": MIN_SAMPLES,
             }
     return out
 
@@ -196,7 +261,8 @@ def _stratum_weights(
     kind_weights: dict[str, float] | None,
 ) -> dict[int, float] | None:
     """Stratum weight = the kind's share in the mix × the step's share of that kind's
-    requests (steps of a ladder weigh as the requests they held)."""
+    requests (steps of a ladder weigh as the requests they held; a kind no request has
+    reached yet shares its weight evenly among its steps)."""
     if not kind_weights:
         return None
     per_key: dict[tuple[str, int], int] = {}
@@ -204,12 +270,18 @@ def _stratum_weights(
         for key, sid in t.strata.items():
             per_key[key] = per_key.get(key, 0) + int((t.st_decode.values == sid).sum())
     per_kind: dict[str, int] = {}
+    steps_of: dict[str, int] = {}
+    for kind, _ in keys:
+        steps_of[kind] = steps_of.get(kind, 0) + 1
     for (kind, _), n in per_key.items():
         per_kind[kind] = per_kind.get(kind, 0) + n
     out: dict[int, float] = {}
     for i, (kind, step) in enumerate(keys):
+        w = kind_weights.get(kind, 0.0)
         if per_kind.get(kind):
-            out[i] = kind_weights.get(kind, 0.0) * per_key.get((kind, step), 0) / per_kind[kind]
+            out[i] = w * per_key.get((kind, step), 0) / per_kind[kind]
+        else:
+            out[i] = w / steps_of[kind]
     return out
 
 
@@ -231,13 +303,21 @@ def build_summary(
     totals: dict[str, ArmTotals],
     active_s: dict[str, float],
     alternations: int,
+    active_tokens: dict[str, float] | None = None,
+    streams: float | None = None,
     server_spec: dict[str, dict[str, Any]] | None = None,
     slo_good: bool = False,
     kind_weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     arms = {}
     for name, t in totals.items():
-        s = arm_summary(t, active_s.get(name, 0.0), (server_spec or {}).get(name))
+        s = arm_summary(
+            t,
+            active_s.get(name, 0.0),
+            (server_spec or {}).get(name),
+            None if active_tokens is None else active_tokens.get(name, 0.0),
+            streams,
+        )
         if slo_good:
             s["goodput_per_s"] = t.good / active_s[name] if active_s.get(name) else 0.0
             counted = t.sent - t.warmup - t.settle
@@ -258,37 +338,6 @@ def build_summary(
         ]
         summary["comparison"] = comps[0] if len(comps) == 1 else comps
     return summary
-
-
-def active_time(
-    segments: list[tuple[int, str, int, int | None]],
-    t_end: int,
-    t_measure: int | None,
-    concurrent_arms: bool,
-    arms: list[str],
-    t_start: int,
-    idle: list[tuple[int, int | None]] | None = None,
-) -> dict[str, float]:
-    """Seconds each arm was active, excluding the warm-up (before ``t_measure``) and
-    the spans when nothing was sent (``idle``: paused, a managed server restarting)."""
-    t0 = t_measure if t_measure is not None else t_start
-
-    def busy(s: int, e: int) -> float:
-        if e <= s:
-            return 0.0
-        gone = 0
-        for i0, i1 in idle or ():
-            gone += max(0, min(e, t_end if i1 is None else i1) - max(s, i0))
-        return max(0, e - s - gone) / 1e9
-
-    if concurrent_arms:
-        return dict.fromkeys(arms, busy(t0, t_end))
-    out = dict.fromkeys(arms, 0.0)
-    for _, arm, s, e in segments:
-        e2 = t_end if e is None else min(e, t_end)
-        s2 = max(s, t0)
-        out[arm] = out.get(arm, 0.0) + busy(s2, e2)
-    return out
 
 
 def fmt_ms(v: float | None) -> str:
@@ -346,8 +395,14 @@ def summary_table(summary: dict[str, Any]) -> str:
         for r in rows
     ]
     lines.insert(1, sep.join("─" * w for w in widths))
+    servers = {n: a.get("server") for n, a in summary["arms"].items() if a.get("server")}
+    where = summary["target"].get("url", "")
+    if len(set(servers.values())) > 1:  # each arm its own server: name them all
+        where = " · ".join(f"{n} @ {v}" for n, v in servers.items())
+    elif servers:
+        where = next(iter(servers.values()))
     out = [
-        f"tokmon {summary['tokmon_version']} · {summary['target'].get('url', '')} · "
+        f"tokmon {summary['tokmon_version']} · {where} · "
         f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",
         "times in ms, decode in tokens/s per request; warm-up excluded",
         *lines,
@@ -361,6 +416,13 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
         if a.get("tokens_estimated"):
             out.append(f"{name}: token counts estimated (server sent no usage)")
+        tb = a.get("throughput_bound") or {}
+        if tb and not tb.get("holds", True):
+            out.append(
+                f"{name}: {a['output_tokens_per_s']:.1f} tok/s is more than "
+                f"{tb['streams']:g} streams at p99 {tb['request_rate_p99']:.1f} tok/s a request can "
+                "make: a counting error, please report it"
+            )
         left = a.get("tpot_left_out") or {}
         if left.get("one_token") or left.get("one_read"):
             out.append(
@@ -445,13 +507,23 @@ def summary_table(summary: dict[str, Any]) -> str:
                 out.append(f"  {key:<20} not enough data")
             else:
                 lo, hi = v["ci95"]
-                out.append(f"  {key:<20} ×{v['ratio']:.3f}  [{lo:.3f}, {hi:.3f}]")
+                line = f"  {key:<20} ×{v['ratio']:.3f}  [{lo:.3f}, {hi:.3f}]"
+                if v.get("partial"):
+                    # part of the workload: it says which part, never passes for the whole
+                    names = ", ".join(stratum_label(m) for m in v.get("missing") or ())
+                    line += (
+                        f"  PARTIAL: {v.get('coverage', 0):.0%} of the workload "
+                        f"(not enough requests: {names})"
+                    )
+                out.append(line)
         for k, v in (c.get("by_kind") or {}).items():
             d = v["decode_tokens_per_s"]
+            n = v.get("n") or [0, 0]
             out.append(
                 f"  decode, {k:<13} "
                 + (
-                    "not enough data"
+                    f"not enough data ({n[0]} and {n[1]} requests; "
+                    f"{v.get('needed', 10)} in each arm needed)"
                     if d is None
                     else f"×{d['ratio']:.3f}  [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"
                 )
@@ -498,6 +570,16 @@ def summary_table(summary: dict[str, Any]) -> str:
     if oc:
         out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
+
+
+def stratum_label(m: dict[str, Any]) -> str:
+    """A stratum the comparison could not combine: its kind (and step), and its counts."""
+    n = m.get("n") or [0, 0]
+    step = m.get("step")
+    name = str(m.get("kind") or "(no kind)")
+    if isinstance(step, int) and step >= 0:
+        name += f" at step {step + 1}"
+    return f"{name} {n[0]}/{n[1]}"
 
 
 def alerts_from_events(events: list[Any], t0: int) -> list[dict[str, Any]]:

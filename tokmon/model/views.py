@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.model.stats import MIN_SAMPLES
+
 
 def _num(v: Any) -> float | None:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
@@ -63,22 +65,66 @@ class RestartView:
 
 @dataclass(frozen=True, slots=True)
 class RatioView:
-    """A ratio other/baseline with its 95% interval."""
+    """A ratio other/baseline with its 95% interval, and the share of the workload it
+    holds (``coverage`` below 1: partial, the strata still collecting named)."""
 
     ratio: float
     lo: float
     hi: float
+    coverage: float = 1.0
+    # the strata left out, by name and how far they are ("creative 3/10", "chat@2 7/10")
+    missing: tuple[str, ...] = ()
 
     @property
     def significant(self) -> bool:
         return self.lo > 1 or self.hi < 1
 
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
+
     @classmethod
     def of(cls, d: Any) -> RatioView | None:
-        if not isinstance(d, dict):
+        if not isinstance(d, dict) or d.get("ratio") is None:
             return None
         lo, hi = d["ci95"]
-        return cls(float(d["ratio"]), float(lo), float(hi))
+        missing = tuple(
+            f"{stratum_name(m)} {min(m.get('n') or [0])}/{MIN_SAMPLES}"
+            for m in d.get("missing") or ()
+            if isinstance(m, dict)
+        )
+        cov = d.get("coverage")
+        return cls(
+            float(d["ratio"]),
+            float(lo),
+            float(hi),
+            float(cov) if isinstance(cov, (int, float)) else 1.0,
+            missing,
+        )
+
+
+def stratum_name(m: dict[str, Any]) -> str:
+    """A stratum by name: its kind, and its ladder step where there is one."""
+    kind = str(m.get("kind") or "(no kind)")
+    step = m.get("step")
+    return kind if not isinstance(step, int) or step < 0 else f"{kind}@{step + 1}"
+
+
+@dataclass(frozen=True, slots=True)
+class KindRatio:
+    """One task kind's decode speed-up, or how far it is from having one (``n``: the
+    fewer requests of the two arms, ``needed`` in each)."""
+
+    kind: str
+    ratio: RatioView | None
+    n: int
+    needed: int
+
+    def text(self) -> str:
+        r = self.ratio
+        if r is None:
+            return f"{self.kind} collecting ({self.n}/{self.needed})"
+        return f"{self.kind} ×{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +137,21 @@ class ComparisonView:
     decode: RatioView | None
     tpot: RatioView | None
     ttft: RatioView | None
-    decode_by_kind: tuple[tuple[str, RatioView], ...] = ()
+    by_kind: tuple[KindRatio, ...] = ()
 
     @classmethod
     def of(cls, c: dict[str, Any]) -> ComparisonView:
         kinds = []
         for k, v in (c.get("by_kind") or {}).items():
-            r = RatioView.of(v.get("decode_tokens_per_s"))
-            if r is not None:
-                kinds.append((k, r))
+            n = v.get("n") or [0, 0]
+            kinds.append(
+                KindRatio(
+                    str(k),
+                    RatioView.of(v.get("decode_tokens_per_s")),
+                    int(min(n)) if n else 0,
+                    int(v.get("needed") or 10),
+                )
+            )
         return cls(
             baseline=c["baseline"],
             other=c["other"],
@@ -107,7 +159,7 @@ class ComparisonView:
             decode=RatioView.of(c.get("decode_tokens_per_s")),
             tpot=RatioView.of(c.get("tpot_ms")),
             ttft=RatioView.of(c.get("ttft_ms")),
-            decode_by_kind=tuple(kinds),
+            by_kind=tuple(kinds),
         )
 
 

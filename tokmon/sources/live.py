@@ -100,6 +100,7 @@ class LiveSession:
                 insecure=cfg.insecure,
                 server_metrics=any(getattr(p, "name", "") == "server" for p in self.probes),
                 environment=tuple(environment),
+                arm_servers=tuple((a.name, a.server() or target) for a in cfg.arms),
             ),
             derive=True,
         )

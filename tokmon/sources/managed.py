@@ -30,34 +30,12 @@ from typing import Any
 import httpx
 
 from tokmon.model.arms import PORT, Arm
-
-# Values after these flags (and KEY=VALUE words whose KEY says so) are secrets: a serve
-# command is written down in the recording, never with them.
-SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--api-keys", "--password")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+from tokmon.model.redact import redact_argv
 
 
-def redact_command(argv: tuple[str, ...] | list[str]) -> list[str]:
-    out: list[str] = []
-    hide = False
-    for a in argv:
-        if hide:
-            out.append("<redacted>")
-            hide = False
-            continue
-        flag, eq, _ = a.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}=<redacted>")
-            else:
-                out.append(a)
-                hide = True
-            continue
-        if eq and not a.startswith("-") and any(w in flag.upper() for w in SECRET_WORDS):
-            out.append(f"{flag}=<redacted>")
-            continue
-        out.append(a)
-    return out
+def redact_command(argv: tuple[str, ...] | list[str], shown: tuple[str, ...] = ()) -> list[str]:
+    """A serve command as it is written down (the one rule: ``tokmon.model.redact``)."""
+    return redact_argv(argv, shown)
 
 
 def free_port() -> int:
@@ -302,7 +280,9 @@ class Managed:
         endpoint: str = "chat",
         gpu_used: Callable[[], float | None] | None = None,
         survey: Callable[[str], Any] | None = None,
+        shown_args: tuple[str, ...] = (),
     ) -> None:
+        self.shown_args = shown_args
         self.watchdog = Watchdog()
         self.port = free_port()
         self.servers = {
@@ -350,7 +330,7 @@ class Managed:
         )
 
     def command_of(self, arm: str) -> list[str]:
-        return redact_command(self.servers[arm].argv)
+        return redact_command(self.servers[arm].argv, self.shown_args)
 
     def environment(self, arm: str, url: str) -> dict[str, Any] | None:
         """The server's environment record, once per arm (its first start)."""

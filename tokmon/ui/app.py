@@ -539,7 +539,8 @@ class DashboardApp(App[None]):
         marks.marks = tuple(p.marks for p in pts)
         span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
         marks.axis = f"{'recent' if self.view == 'recent' else 'whole run'} · {_hms(span)} shown"
-        blocks = self._compare_blocks(snap)
+        width = screen.size.width - 2 if screen.narrow() else screen.size.width // 2 - 2
+        blocks = self._compare_blocks(snap, width)
         screen.lay_out(need=sum(len(b.lines) for b in blocks))
         compare = fit_blocks(blocks, screen.room())
         screen.query_one("#compare", InfoPanel).show(compare)
@@ -695,7 +696,7 @@ class DashboardApp(App[None]):
                     out[key] = (f"{l1} · drift: too short to tell", l2)
         return out
 
-    def _compare_blocks(self, s: Snapshot) -> list[Block]:
+    def _compare_blocks(self, s: Snapshot, width: int = 58) -> list[Block]:
         """The comparison panel: the arms, the ladder, the A/B ratios, cost and outputs,
         each block with how readily it folds when rows are short."""
         out: list[Block] = [
@@ -740,13 +741,19 @@ class DashboardApp(App[None]):
                     lines.append(Text(f"  {name:<7}collecting data…", style="dim"))
                 else:
                     t = Text(f"  {name:<7}×{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}]",
-                             style="bold" if r.significant else "")  # fmt: skip
-                    if not r.significant:
+                             style="bold" if r.significant and not r.partial else "")  # fmt: skip
+                    if r.partial:
+                        # part of the workload: said, never passed off as the whole
+                        t.append(f" partial {r.coverage:.0%} of mix", style="bold yellow")
+                    elif not r.significant:
                         t.append(" n.s.", style="dim")
                     lines.append(t)
-            if len(c.decode_by_kind) > 1:
-                lines.append(Text("decode by kind: " + " · ".join(
-                    f"{k} ×{d.ratio:.2f}" for k, d in c.decode_by_kind)))  # fmt: skip
+            part = next((r for r in (c.decode, c.tpot, c.ttft) if r is not None and r.partial), None)
+            if part is not None:
+                lines.extend(_kind_lines([f"{m}" for m in part.missing], "  collecting: ", width))
+            if c.by_kind and (len(c.by_kind) > 1 or any(k.ratio is None for k in c.by_kind)):
+                # always beside the headline: folds to lines of its own, never away
+                lines.extend(_kind_lines([k.text() for k in c.by_kind], "decode by kind: ", width))
             out.append(Block(tuple(lines)))
         elif len(s.arms) < 2:
             out.append(Block((Text("one arm: add --arm to compare", style="dim"),), fold=3))
@@ -795,6 +802,21 @@ class DashboardApp(App[None]):
             style = "bold" if ev.kind in ("arm", "alert", "restart") else ""
             t.append(clean_text(ev.message, keep_newlines=False) + "\n", style=style)
         return t
+
+
+def _kind_lines(parts: list[str], head: str, width: int = 58) -> list[Text]:
+    """The per-kind figures, as many to a line as fit ``width`` (the narrowest panel),
+    each whole: a long list wraps between figures, never inside one."""
+    out: list[str] = []
+    cur = head
+    for p in parts:
+        sep = "" if cur in (head, "  ") else " · "
+        if len(cur) + len(sep) + len(p) > width and cur not in (head, "  "):
+            out.append(cur)
+            cur, sep = "  ", ""
+        cur += sep + p
+    out.append(cur)
+    return [Text(line) for line in out]
 
 
 LAG_HOT_MS = 50  # a client this late against its schedule is the limit, not the server

@@ -1,0 +1,136 @@
+"""Secrets in command lines, by rule, in one place.
+
+A server command (``serve=``), tokmon's own command line and the environment given to
+servers are written down (the recording, the summary, reports, logs): never with a
+secret in them. The rule: the value of any option whose name says it is one (it holds
+key, token, secret, password, passwd, auth or credential: ``--api-key v``,
+``--hf_token=v``, ``--admin-api-key``, ``--auth-token``, ``-k``), a ``NAME=value`` word
+whose NAME says so (an environment variable), a bearer or basic credential anywhere
+in an argument (``'Authorization: Bearer …'``), and the password of a URL. A name given
+to ``--show-arg`` is kept as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+REDACTED = "<redacted>"
+# words of an option's name that make its value a secret (``--max-tokens`` and
+# ``--tokenizer`` hold none of them: words are matched whole)
+SECRET_WORDS = frozenset(
+    ("key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "pwd",
+     "auth", "credential", "credentials", "bearer")
+)  # fmt: skip
+# short options that are keys by convention (curl, openssl, many servers' -k KEY)
+SHORT_SECRETS = ("-k",)
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9._~+/=:-]{4,})")
+_AUTH_HEADER = re.compile(r"(?i)\b(authorization|x-api-key|api-key)(\s*:\s*)(\S.*)")
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def _norm(name: str) -> str:
+    return name.lstrip("-").lower().replace("_", "-").replace(".", "-")
+
+
+def is_secret_name(name: str, shown: Iterable[str] = ()) -> bool:
+    """Whether an option or variable of this name holds a secret."""
+    n = _norm(name)
+    if any(_norm(s) == n for s in shown):
+        return False
+    if name in SHORT_SECRETS:
+        return True
+    return any(w in SECRET_WORDS for w in n.split("-"))
+
+
+def redact_text(text: str) -> str:
+    """Credentials inside one argument: bearer/basic tokens, an authorization header's
+    value, a URL's user:password."""
+    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _USERINFO.sub(REDACTED + "@", text)
+
+
+def secrets_in(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
+    """The secret values of a command line (to scrub them from every output too)."""
+    shown = tuple(shown)
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        if hide:
+            out.append(a)
+            hide = False
+            continue
+        if a.lower() in ("bearer", "basic"):
+            hide = True
+            continue
+        if " " in a.strip():
+            out.extend(secrets_in(a.split(" "), shown))
+        name, eq, value = a.partition("=")
+        if a.startswith("-"):
+            if is_secret_name(name, shown):
+                if eq:
+                    out.append(value)
+                else:
+                    hide = True
+        elif eq and is_secret_name(name, shown) and re.fullmatch(r"[A-Za-z_][\w.-]*", name):
+            out.append(value)
+        for m in _BEARER.finditer(a):
+            out.append(m.group(3))
+        for m in _AUTH_HEADER.finditer(a):
+            out.append(m.group(3))
+        for m in _USERINFO.finditer(a):
+            out.append(m.group(0)[:-1])
+            out.append(m.group(0)[:-1].partition(":")[2])
+    # a list of keys (--api-keys k1,k2) is each of them too
+    return [p for s in out for p in dict.fromkeys([s, *s.split(",")]) if p]
+
+
+def redact_argv(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
+    """``argv`` as it may be written down."""
+    shown = tuple(shown)
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        if hide:
+            out.append(REDACTED)
+            hide = False
+            continue
+        if a.lower() in ("bearer", "basic"):  # 'Authorization:' 'Bearer' 'TOKEN'
+            out.append(a)
+            hide = True
+            continue
+        name, eq, _ = a.partition("=")
+        if a.startswith("-") and is_secret_name(name, shown):
+            if eq:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(a)
+                hide = True
+            continue
+        if (
+            eq
+            and not a.startswith("-")
+            and re.fullmatch(r"[A-Za-z_][\w.-]*", name)
+            and is_secret_name(name, shown)
+        ):
+            out.append(f"{name}={REDACTED}")
+            continue
+        if " " in a.strip():  # a command line in one argument (--arm 'b:serve=… --api-key k')
+            out.append(" ".join(redact_argv(a.split(" "), shown)))
+            continue
+        out.append(redact_text(a))
+    return out
+
+
+def redact_env(env: dict[str, str], shown: Iterable[str] = ()) -> dict[str, str]:
+    """Environment variables as they may be written down."""
+    shown = tuple(shown)
+    return {k: REDACTED if is_secret_name(k, shown) else redact_text(v) for k, v in env.items()}
+
+
+def short_command(argv: Sequence[str], words: int = 4) -> str:
+    """A managed server's command in a few words, redacted: what a header names."""
+    red = redact_argv(argv)
+    head = [red[0].rsplit("/", 1)[-1], *red[1:words]] if red else []
+    return " ".join(head) + (" …" if len(red) > words else "")
