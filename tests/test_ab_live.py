@@ -92,3 +92,44 @@ def test_the_live_headline_interval_is_calibrated_tick_by_tick():
     print(f"live coverage {covered}/{shown} = {covered / shown:.3f}, near {near / shown:.3f}")
     assert 0.90 <= covered / shown <= 0.99, (covered, shown)
     assert near / shown >= 0.95, (near, shown)
+
+
+def test_the_header_names_the_server_of_the_arm_in_force():
+    """`--arm plain:url=…:18001/v1 --arm spec:url=…:18000/v1`: the header shows the arm in
+    force and its own server (it showed the first arm's server for both), the summary
+    names each arm's server, and a managed arm is named by its command, redacted."""
+    from tokmon.model.arms import parse_arm
+    from tokmon.model.facts import Tick
+    from tokmon.model.fold import Fold, FoldSettings
+    from tokmon.model.records import Event
+    from tokmon.model.summary import summary_table
+    from tokmon.ui.app import DashboardApp
+
+    arms = [
+        parse_arm("plain:url=http://127.0.0.1:18001/v1"),
+        parse_arm("spec:url=http://127.0.0.1:18000/v1"),
+        parse_arm("big:serve=vllm serve m --port {port} --api-key sk-A,--max-num-seqs=4"),
+    ]
+    settings = FoldSettings(
+        arms=("plain", "spec", "big"),
+        target="http://127.0.0.1:18001/v1",
+        arm_servers=tuple((a.name, a.server()) for a in arms),
+    )
+    fold = Fold(settings)
+    fold.apply(Tick(1_000_000_000))
+    assert fold.snapshot is not None and fold.snapshot.target.endswith(":18001/v1")
+    fold.apply(Event(2_000_000_000, "arm", "arm → spec", {"arm": "spec", "segment": 1}))
+    fold.apply(Tick(3_000_000_000))
+    snap = fold.snapshot
+    header = DashboardApp(None)._header_text(snap).plain  # type: ignore[arg-type]
+    assert "arm spec" in header and "@ http://127.0.0.1:18000/v1" in header, header
+    summary = fold.summary(3_000_000_000)
+    assert summary["arms"]["plain"]["server"] == "http://127.0.0.1:18001/v1"
+    assert summary["arms"]["spec"]["server"] == "http://127.0.0.1:18000/v1"
+    assert summary["arms"]["big"]["server"] == "serve: vllm serve m --port …"
+    assert "sk-A" not in str(summary)
+    first = summary_table(summary).splitlines()[0]
+    assert "plain @ http://127.0.0.1:18001/v1 · spec @ http://127.0.0.1:18000/v1" in first
+    # a recording's header gives the replay the same servers
+    back = FoldSettings.from_header({"fold": settings.to_json()}, ["plain", "spec", "big"])
+    assert back.arm_servers == settings.arm_servers

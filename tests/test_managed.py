@@ -240,3 +240,33 @@ def test_serve_commands_are_written_without_secrets():
     assert gpu_memory_settled(lambda: next(used), 10.0, 5.0)
     assert not gpu_memory_settled(lambda: 70.0, 10.0, 0.6)
     assert gpu_memory_settled(lambda: None, 10.0, 0.1)  # no NVML: nothing to wait for
+
+
+@pytest.mark.slow
+def test_each_managed_arm_counts_its_tokens_in_its_own_time(tmp_path):
+    """Two serve= arms on a fixed schedule (5 ms to the first token, then one token every
+    25 ms, 40 tokens: 40.8 tokens/s a request, first token included), 8 streams, taking
+    turns: the tokens that arrive while a server drains are counted in neither its
+    tokens nor its seconds, so each arm's tok/s is within 3% of 8 × 40.8 and never
+    above what its streams can make (before: the drain's tokens counted, its time not)."""
+    marker = f"own-{uuid.uuid4().hex[:10]}"
+    summ = tmp_path / "m.json"
+    # (real time: the schedule is the known rate; one token a chunk)
+    sim = f"{PY} -m tokmon sim --port {{port}} --model-name {marker} --schedule 5,25,1"
+    p = tokmon(
+        "run", "--arm", f"plain:serve={sim}", "--arm", f"spec:serve={sim}",
+        "--alternate", "4s", "--cycles", "2", "-c", "8", "--max-tokens", "40",
+        "--headless", "--no-gpu", "--summary-json", str(summ), timeout=240,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert gone(marker), alive(marker)
+    s = json.loads(summ.read_text())
+    per_stream = 40 / (0.005 + 39 * 0.025)
+    for name, a in s["arms"].items():
+        tps = a["output_tokens_per_s"]
+        bound = a["throughput_bound"]
+        print(f"{name}: {tps:.1f} tok/s over {a['active_s']:.2f} s (8 × {per_stream:.1f} = "
+              f"{8 * per_stream:.1f}; bound {bound['tokens_per_s_max']:.1f})")  # fmt: skip
+        assert bound["holds"] and tps <= bound["tokens_per_s_max"], (name, a)
+        assert tps <= 8 * per_stream * 1.01, (name, tps)
+        assert tps == pytest.approx(8 * per_stream, rel=0.03), (name, tps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from tokmon.cli.parser import EXIT_USAGE, UsageError, build_parser, config_argv, load_config
@@ -216,18 +217,46 @@ def _write_out(path: str | None, text: str) -> None:
     )
 
 
+def events_path(path: str) -> str:
+    """``NAME-events.csv`` beside ``NAME.csv``."""
+    p = Path(path)
+    stem = p.stem if p.suffix.lower() == ".csv" else p.name
+    return str(p.with_name(f"{stem}-events.csv"))
+
+
+def _write_events_csv(rec: Any, output: str | None) -> None:
+    """The requests are one CSV, the events (markers, pauses, load changes, arm
+    switches, restarts, alerts) a second one beside it; written to standard output, the
+    requests alone, and a line says how to get the events."""
+    from tokmon.recording.play import summary_of
+    from tokmon.report.text import export_events_csv
+
+    if output is None:
+        say("tokmon: events: give -o NAME.csv to write them to NAME-events.csv", err=True)
+        return
+    _write_out(events_path(output), export_events_csv(summary_of(rec)))
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from tokmon.recording.reader import read_recording
     from tokmon.report.text import render
 
     rec = read_recording(args.file)
+    if args.map and not args.compare:
+        raise UsageError("--map goes with --compare (it pairs the two runs' arms)")
     if args.compare:
         from tokmon.report.text import compare_recordings
 
         other = read_recording(args.compare)
-        _write_out(args.output, compare_recordings(rec, other, args.format))
+        try:
+            text = compare_recordings(rec, other, args.format, args.map)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        _write_out(args.output, text)
     else:
         _write_out(args.output, render(rec, args.format, args.target_rate))
+        if args.format == "csv":
+            _write_events_csv(rec, args.output)
     if rec.truncated:
         say(
             f"tokmon report: note: {args.file} was cut (the writer did not finish); "
@@ -273,6 +302,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     rec = read_recording(args.file)
     if args.format == "csv":
         _write_out(args.output, export_csv(rec))
+        _write_events_csv(rec, args.output)
         return 0
     try:
         import pyarrow as pa  # type: ignore[import-not-found]

@@ -166,7 +166,15 @@ def build_parser() -> Parser:
         "--compare",
         default=None,
         metavar="OTHER",
-        help="a second recording: its first arm against this one's",
+        help="a second recording: its arms against this one's (matched by name, by --map, "
+        "or the one arm of each)",
+    )
+    rep.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="A=B",
+        help="with --compare: arm A of this recording against arm B of OTHER (repeatable)",
     )
 
     view = sub.add_parser(

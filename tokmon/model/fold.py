@@ -212,6 +212,21 @@ class FoldSettings:
         )
 
 
+# events every report lists, but these: a stall is one a second at most and each is in
+# the requests (their stall counts); a clock estimate is a worker's offset
+UNLISTED_KINDS = frozenset({"stall", "clock"})
+
+
+def event_entry(e: Event) -> dict[str, Any]:
+    """An event as the summary lists it: when (s from the run's start), what kind, what
+    it said, and its plain fields (a marker's note is its message)."""
+    out: dict[str, Any] = {"t_s": round(e.t / 1e9, 3), "kind": e.kind, "message": e.message}
+    for k, v in e.data.items():
+        if isinstance(v, (str, int, float, bool)) and k not in out:
+            out[k] = v
+    return out
+
+
 def _arm_servers(listed: Any, settings: Any) -> tuple[tuple[str, str], ...]:
     """Each arm's server, as the file says (a file from before: its arms' URLs)."""
     out: list[tuple[str, str]] = []
@@ -364,6 +379,8 @@ class Fold:
         self.history = History()
         self.events: deque[Event] = deque(maxlen=500)
         self.alert_events: list[Event] = []
+        # what happened, for every report (a stall is counted, not listed: one a second)
+        self.event_log: list[Event] = []
         self.statuses: dict[int, EngineStatus] = {}
         self.samples: dict[str, dict[str, Any]] = {}  # latest per source (server: per URL)
         self.servers: dict[str, _Server] = {}
@@ -726,6 +743,8 @@ class Fold:
             self.output_check = d["result"]  # type: ignore[assignment]
         elif ev.kind == "alert":
             self.alert_events.append(ev)
+        if ev.kind not in UNLISTED_KINDS:
+            self.event_log.append(ev)
         self.events.append(ev)
         mark = MARK_KINDS.get(ev.kind)
         if mark:
@@ -1126,6 +1145,7 @@ class Fold:
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["alerts"] = alerts_from_events(self.alert_events, 0)
+        out["events"] = [event_entry(e) for e in self.event_log]
         if s.environment:
             out["environment"] = {e.url: e.to_json(raw=False) for e in s.environment}
         net = self.network_summary()

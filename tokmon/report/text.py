@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import html
 import io
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -387,6 +388,8 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
     if not alerts:
         out.append("none")
     out += alert_lines(alerts)
+    out += [*fence, "", h + "Events (markers, pauses, load, arms, servers, alerts)", *fence]
+    out += event_lines(data["summary"].get("events") or [])
     out += [
         *fence,
         "",
@@ -452,6 +455,30 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def event_lines(events: list[dict[str, Any]]) -> list[str]:
+    """The summary's events, one line each: when, what kind, what it said."""
+    if not events:
+        return ["none"]
+    return [
+        f"{e.get('t_s', 0):>8.1f} s  {clean_text(str(e.get('kind', '')), False):<9} "
+        f"{clean_text(str(e.get('message', '')), False)}"
+        for e in events
+    ]
+
+
+EVENT_COLUMNS = ("t_s", "kind", "message", "arm")
+
+
+def export_events_csv(summary: dict[str, Any]) -> str:
+    """The run's events as CSV (``NAME-events.csv`` beside the requests' ``NAME.csv``)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(EVENT_COLUMNS)
+    for e in summary.get("events") or []:
+        w.writerow([csv_cell(e.get(k)) for k in EVENT_COLUMNS])
+    return buf.getvalue()
+
+
 def export_columns(rec: Recording) -> dict[str, list[Any]]:
     """Every request's fields (without chunk gaps), one list per field, None where a
     figure is missing: for CSV and Parquet."""
@@ -471,103 +498,183 @@ def escape(s: str) -> str:
     return html.escape(clean_text(s))
 
 
-def compare_recordings(a: Recording, b: Recording, fmt: str) -> str:
-    """Two recordings side by side: the first arm of ``b`` against the first arm of ``a``."""
-    from tokmon.model.summary import compare
+@dataclass(frozen=True)
+class ArmPair:
+    """An arm of run A against an arm of run B."""
 
-    tots = [fold_of(rec).totals[rec.arms[0]] for rec in (a, b)]
-    tots[0].name = f"{a.path}:{tots[0].name}"
-    tots[1].name = f"{b.path}:{tots[1].name}"
-    comp = compare(tots[0], tots[1], 0)
+    a: str
+    b: str
+
+    def label(self) -> str:
+        return f"B:{self.b} vs A:{self.a}"
+
+
+def pair_arms(
+    arms_a: list[str], arms_b: list[str], mapping: list[str] | None = None
+) -> tuple[list[ArmPair], str]:
+    """Which arms of two runs compare, and how they were paired (one line): by ``--map
+    a=b``, by name, or -- one arm each -- with each other. None pair: the line says why.
+    Raises ValueError (one line) for a --map that names an arm a run does not have."""
+    if mapping:
+        pairs = []
+        for m in mapping:
+            a, eq, b = m.partition("=")
+            a, b = a.strip(), b.strip()
+            if not eq or not a or not b:
+                raise ValueError(f"--map {m!r}: give A=B (an arm of each run)")
+            if a not in arms_a:
+                raise ValueError(f"--map: run A has no arm {a!r} (it has {', '.join(arms_a)})")
+            if b not in arms_b:
+                raise ValueError(f"--map: run B has no arm {b!r} (it has {', '.join(arms_b)})")
+            pairs.append(ArmPair(a, b))
+        return pairs, "arms paired by --map: " + ", ".join(f"A:{p.a} = B:{p.b}" for p in pairs)
+    same = [ArmPair(n, n) for n in arms_a if n in arms_b]
+    if same:
+        return same, "arms paired by name: " + ", ".join(p.a for p in same)
+    if len(arms_a) == 1 and len(arms_b) == 1:
+        return [ArmPair(arms_a[0], arms_b[0])], (
+            f"one arm each: A:{arms_a[0]} paired with B:{arms_b[0]} (their names differ)"
+        )
+    return [], (
+        f"no arm pairs: A has {', '.join(arms_a)}, B has {', '.join(arms_b)}; "
+        "name the pairs with --map A=B"
+    )
+
+
+def _env_of(rec: Recording, arm: str) -> list[Any]:
+    """The environment record of ``arm``'s server (by its URL), else the run's first."""
+    st = settings_of(rec)
+    url = st.server_of(arm)
+    found = [e for e in st.environment if e.url == url]
+    return found or list(st.environment[:1])
+
+
+def compare_recordings(
+    a: Recording, b: Recording, fmt: str, mapping: list[str] | None = None
+) -> str:
+    """Two recordings side by side, arm by arm (``pair_arms``): each pair's ratios of
+    medians B/A with their intervals, named by run and arm, and its servers'
+    environments."""
+    from tokmon.model.summary import compare
     from tokmon.report.environment import compare_lines, compare_rows, machine_rows
 
-    sa, sb = summary_of(a), summary_of(b)
-    ea, eb = settings_of(a).environment, settings_of(b).environment
+    pairs, how = pair_arms(list(a.arms), list(b.arms), mapping)
+    fa, fb = fold_of(a), fold_of(b)
+    weights = fa.settings.kind_weights
+    kw = dict(weights) if weights and weights == fb.settings.kind_weights else None
+    comps = [(p, compare(fa.totals[p.a], fb.totals[p.b], 0, kw)) for p in pairs]
+    sa, sb = summary_of(a, fa), summary_of(b, fb)
     machines = (machine_rows(a.header), machine_rows(b.header))
+    envs: list[tuple[ArmPair | None, list[Any], list[Any]]] = [
+        (p, _env_of(a, p.a), _env_of(b, p.b)) for p in pairs
+    ] or [(None, _env_of(a, a.arms[0]), _env_of(b, b.arms[0]))]
+    keys = ("decode_tokens_per_s", "tpot_ms", "ttft_ms")
+
+    def ratio_text(v: dict[str, Any] | None, digits: int = 3) -> str:
+        if v is None:
+            return "not enough data"
+        lo, hi = v["ci95"]
+        t = f"×{v['ratio']:.{digits}f}  [{lo:.{digits}f}, {hi:.{digits}f}]"
+        if v.get("partial"):
+            t += f"  PARTIAL: {v.get('coverage', 0):.0%} of the workload"
+        return t
+
     if fmt == "json":
-        rows, _ = compare_rows(ea, eb, machines)
-        diff = [{"field": k, "a": va, "b": vb} for k, va, vb, d in rows if d]
-        return (
-            dumps(
-                {"a": sa, "b": sb, "comparison": comp, "environment_differences": diff},
-                indent=2,
+        out_pairs = []
+        for (p, comp), (_, ea, eb) in zip(comps, envs, strict=False):
+            rows, _ = compare_rows(ea, eb, machines)
+            out_pairs.append(
+                {
+                    "a_arm": p.a,
+                    "b_arm": p.b,
+                    "comparison": comp,
+                    "environment_differences": [
+                        {"field": k, "a": va, "b": vb} for k, va, vb, d in rows if d
+                    ],
+                }
             )
-            + "\n"
-        )
+        doc: dict[str, Any] = {"a": sa, "b": sb, "pairing": how, "pairs": out_pairs}
+        if len(out_pairs) == 1:  # one pair: its figures at the top too, as before pairs
+            doc["comparison"] = out_pairs[0]["comparison"]
+            doc["environment_differences"] = out_pairs[0]["environment_differences"]
+        return dumps(doc, indent=2) + "\n"
     if fmt == "csv":
-        # one row per figure: A, B, and B/A with its interval; then the environment
+        # one row per figure and pair: A, B, and B/A with its interval; then the environment
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow(["section", "field", "a", "b", "ratio_b_over_a", "ci95_lo", "ci95_hi"])
-        arm_a, arm_b = sa["arms"][a.arms[0]], sb["arms"][b.arms[0]]
-        for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms"):
-            v = comp.get(key)
-            w.writerow(
-                [csv_cell(x) for x in (
-                    "figure", f"{key} p50", arm_a[key]["p50"], arm_b[key]["p50"],
-                    None if v is None else v["ratio"],
-                    None if v is None else v["ci95"][0],
-                    None if v is None else v["ci95"][1],
-                )]
-            )  # fmt: skip
-        for key in ("output_tokens_per_s", "requests_per_s"):
-            w.writerow([csv_cell(x) for x in ("figure", key, arm_a[key], arm_b[key], "", "", "")])
-        rows, _ = compare_rows(ea, eb, machines)
-        for k, va, vb, d in rows:
-            w.writerow(
-                [csv_cell(x) for x in ("environment" + (" (differs)" if d else ""), k, va, vb)]
-            )
+        w.writerow(["section", "a_arm", "b_arm", "field", "a", "b", "ratio_b_over_a",
+                    "ci95_lo", "ci95_hi", "coverage"])  # fmt: skip
+        for p, comp in comps:
+            arm_a, arm_b = sa["arms"][p.a], sb["arms"][p.b]
+            for key in keys:
+                v = comp.get(key)
+                w.writerow(
+                    [csv_cell(x) for x in (
+                        "figure", p.a, p.b, f"{key} p50", arm_a[key]["p50"], arm_b[key]["p50"],
+                        None if v is None else v["ratio"],
+                        None if v is None else v["ci95"][0],
+                        None if v is None else v["ci95"][1],
+                        None if v is None else v.get("coverage"),
+                    )]
+                )  # fmt: skip
+            for key in ("output_tokens_per_s", "requests_per_s"):
+                w.writerow([csv_cell(x) for x in ("figure", p.a, p.b, key, arm_a[key], arm_b[key])])
+        for p2, ea, eb in envs:
+            rows, _ = compare_rows(ea, eb, machines)
+            for k, va, vb, d in rows:
+                w.writerow(
+                    [csv_cell(x) for x in ("environment" + (" (differs)" if d else ""),
+                     p2.a if p2 else "", p2.b if p2 else "", k, va, vb)]
+                )  # fmt: skip
+        if not pairs:
+            w.writerow([csv_cell(x) for x in ("note", "", "", "pairing", how)])
         return buf.getvalue()
     if fmt == "html":
-        env_rows, n_diff = compare_lines(ea, eb, "html", machines)
-        figs = "".join(
-            f"<tr><th>{escape(key)}</th><td>"
-            + (
-                "not enough data"
-                if (v := comp.get(key)) is None
-                else f"×{v['ratio']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]"
+        parts = [f"<p>{escape(how)}</p>"]
+        for p, comp in comps:
+            figs = "".join(
+                f"<tr><th>{escape(key)}</th><td>{escape(ratio_text(comp.get(key)))}</td></tr>"
+                for key in keys
             )
-            + "</td></tr>"
-            for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms")
-        )
+            parts.append(
+                f"<h2>{escape(p.label())} (ratio of medians, 95% CI over requests)</h2>"
+                f"<table>{figs}</table>"
+            )
+        for p2, ea, eb in envs:
+            env_rows, n_diff = compare_lines(ea, eb, "html", machines)
+            who = f" of A:{p2.a} and B:{p2.b}" if p2 else ""
+            parts.append(
+                f"<h2>Environment{escape(who)} ({n_diff} difference"
+                f"{'s' if n_diff != 1 else ''}, highlighted)</h2>" + "".join(env_rows)
+            )
         return (
             "<!doctype html><html><head><meta charset='utf-8'><title>tokmon comparison</title>"
             "<style>body{font-family:system-ui,sans-serif;margin:2em}pre{background:#f6f6f6;"
             "padding:1em}tr.differs{background:#fff3cd}th{text-align:left;padding-right:1em}"
             "</style></head><body>"
             f"<h1>tokmon comparison</h1><p>A: {escape(a.path)}<br>B: {escape(b.path)}</p>"
-            f"<h2>B vs A (ratio of medians, 95% CI over requests)</h2><table>{figs}</table>"
-            f"<h2>Environment ({n_diff} difference{'s' if n_diff != 1 else ''}, highlighted)</h2>"
-            + "".join(env_rows)
+            + "".join(parts)
             + f"<h2>A</h2><pre>{escape(summary_table(sa))}</pre>"
             f"<h2>B</h2><pre>{escape(summary_table(sb))}</pre></body></html>\n"
         )
-    env, n_diff = compare_lines(ea, eb, "md" if fmt == "md" else "text", machines)
-    lines = [
-        "A: " + a.path,
-        "B: " + b.path,
-        "",
-        f"Environment ({n_diff} difference{'s' if n_diff != 1 else ''}, marked ≠):"
-        if n_diff or ea or eb
-        else "Environment: no server records in these files",
-        *env,
-        "",
-        "A: " + a.path,
-        summary_table(sa),
-        "",
-        "B: " + b.path,
-        summary_table(sb),
-        "",
-        "B vs A (ratio of medians, 95% CI over requests):",
-    ]
-    for key in ("decode_tokens_per_s", "tpot_ms", "ttft_ms"):
-        v = comp.get(key)
-        lines.append(
-            f"  {key:<20} "
-            + (
-                "not enough data"
-                if v is None
-                else f"×{v['ratio']:.3f}  [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}]"
-            )
-        )
+    lines = ["A: " + a.path, "B: " + b.path, how, ""]
+    for p2, ea, eb in envs:
+        env, n_diff = compare_lines(ea, eb, "md" if fmt == "md" else "text", machines)
+        who = f" of A:{p2.a} and B:{p2.b}" if p2 else ""
+        lines += [
+            f"Environment{who} ({n_diff} difference{'s' if n_diff != 1 else ''}, marked ≠):"
+            if n_diff or ea or eb
+            else "Environment: no server records in these files",
+            *env,
+            "",
+        ]
+    lines += ["A: " + a.path, summary_table(sa), "", "B: " + b.path, summary_table(sb), ""]
+    for p, comp in comps:
+        lines.append(f"{p.label()} (ratio of medians, 95% CI over requests):")
+        for key in keys:
+            lines.append(f"  {key:<20} " + ratio_text(comp.get(key)))
+        for k, v in (comp.get("by_kind") or {}).items():
+            lines.append(f"  decode, {k:<13} " + ratio_text(v.get("decode_tokens_per_s")))
+    if not pairs:
+        lines.append(how)
     return "\n".join(lines) + "\n"

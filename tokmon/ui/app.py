@@ -748,7 +748,9 @@ class DashboardApp(App[None]):
                     elif not r.significant:
                         t.append(" n.s.", style="dim")
                     lines.append(t)
-            part = next((r for r in (c.decode, c.tpot, c.ttft) if r is not None and r.partial), None)
+            part = next(
+                (r for r in (c.decode, c.tpot, c.ttft) if r is not None and r.partial), None
+            )
             if part is not None:
                 lines.extend(_kind_lines([f"{m}" for m in part.missing], "  collecting: ", width))
             if c.by_kind and (len(c.by_kind) > 1 or any(k.ratio is None for k in c.by_kind)):
