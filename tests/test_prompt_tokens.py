@@ -266,3 +266,88 @@ def test_a_bad_tokenizer_path_is_one_line(sim, tmp_path):
                "--tokenizer", str(tmp_path / "nope.json"))  # fmt: skip
     assert r.returncode == 2 and "--tokenizer: cannot read" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+class _Flaky:
+    """A loopback front for the simulator whose first probes fail: the first an HTTP
+    500, the second a garbled status line; then it forwards what it is asked."""
+
+    def __init__(self, target: str) -> None:
+        import socket
+        import threading
+
+        self.target = target.removesuffix("/v1")
+        self.faults = ["500", "garbled"]
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn) -> None:
+        with conn:
+            f = conn.makefile("rb")
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                method, path, _ = line.decode().split(" ", 2)
+                headers = {}
+                while (h := f.readline()) not in (b"\r\n", b""):
+                    k, _, v = h.decode().partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                body = f.read(int(headers.get("content-length", 0)))
+                fault = self.faults.pop(0) if self.faults and method == "POST" else None
+                if fault == "500":
+                    conn.sendall(b"HTTP/1.1 500 Oops\r\ncontent-length: 2\r\n\r\nno")
+                    continue
+                if fault == "garbled":
+                    conn.sendall(b"HTTQ/9 what\r\n\r\n")
+                    return
+                r = httpx.request(method, self.target + path, content=body,
+                                  headers={"content-type": "application/json"})  # fmt: skip
+                conn.sendall(
+                    f"HTTP/1.1 {r.status_code} X\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(r.content)}\r\n\r\n".encode()
+                    + r.content
+                )
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_probe_that_fails_once_is_asked_again(sim, tmp_path):
+    """The first probe answers HTTP 500, the next a garbled status line: each probe is
+    tried three times, so the lengths are still exact (it used to give up at once)."""
+    front = _Flaky(sim.url)
+    try:
+        cfg = cfg_for(front.url)
+        shape = calibrate(cfg, cfg.arms[0], ("code",))
+        assert shape.exact and shape.source == "tokenize" and not front.faults
+    finally:
+        front.close()
+
+
+def test_a_server_that_cannot_measure_says_so_as_an_event(tmp_path):
+    """A server whose /tokenize and probes fail every time: the run goes on with
+    word-sized prompts, and the warning is an event of the run (in the summary's
+    events), not only a line behind the dashboard."""
+    from tokmon.sim.faults import Faults
+
+    with SimProcess(SimConfig(schedule=(5.0, 1.0, 4), seed=4, faults=Faults(http_500=1.0))) as s:
+        out = tmp_path / "s.json"
+        p = tokmon("run", "--url", s.url, "--headless", "--no-gpu", "-n", "4", "-c", "1",
+                   "--summary-json", str(out))  # fmt: skip
+    events = json.loads(out.read_text())["events"]
+    warn = [e for e in events if e["kind"] == "warning" and "prompt tokens" in e["message"]]
+    assert warn and "not measured" in warn[0]["message"], (events, p.stderr)

@@ -353,8 +353,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             local = local_tokenizer(args.tokenizer)
         except CalibrationError as e:
             raise UsageError(str(e)) from None
+    notes: list[tuple[str, str]] = []  # warnings of the set-up: events once the run starts
     if not (cfg.prompts or given or scripted or args.approx_prompt_tokens):
-        cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg, local))
+        cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg, local, notes))
     # What each server runs on, the way to it and what it lets anyone do: written down
     # before measuring (the method), in the recording and the summary.
     envs = {}
@@ -374,6 +375,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         "web": web,
         "target": url or resolved[0].url,
         "model": resolved[0].model,
+        "notes": tuple(notes),
     }
     return cfg, info
 
@@ -440,10 +442,14 @@ def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:
         raise UsageError(str(e)) from None
 
 
-def measure_prompts(cfg: RunConfig, local: Any = None) -> PromptShape | None:
+def measure_prompts(
+    cfg: RunConfig, local: Any = None, notes: list[tuple[str, str]] | None = None
+) -> PromptShape | None:
     """How to build prompts of an exact token count, measured on the first arm whose
     server is up (the others are held to it in the summary: requested vs. actual per
-    arm). Where it cannot be measured, one line says why and prompts stay word-sized."""
+    arm). Each probe is tried three times; where the server still cannot answer, one
+    line says why (on stderr, and as an event of the run: the dashboard and the
+    summary) and prompts stay word-sized."""
     import httpx
 
     from tokmon.engine.calibrate import CalibrationError, calibrate
@@ -454,7 +460,10 @@ def measure_prompts(cfg: RunConfig, local: Any = None) -> PromptShape | None:
     try:
         return calibrate(cfg, arm, tuple(k for k, _ in cfg.mix), local)
     except (CalibrationError, httpx.HTTPError) as e:
-        say(f"prompt tokens: not measured on {arm.url} ({e}); about one word a token", err=True)
+        msg = f"prompt tokens: not measured on {arm.url} ({e}); about one word a token"
+        say(msg, err=True)
+        if notes is not None:
+            notes.append(("warning", msg))
         return None
 
 
@@ -594,6 +603,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         managed=info.get("managed"),
         cycles=getattr(args, "cycles", None),
         prometheus=info.get("prometheus"),
+        notes=info.get("notes", ()),
     )
     headless = args.headless or not sys.stdout.isatty()
     if recorder is not None:

@@ -19,6 +19,7 @@ measured: the prompts stay word-sized, and the summary says so.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,32 @@ LEADS_LONG = 40  # of the long one
 
 class CalibrationError(Exception):
     pass
+
+
+TRIES = 3  # a probe is asked this many times before the measurement gives up
+BACKOFF_S = (0.1, 0.4)  # between the tries
+
+
+def post(client: httpx.Client, url: str, **kw: Any) -> httpx.Response:
+    """One probe, retried on a transport error (a reset, a garbled status line) or an
+    answer that says "later" (5xx, 429): one fault among the probes is not a server that
+    cannot count. Raises the last transport error; returns the last answer."""
+    last: Exception | None = None
+    r: httpx.Response | None = None
+    for i in range(TRIES):
+        if i:
+            time.sleep(BACKOFF_S[min(i - 1, len(BACKOFF_S) - 1)])
+        try:
+            r = client.post(url, **kw)
+        except httpx.TransportError as e:  # (RemoteProtocolError: a garbled status line)
+            last, r = e, None
+            continue
+        if r.status_code != 429 and not 500 <= r.status_code < 600:
+            return r
+    if r is not None:
+        return r
+    assert last is not None
+    raise last
 
 
 def _root(url: str) -> str:
@@ -58,14 +85,14 @@ def tokenizer(
     for path, form in forms:
         url = root + path
         try:
-            r = client.post(url, json=form("Ticket"), headers=headers)
+            r = post(client, url, json=form("Ticket"), headers=headers)
             if r.status_code != 200 or not _count(r.json()):
                 continue
         except (httpx.HTTPError, ValueError):
             continue
 
         def count(text: str, url: str = url, form: Callable[[str], dict[str, Any]] = form) -> int:
-            r = client.post(url, json=form(text), headers=headers)
+            r = post(client, url, json=form(text), headers=headers)
             r.raise_for_status()
             n = _count(r.json())
             if n is None:
@@ -127,7 +154,7 @@ def prompt_tokens(client: httpx.Client, cfg: RunConfig, arm: Arm, prompt: Prompt
     body["stream"] = False
     body.pop("stream_options", None)
     hdr = request_headers(cfg, arm) | {"accept": "application/json"}
-    r = client.post(endpoint_url(arm), content=json.dumps(body).encode(), headers=hdr)
+    r = post(client, endpoint_url(arm), content=json.dumps(body).encode(), headers=hdr)
     if r.status_code != 200:
         raise CalibrationError(f"a probe request answered HTTP {r.status_code}")
     try:

@@ -69,6 +69,7 @@ class LiveSession:
         managed: Any = None,
         cycles: int | None = None,
         prometheus: tuple[str, int] | None = None,
+        notes: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -80,6 +81,7 @@ class LiveSession:
         self.probes = probes or []
         self.header = header or {}
         self.lock = threading.RLock()
+        self.notes = notes  # the set-up's warnings: events as the run starts
         self.arm_names = [a.name for a in cfg.arms]
         self.fold = Fold(
             FoldSettings(
@@ -184,6 +186,8 @@ class LiveSession:
             pr.on_sample = self._on_sample
             pr.start()
         self._event("start", f"run started: {self.cfg.mode} {self._level_str()}")
+        for kind, msg in self.notes:
+            self._event(kind, msg)
         self._reader = threading.Thread(target=self._read_loop, name="tokmon-reader", daemon=True)
         self._reader.start()
         if self.check_n and len(self.arm_names) > 1:
