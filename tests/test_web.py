@@ -78,7 +78,7 @@ def test_the_dashboard_in_a_browser_and_a_key_through_the_page(make_sim, tmp_pat
     p = subprocess.Popen(
         [PY, "-m", "tokmon", "run", "--arm", f"base:url={a.url}", "--arm", f"spec:url={b.url}",
          "-c", "2", "--duration", "3m", "--headless", "--no-gpu", "--status-interval", "1h",
-         "--web", f"127.0.0.1:{port}", "--record", str(rec)],
+         "--web", f"127.0.0.1:{port}", "--web-control", "--record", str(rec)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     shot = tmp_path / "web.png"
@@ -194,3 +194,132 @@ def test_off_loopback_the_page_needs_its_one_time_token(make_sim, tmp_path):
     finally:
         p.terminate()
         p.wait(30)
+
+
+def test_the_web_view_refuses_other_sites_strangers_and_crowds(make_sim, tmp_path):
+    """A WebSocket from another site's page is refused (it was accepted and took keys);
+    a Host that is not this server's (DNS rebinding) is refused; the token is needed on
+    loopback too and is on no command line; at most four viewers at a time."""
+    import asyncio
+
+    import aiohttp
+    import httpx
+    from helpers import tokmon
+
+    from tokmon.ui.web import MAX_VIEWERS
+
+    sim = make_sim(time_scale=4)
+    rec = tmp_path / "r.jsonl"
+    r = tokmon("run", "--url", sim.url, "-n", "4", "--headless", "--no-gpu", "--record", str(rec))
+    assert r.returncode == 0, r.stderr
+    port = free_port()
+    p = subprocess.Popen(
+        [PY, "-m", "tokmon", "replay", str(rec), "--web", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        url = line[line.index("http://") :].strip()
+        token = url.split("token=", 1)[1]
+        base = url.split("?", 1)[0]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                bare = httpx.get(base, timeout=5)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert bare.status_code == 403  # loopback too: the token
+        ps = subprocess.run(["ps", "axww", "-o", "args"], capture_output=True, text=True).stdout
+        assert token not in ps  # it went to the web server on a pipe
+        rebound = httpx.get(url, headers={"Host": f"evil.example:{port}"}, timeout=5)
+        assert rebound.status_code == 421
+        cookies = {"tokmon_token": token}
+        ws = f"ws://127.0.0.1:{port}/ws"
+
+        async def socket(origin: str) -> int:
+            async with aiohttp.ClientSession(cookies=cookies) as s:
+                try:
+                    async with s.ws_connect(ws, headers={"Origin": origin}) as c:
+                        await c.close()
+                        return 101
+                except aiohttp.WSServerHandshakeError as e:
+                    return e.status
+
+        assert asyncio.run(socket("http://evil.example")) == 403
+
+        async def crowd() -> list[int]:
+            async with aiohttp.ClientSession(cookies=cookies) as s:
+                opened, statuses = [], []
+                for _ in range(MAX_VIEWERS + 1):
+                    try:
+                        c = await s.ws_connect(ws, headers={"Origin": f"http://127.0.0.1:{port}"})
+                        opened.append(c)
+                        statuses.append(101)
+                    except aiohttp.WSServerHandshakeError as e:
+                        statuses.append(e.status)
+                for c in opened:
+                    await c.close()
+                return statuses
+
+        assert asyncio.run(crowd()) == [101] * MAX_VIEWERS + [503]
+    finally:
+        p.terminate()
+        p.wait(30)
+
+
+async def test_a_read_only_view_cannot_act_on_the_run():
+    """--web without --web-control: the view is told it has no commands, and a command
+    it sends anyway is refused at the run."""
+    src = FakeSource()
+    server = ViewServer(src, interval=0.05, control=False)
+    remote = RemoteSource(server.path)
+    try:
+        assert remote.commands == frozenset()
+        remote._commands = frozenset({"switch"})  # a view that lies about what it may do
+        assert remote.command("switch") == "read-only view (--web-control)"
+        assert src.arm != "spec"
+    finally:
+        remote.close()
+        server.close()
+
+
+def test_an_attached_view_builds_no_foreign_object(tmp_path):
+    """`tokmon view --attach` of a socket that sends a crafted pickle: refused, nothing
+    runs (it used to unpickle anything)."""
+    import pickle
+    import socket as s
+    import struct
+    import threading
+
+    from tokmon.sources.remote import RemoteSource
+
+    d = tmp_path / "v"
+    d.mkdir(mode=0o700)
+    path = str(d / "session.sock")
+    srv = s.socket(s.AF_UNIX, s.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    def serve():
+        c, _ = srv.accept()
+        data = pickle.dumps(("hello", Evil()))
+        c.sendall(struct.pack("!I", len(data)) + data)
+        time.sleep(0.5)
+        c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    with pytest.raises(pickle.UnpicklingError, match="refused"):
+        RemoteSource(path)
+    assert not marker.exists()
+    srv.close()
+    os.chmod(d, 0o755)  # a folder others can enter: not a socket to trust
+    with pytest.raises(ConnectionError, match="open to other users"):
+        RemoteSource(path)

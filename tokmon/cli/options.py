@@ -158,6 +158,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--metrics-url',), 'server Prometheus endpoint (default: /metrics next to each --url)', group='probes', text=True),
     Option(('--no-server-metrics',), 'do not scrape /metrics', action="store_true", group='probes'),
     Option(('--web',), 'also serve the dashboard in a browser on HOST:PORT (textual-serve; e.g. 127.0.0.1:8080); a non-loopback address needs --web-allow-remote and prints a one-time access token', metavar='HOST:PORT', group='display', text=True),
+    Option(('--web-control',), "let --web's pages act on the run (switch, pause, load, markers); without it they only watch", action="store_true", group='display'),
     Option(('--web-allow-remote',), 'let --web listen on a non-loopback address (with an access token)', action="store_true", group='display'),
     Option(('--prometheus',), "serve tokmon's own metrics for Prometheus on HOST:PORT (e.g. 127.0.0.1:9464; a non-loopback address needs --prometheus-allow-remote)", metavar='HOST:PORT', group='probes', text=True),
     Option(('--prometheus-linger',), 'after a headless run ends, keep serving --prometheus this long, so that a last scrape sees the final counts', default='0s', group='probes'),

@@ -636,7 +636,13 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
             page = [sys.executable, "-m", "tokmon", "view"]
             if getattr(args, "theme", None):
                 page += ["--theme", args.theme]
-            web = start_web(info["web"], page, source=session, title="tokmon run")
+            web = start_web(
+                info["web"],
+                page,
+                source=session,
+                title="tokmon run",
+                control=bool(getattr(args, "web_control", False)),
+            )
         if headless:
             interrupted = run_headless(session, status_every)
         else:

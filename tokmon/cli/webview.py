@@ -54,10 +54,14 @@ def listen_of(args: argparse.Namespace) -> tuple[str, int] | None:
 
 
 def start_web(
-    listen: tuple[str, int], page_command: list[str], source: Any = None, title: str = "tokmon"
+    listen: tuple[str, int],
+    page_command: list[str],
+    source: Any = None,
+    title: str = "tokmon",
+    control: bool = False,
 ) -> WebView:
-    """Serve ``page_command`` (a live run: an attached view of ``source``) on ``listen``."""
-    from tokmon.model.environment import is_loopback
+    """Serve ``page_command`` (a live run: an attached view of ``source``, read-only
+    unless ``control``) on ``listen``."""
     from tokmon.sources.managed import Watchdog, free_port, port_free
 
     host, port = listen
@@ -69,24 +73,31 @@ def start_web(
     if source is not None:
         from tokmon.sources.remote import ViewServer
 
-        view = ViewServer(source)
+        view = ViewServer(source, control=control)
         page_command = [*page_command, "--attach", view.path]
-    token = None if is_loopback(host) else secrets.token_urlsafe(18)
+    # every page needs the token, loopback too (another user of this machine can reach
+    # loopback); it goes to the server on a pipe, never on its command line
+    token = secrets.token_urlsafe(18)
     cmd = [sys.executable, "-m", "tokmon.ui.web", "--listen", f"{host}:{port}", "--title", title]
-    if token:
-        cmd += ["--token", token]
     proc = subprocess.Popen(
         [*cmd, "--", *page_command],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         process_group=0,  # stopped whole, with the views it started
     )
+    assert proc.stdin is not None
+    proc.stdin.write(token.encode() + b"\n")
+    proc.stdin.close()
     watchdog = Watchdog(grace_s=3.0)
     watchdog.tell("+", proc.pid)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    url = f"http://{shown}:{port}/?token={token}"
     say(f"tokmon: the dashboard in a browser: {url}", err=True, flush=True)
-    if token:
-        say("tokmon: (the token is shown once; anyone with this URL sees the run)", err=True)
+    say(
+        "tokmon: (the token is shown once; anyone with this URL sees the run"
+        + (" and acts on it" if control else "; read-only: --web-control lets pages act")
+        + ")",
+        err=True,
+    )
     return WebView(proc, watchdog, view, url)

@@ -3,8 +3,9 @@ same dashboard (in another terminal, or in a browser through ``--web``), and its
 act on the run.
 
 The session serves its snapshots on a Unix socket in a directory only its user can
-enter (0700), so whoever can connect can already read the user's files: the frames are
-pickles of tokmon's own typed Snapshot (no parsing of a foreign format). Each frame is a
+enter (0700), and a view attaches only to such a socket (``check_socket``). The frames
+are pickles of tokmon's own typed Snapshot, read by an unpickler that builds tokmon's
+model types and plain values only: a crafted frame cannot name a function to call. Each frame is a
 4-byte length and the pickle; the server sends a snapshot when it changed (at most 4 a
 second) and answers each command with its notice.
 """
@@ -12,9 +13,11 @@ second) and answers each command with its notice.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -32,12 +35,52 @@ def _send(sock: socket.socket, obj: Any) -> None:
     sock.sendall(_LEN.pack(len(data)) + data)
 
 
+# What a frame may hold: tokmon's own typed facts and views, and plain containers.
+# Anything else (os.system, a builtin that runs code) is refused before it is called.
+_ALLOWED_MODULES = ("tokmon.model.",)
+_ALLOWED_BUILTINS = frozenset(
+    {"frozenset", "set", "tuple", "list", "dict", "str", "int", "float", "bool", "bytes",
+     "complex", "slice", "range", "NoneType"}
+)  # fmt: skip
+
+
+class _Frames(pickle.Unpickler):
+    """An unpickler that builds only tokmon's own model types and plain values: a
+    crafted frame cannot name a callable to run (``tokmon view --attach`` of a socket
+    someone else made)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _ALLOWED_BUILTINS:
+            return super().find_class(module, name)
+        if module.startswith(_ALLOWED_MODULES) and not name.startswith("_"):
+            obj = super().find_class(module, name)
+            if isinstance(obj, type):
+                return obj
+        if module == "collections" and name in ("deque", "OrderedDict"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"frame refused: {module}.{name}")
+
+
 def _recv(sock: socket.socket) -> Any:
     head = _exact(sock, _LEN.size)
     (n,) = _LEN.unpack(head)
     if n > MAX_FRAME:
         raise ConnectionError("frame too large")
-    return pickle.loads(_exact(sock, n))  # noqa: S301 - our own process's frames (0700 dir)
+    return _Frames(io.BytesIO(_exact(sock, n))).load()
+
+
+def check_socket(path: str) -> None:
+    """A view attaches only to a socket of this user's, in a folder only this user can
+    enter (what ``ViewServer`` makes): raises ConnectionError with one line."""
+    st_dir = os.stat(os.path.dirname(path) or ".")
+    st = os.lstat(path)
+    uid = os.getuid()
+    if st.st_uid != uid or st_dir.st_uid != uid:
+        raise ConnectionError(f"{path} is not this user's socket")
+    if st_dir.st_mode & 0o077:
+        raise ConnectionError(f"{os.path.dirname(path)} is open to other users")
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ConnectionError(f"{path} is not a socket")
 
 
 def _exact(sock: socket.socket, n: int) -> bytes:
@@ -53,8 +96,11 @@ def _exact(sock: socket.socket, n: int) -> bytes:
 class ViewServer:
     """Serves a session's snapshots and takes its commands, for attached views."""
 
-    def __init__(self, source: Any, interval: float = 0.25) -> None:
+    def __init__(self, source: Any, interval: float = 0.25, control: bool = True) -> None:
         self.source = source
+        # a view that may not act on the run (--web without --web-control): told so,
+        # and every command it sends refused here, at the run, not trusted to the view
+        self.control = control
         self.interval = interval
         self.dir = tempfile.mkdtemp(prefix="tokmon-view-")
         os.chmod(self.dir, 0o700)
@@ -90,12 +136,16 @@ class ViewServer:
 
         try:
             with lock:
-                _send(conn, ("hello", frozenset(self.source.commands)))
+                _send(conn, ("hello", frozenset(self.source.commands if self.control else ())))
             threading.Thread(target=push, daemon=True).start()
             while not self._stop.is_set():
                 msg = _recv(conn)
                 if isinstance(msg, tuple) and len(msg) == 4 and msg[0] == "cmd":
                     _, cid, name, args = msg
+                    if not self.control:
+                        with lock:
+                            _send(conn, ("notice", cid, "read-only view (--web-control)"))
+                        continue
                     try:
                         notice = self.source.command(str(name), *args)
                     except Exception as e:  # a view's command never breaks the run
@@ -121,6 +171,7 @@ class RemoteSource:
     """The Source an attached view draws from: the latest snapshot the session sent."""
 
     def __init__(self, path: str, timeout: float = 5.0) -> None:
+        check_socket(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
