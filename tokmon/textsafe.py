@@ -33,11 +33,39 @@ _ESC_SEQ = re.compile(
     r"|\x9d[^\x07\x9c]*(?:\x07|\x9c)?"  # 8-bit OSC
 )
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 REDACTED = "<redacted>"
 # Shorter values are too likely to be ordinary text to scrub everywhere (they are still
 # redacted where they are known to be secret: headers, the command line, settings).
 MIN_SECRET = 6
 _SECRETS: list[str] = []
+
+
+def valid(obj: Any) -> Any:
+    """``obj`` (parsed JSON) with every lone UTF-16 surrogate in its strings and keys
+    replaced by U+FFFD: valid JSON may escape one (``"m\\ud800x"``), and such a string can
+    be neither encoded nor read back from a recording. Applied once, where text from a
+    server or a file enters (``loads``)."""
+    if isinstance(obj, str):
+        return _SURROGATE.sub("\ufffd", obj)
+    if isinstance(obj, dict):
+        return {valid(k): valid(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [valid(v) for v in obj]
+    return obj
+
+
+def might_hold_surrogates(raw: str | bytes) -> bool:
+    """Whether JSON text may hold an escaped surrogate (a cheap test before ``valid``)."""
+    if isinstance(raw, bytes):
+        return b"\\ud" in raw or b"\\uD" in raw or b"\\Ud" in raw
+    return "\\ud" in raw or "\\uD" in raw or _SURROGATE.search(raw) is not None
+
+
+def loads(raw: str | bytes) -> Any:
+    """JSON from a server or a file, made valid text (``valid``). Raises ValueError."""
+    obj = json.loads(raw)
+    return valid(obj) if might_hold_surrogates(raw) else obj
 
 
 def add_secret(value: str | None) -> None:

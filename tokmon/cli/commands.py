@@ -8,7 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tokmon.cli.parser import EXIT_USAGE, UsageError, build_parser, config_argv, load_config
+from tokmon.cli.parser import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    RunFailed,
+    UsageError,
+    build_parser,
+    config_argv,
+    load_config,
+)
 from tokmon.cli.run import build_run, run_session
 from tokmon.textsafe import say, write_out, write_text
 
@@ -432,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
             err=True,
         )
         return EXIT_USAGE
+    except RunFailed as e:
+        say(f"tokmon {args.command}: error: {e}", err=True)
+        return EXIT_FAILED
     except RecordingError as e:
         say(
             f"tokmon {args.command}: error: {e}",

@@ -26,6 +26,14 @@ class UsageError(Exception):
     """A bad option value or input file: one line, exit 2."""
 
 
+EXIT_FAILED = 1
+
+
+class RunFailed(Exception):
+    """The run itself failed before it measured (a managed server exited before it was
+    ready): one line, exit 1."""
+
+
 class Parser(argparse.ArgumentParser):
     run_parser: argparse.ArgumentParser
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokmon import __version__
-from tokmon.cli.parser import UsageError, api_key
+from tokmon.cli.parser import RunFailed, UsageError, api_key
 from tokmon.model.redact import redact_argv, secrets_in
 from tokmon.textsafe import add_secret, dumps, say, write_text
 
@@ -571,7 +571,7 @@ def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, 
             lines = str(e).split("\n")
             for ln in lines[1:]:
                 say(f"  | {ln}", err=True)
-            raise UsageError(lines[0]) from None
+            raise RunFailed(lines[0]) from None
         st = managed.started[-1]
         say(f"tokmon: arm {st.arm}'s server ready in {st.ready_s:.1f} s", err=True, flush=True)
     return managed

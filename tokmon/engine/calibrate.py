@@ -30,6 +30,7 @@ from tokmon.engine.worker import build_body, endpoint_url, request_headers
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
 from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, compose, prefix_text
+from tokmon.textsafe import loads
 
 LEADS_SAMPLE = 8  # filler words of the short probe
 LEADS_LONG = 40  # of the long one
@@ -86,7 +87,7 @@ def tokenizer(
         url = root + path
         try:
             r = post(client, url, json=form("Ticket"), headers=headers)
-            if r.status_code != 200 or not _count(r.json()):
+            if r.status_code != 200 or not _count(loads(r.content)):
                 continue
         except (httpx.HTTPError, ValueError):
             continue
@@ -94,7 +95,7 @@ def tokenizer(
         def count(text: str, url: str = url, form: Callable[[str], dict[str, Any]] = form) -> int:
             r = post(client, url, json=form(text), headers=headers)
             r.raise_for_status()
-            n = _count(r.json())
+            n = _count(loads(r.content))
             if n is None:
                 raise CalibrationError("/tokenize answered without tokens")
             return n
@@ -158,7 +159,7 @@ def prompt_tokens(client: httpx.Client, cfg: RunConfig, arm: Arm, prompt: Prompt
     if r.status_code != 200:
         raise CalibrationError(f"a probe request answered HTTP {r.status_code}")
     try:
-        n = r.json()["usage"]["prompt_tokens"]
+        n = loads(r.content)["usage"]["prompt_tokens"]
     except (ValueError, KeyError, TypeError):
         raise CalibrationError("the server's answer has no usage.prompt_tokens") from None
     if not isinstance(n, int) or isinstance(n, bool) or not 0 < n < 10_000_000:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.textsafe import might_hold_surrogates, valid
+
 DONE = b"[DONE]"
 
 
@@ -124,6 +126,8 @@ def _decode(payload: bytes) -> Any:
         raise ProtocolError(f"unparseable event: {e}") from None
     if end != len(text) and not text[end:].isspace():
         raise ProtocolError(f"unparseable event: extra data at char {end}")
+    if "\\u" in text and might_hold_surrogates(text):
+        obj = valid(obj)  # a lone surrogate from the server: text, from here on
     return obj
 
 

@@ -8,7 +8,6 @@ to the kernel.
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -19,7 +18,7 @@ from tokmon.engine.chunks import ProtocolError, interpret
 from tokmon.engine.measure import NS_PER_MS, StreamMeter
 from tokmon.engine.sse import SSEError, SSEParser
 from tokmon.model.records import CLOCK_PREFIX, RequestRecord
-from tokmon.textsafe import clean_text
+from tokmon.textsafe import clean_text, loads
 
 ERROR_BODY_LIMIT = 4096
 # The durations an impossible timeline cannot give (METRICS.md, invariants).
@@ -65,7 +64,7 @@ def classify_status(status: int) -> str:
 def error_message(body: bytes) -> str:
     """The message of an OpenAI-style error body, or its first bytes."""
     try:
-        obj = json.loads(body)
+        obj = loads(body)
     except ValueError:
         return clean_text(body[:200].decode("utf-8", "replace"))
     if isinstance(obj, dict):

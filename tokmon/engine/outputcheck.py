@@ -13,7 +13,7 @@ import numpy as np
 
 from tokmon.model.arms import Arm
 from tokmon.model.workload import KINDS, synthetic_prompt
-from tokmon.textsafe import clean_text
+from tokmon.textsafe import clean_text, loads
 
 
 def fixed_prompts(n: int) -> list[Any]:
@@ -52,7 +52,7 @@ def generate(
         r = client.post(url, json=body, headers={**headers, **arm.headers})
         if r.status_code != 200:
             return None
-        ch = r.json()["choices"][0]
+        ch = loads(r.content)["choices"][0]
         return str(ch["message"]["content"] if "message" in ch else ch["text"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return None

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tokmon.textsafe import loads
+
 
 class PreflightError(Exception):
     pass
@@ -53,7 +55,7 @@ def fetch_models(
     if r.status_code != 200:
         raise PreflightError(f"{url}: GET /models answered HTTP {r.status_code}")
     try:
-        obj = r.json()
+        obj = loads(r.content)
     except ValueError:
         raise PreflightError(
             f"{url}: GET /models did not answer JSON — is this an OpenAI-compatible API?"

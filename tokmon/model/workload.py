@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tokmon.textsafe import loads
 
 
 class WorkloadError(ValueError):
@@ -404,7 +405,7 @@ def load_prompt_file(path: str) -> list[Prompt]:
     stripped = raw.lstrip()
     if stripped.startswith("["):
         try:
-            data = json.loads(raw)
+            data = loads(raw)
         except ValueError as e:
             raise WorkloadError(f"--prompts: {path} is not valid JSON: {e}") from None
         for item in data:
@@ -448,7 +449,7 @@ def json_objects(lines: Any, where: str) -> Any:
             continue
         at = f"{where} line {ln}"
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except ValueError:
             raise WorkloadError(f"{at} is not JSON") from None
         if not isinstance(obj, dict):
@@ -513,7 +514,7 @@ def load_conversations(path: str) -> tuple[Script, ...]:
     out: list[Script] = []
     if raw.lstrip().startswith("["):
         try:
-            data = json.loads(raw)
+            data = loads(raw)
         except ValueError as e:
             raise WorkloadError(f"--conversations: {path} is not valid JSON: {e}") from None
         for i, item in enumerate(data):

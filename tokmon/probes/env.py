@@ -35,6 +35,7 @@ from tokmon.model.environment import (
 )
 from tokmon.probes.base import Sampler
 from tokmon.probes.server import MAX_BODY, MetricsTooLarge, _known_lines, detect
+from tokmon.textsafe import loads
 
 MAX_JSON = 1 << 20  # a configuration answer is read up to this size
 # The kernel's receive stamp (Linux; the probes do not import the engine, which keeps
@@ -86,7 +87,7 @@ def _json(r: httpx.Response | None) -> Any:
     if r is None or r.status_code != 200:
         return None
     try:
-        return r.json()
+        return loads(r.content)
     except ValueError:
         return None
 

@@ -21,15 +21,28 @@ from tokmon.model.facts import Fact, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError
+from tokmon.textsafe import loads, might_hold_surrogates
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
     import orjson
 
-    _loads: Any = orjson.loads
+    _fast: Any = orjson.loads
     _DecodeError: Any = orjson.JSONDecodeError
 except ImportError:  # pragma: no cover
-    _loads = json.loads
+    _fast = json.loads
     _DecodeError = ValueError
+
+
+def _loads(line: bytes | str) -> Any:
+    """A line of a recording. orjson refuses a lone surrogate escape (valid JSON, which
+    an older tokmon wrote from a server's text): such a line is read by the standard
+    parser and made valid text (``textsafe.loads``), not skipped as corrupt."""
+    try:
+        return _fast(line)
+    except _DecodeError:
+        if not might_hold_surrogates(line):
+            raise
+        return loads(line)
 
 
 @dataclass

@@ -31,6 +31,7 @@ import httpx
 
 from tokmon.model.arms import PORT, Arm
 from tokmon.model.redact import redact_argv
+from tokmon.textsafe import loads
 
 
 def redact_command(argv: tuple[str, ...] | list[str], shown: tuple[str, ...] = ()) -> list[str]:
@@ -196,7 +197,7 @@ class ManagedServer:
                     if h.status_code in (200, 404):  # 404: a server without /health
                         m = c.get(root + "/v1/models", headers=headers)
                         if m.status_code == 200:
-                            data = m.json().get("data") or [{}]
+                            data = loads(m.content).get("data") or [{}]
                             return str(data[0].get("id") or "")
                 if on_wait is not None:
                     on_wait(waited)

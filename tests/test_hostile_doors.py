@@ -1,0 +1,124 @@
+"""The newer doors, locked (issue: secrets in server commands, strange Unicode, files,
+signals, crafted inputs). Each case is an attack that once broke something; tokmon runs
+as a user would, in a subprocess, and what it wrote is checked as raw bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import tokmon
+from hostile import Hostile, sse_events, text_event, usage_event
+
+from tokmon.model.redact import redact_argv, secrets_in
+
+PY = sys.executable
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return tokmon(*args, env=env, timeout=timeout, text=False)
+
+
+def every_file(folder: Path) -> list[bytes]:
+    return [p.read_bytes() for p in folder.rglob("*") if p.is_file()]
+
+
+def test_the_redaction_rule():
+    argv = ["vllm", "serve", "m", "--api-key", "sk-A", "--api-key=sk-B", "-k", "kk-123",
+            "--hf_token", "hf_1", "--admin-api-key", "adm-1", "--auth-token", "at-1",
+            "--openai-api-key", "oa-1", "Authorization: Bearer bb-123456", "HF_TOKEN=abc",
+            "--max-tokens", "64", "--tokenizer", "t.json", "--api-keys", "k1x,k2y",
+            "--max-num-batched-tokens", "4096"]  # fmt: skip
+    red = redact_argv(argv)
+    for s in ("sk-A", "sk-B", "kk-123", "hf_1", "adm-1", "at-1", "oa-1", "bb-123456", "abc",
+              "k1x", "k2y"):  # fmt: skip
+        assert not [a for a in red if s in a], (s, red)
+    # what only looks like a secret stays: max tokens, a tokenizer file, batch sizes
+    assert "64" in red and "t.json" in red and "4096" in red
+    assert set(secrets_in(argv)) >= {"sk-A", "sk-B", "k1x", "k2y", "bb-123456"}
+    # --show-arg keeps one that looks secret and is not
+    assert "kk-123" in redact_argv(["x", "-k", "kk-123"], ["k"])
+
+
+def test_a_serve_command_with_keys_is_written_without_them(tmp_path):
+    """The keys of a serve= command (both forms, and a list with a comma) appear in no
+    file and no output, from a run whose server cannot start (so it is quick): the
+    recording's command and settings, the summary and stderr."""
+    rec, summ = tmp_path / "r.jsonl", tmp_path / "s.json"
+    serve = (f"{PY} -c 'import sys; sys.exit(3)' --port {{port}} --api-key sk-AAA "
+             "--api-key=sk-BBB --api-keys k1x-SECRET,k2y-SECRET -k kk-SECRET "
+             "--hf_token hf-SECRET 'Authorization: Bearer bear-SECRET'")  # fmt: skip
+    p = run("run", "--arm", f"b:serve={serve}", "-d", "2s", "--headless", "--no-gpu",
+            "--record", str(rec), "--summary-json", str(summ))  # fmt: skip
+    assert p.returncode == 1, p.stderr  # the server exited before it was ready
+    assert b"Traceback" not in p.stderr
+    outputs = [p.stdout, p.stderr, *every_file(tmp_path)]
+    for s in (b"sk-AAA", b"sk-BBB", b"k1x-SECRET", b"k2y-SECRET", b"kk-SECRET", b"hf-SECRET",
+              b"bear-SECRET"):  # fmt: skip
+        for o in outputs:
+            assert s not in o, (s, o[:400])
+
+
+def test_a_lone_surrogate_from_a_server_is_text(tmp_path):
+    """`/v1/models` answering {"id": "m\\ud800x"} and a finish_reason with one: the run
+    ends with its summary, the recording reads back whole (it ended "internal error",
+    the file unreadable), and tokmon env answers."""
+    with Hostile() as srv:
+        srv.models_body = b'{"object":"list","data":[{"id":"m\\ud800x","object":"model"}]}'
+        srv.events = sse_events(
+            text_event("hi"), '{"choices":[{"index":0,"delta":{"content":" \\udfff"},'
+            '"finish_reason":"st\\ud800op"}]}', usage_event(2), "[DONE]",
+        )  # fmt: skip
+        rec, summ = tmp_path / "r.jsonl", tmp_path / "s.json"
+        p = run("run", "--url", srv.url, "--headless", "-c", "2", "-n", "8", "--no-gpu",
+                "--record", str(rec), "--summary-json", str(summ))  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        env = run("env", srv.url)
+        assert env.returncode == 0, env.stderr
+    s = json.loads(summ.read_text())
+    assert s["arms"]["default"]["requests"]["ok"] == 8
+    r = run("report", str(rec), "--format", "json")
+    assert r.returncode == 0 and b"corrupt" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["arms"]["default"]["requests"]["ok"] == 8
+
+
+def test_a_kind_with_a_surrogate_keeps_metrics_answering(tmp_path):
+    """A prompts file whose kind holds a lone surrogate: /metrics still answers (every
+    scrape was HTTP 500) and the kind is text."""
+    import httpx
+
+    from tokmon.sources.managed import free_port
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello there", "kind": "k\\udfff"}\n')
+    port = free_port()
+    with Hostile() as srv:
+        proc = __import__("subprocess").Popen(
+            [PY, "-m", "tokmon", "run", "--url", srv.url, "--headless", "--no-gpu",
+             "--prompts", str(prompts), "-d", "20s", "-c", "1",
+             "--prometheus", f"127.0.0.1:{port}"],
+            stdout=-3, stderr=-1,
+        )  # fmt: skip
+        try:
+            import time
+
+            deadline = time.monotonic() + 30
+            body = None
+            while time.monotonic() < deadline:
+                try:
+                    r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+                    if r.status_code == 200 and b'kind="k' in r.content:
+                        body = r.content
+                        break
+                    assert r.status_code == 200, r.status_code
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.3)
+            assert body is not None
+            assert b"\\ud" not in body.lower()
+        finally:
+            proc.terminate()
+            proc.wait(30)
