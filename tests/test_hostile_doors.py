@@ -122,3 +122,45 @@ def test_a_kind_with_a_surrogate_keeps_metrics_answering(tmp_path):
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+def test_files_are_the_users_alone_and_no_symlink_is_followed(tmp_path):
+    """With umask 022: the recording (with prompts), the summary and reports are 0600;
+    a symlink placed in advance where tokmon writes is refused in one line (a dangling
+    one created its target with the prompts; a summary over one overwrote its target);
+    an existing file that is not tokmon's is not truncated."""
+    old = os.umask(0o022)
+    try:
+        with Hostile() as srv:
+            rec, summ = tmp_path / "r.jsonl", tmp_path / "s.json"
+            p = run("run", "--url", srv.url, "--headless", "-c", "1", "-n", "3", "--no-gpu",
+                    "--record", str(rec), "--record-prompts", "--summary-json", str(summ))  # fmt: skip
+            assert p.returncode == 0, p.stderr
+            rep = tmp_path / "rep.md"
+            assert run("report", str(rec), "-F", "md", "-o", str(rep)).returncode == 0
+            for f in (rec, summ, rep):
+                assert (f.stat().st_mode & 0o777) == 0o600, (f, oct(f.stat().st_mode))
+            # a dangling link where the recording goes: refused, its target not created
+            target = tmp_path / "elsewhere" / "stolen.jsonl"
+            target.parent.mkdir()
+            link = tmp_path / "link.jsonl"
+            link.symlink_to(target)
+            p = run("run", "--url", srv.url, "--headless", "-n", "2", "--no-gpu",
+                    "--record", str(link))  # fmt: skip
+            assert p.returncode == 2 and b"symbolic link" in p.stderr, p.stderr
+            assert not target.exists()
+            # a summary over a link to someone's file: refused, the file untouched
+            victim = tmp_path / "victim.txt"
+            victim.write_text("precious")
+            slink = tmp_path / "s2.json"
+            slink.symlink_to(victim)
+            p = run("run", "--url", srv.url, "--headless", "-n", "2", "--no-gpu",
+                    "--summary-json", str(slink))  # fmt: skip
+            assert p.returncode != 0 and b"symbolic link" in p.stderr, p.stderr
+            assert victim.read_text() == "precious"
+            # a report over an existing file that is not tokmon's: refused, kept
+            p = run("report", str(rec), "-F", "text", "-o", str(victim))
+            assert p.returncode == 2 and b"not tokmon's" in p.stderr, p.stderr
+            assert victim.read_text() == "precious"
+    finally:
+        os.umask(old)

@@ -17,12 +17,15 @@ where text is displayed (``rich.text.Text``), not here.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _ESC_SEQ = re.compile(
     r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC ... BEL or ST
@@ -106,9 +109,53 @@ def write_out(text: str) -> None:
     sys.stdout.write(clean_text(text))
 
 
+FILE_MODE = 0o600  # recordings hold prompts, summaries servers' details: the user's alone
+# what tokmon's own files begin with or hold early: a file without any is not replaced
+_OURS = (b"tokmon", b"rid,arm,", b"t_s,kind,", b"section,", b"\x1f\x8b")
+
+
+def open_private(path: str | Path, *, append: bool) -> IO[bytes]:
+    """A file tokmon writes (a recording, a summary, a report, a server's log): created
+    0600, never through a symbolic link placed where it is asked to write (O_NOFOLLOW),
+    only a regular file. Raises OSError with the reason in words."""
+    flags = os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    # (read too when replacing: what is there is looked at before it is truncated)
+    flags |= os.O_WRONLY | os.O_APPEND if append else os.O_RDWR
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, f"{path} is a symbolic link; tokmon writes through none"
+            ) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        if not append:
+            if st.st_size and not _looks_ours(fd):
+                raise OSError(
+                    errno.EEXIST,
+                    f"{path} exists and is not tokmon's: remove it or choose another name",
+                )
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab" if append else "wb", buffering=0)
+
+
+def _looks_ours(fd: int) -> bool:
+    head = os.pread(fd, 65536, 0)
+    return any(m in head for m in _OURS)
+
+
 def write_text(path: str | Path, text: str) -> None:
-    """Write a text file (a report, a summary), cleaned. Raises OSError."""
-    Path(path).write_text(clean_text(text), encoding="utf-8")
+    """Write a text file (a report, a summary), cleaned (``open_private``). Raises
+    OSError."""
+    with open_private(path, append=False) as f:
+        f.write(clean_text(text).encode("utf-8"))
 
 
 def finite(obj: Any, notes: list[str] | None = None, path: str = "") -> Any:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tokmon import __version__
 from tokmon.cli.parser import RunFailed, UsageError, api_key
 from tokmon.model.redact import redact_argv, secrets_in
-from tokmon.textsafe import add_secret, dumps, say, write_text
+from tokmon.textsafe import add_secret, dumps, open_private, say, write_text
 
 if TYPE_CHECKING:
     from tokmon.model.config import RunConfig
@@ -766,7 +766,7 @@ def make_recorder(
         )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab"):
+        with open_private(path, append=True):
             pass
     except OSError as e:
         raise UsageError(f"--record: cannot write {args.record}: {e.strerror or e}") from None

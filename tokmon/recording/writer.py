@@ -16,7 +16,7 @@ from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import Event, RequestRecord, SentPrompt
 from tokmon.model.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError
-from tokmon.textsafe import dumps
+from tokmon.textsafe import dumps, open_private
 
 
 def environment() -> dict[str, Any]:
@@ -94,7 +94,7 @@ class Recorder:
         adds a session to it (the reader reports the last session of a file)."""
         self.t0 = t0
         try:
-            self._raw = open(self.path, self.mode, buffering=0)  # noqa: SIM115 — closed in close()
+            self._raw = open_private(self.path, append=self.mode == "ab")
         except OSError as e:
             raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
         if self.path.endswith(".gz"):

@@ -31,7 +31,7 @@ import httpx
 
 from tokmon.model.arms import PORT, Arm
 from tokmon.model.redact import redact_argv
-from tokmon.textsafe import loads
+from tokmon.textsafe import loads, open_private
 
 
 def redact_command(argv: tuple[str, ...] | list[str], shown: tuple[str, ...] = ()) -> list[str]:
@@ -134,7 +134,7 @@ class ManagedServer:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child holds it
+        log = open_private(self.log_path, append=True)  # (the child holds it)
         log.write(f"\n--- tokmon: starting {' '.join(redact_command(self.argv))}\n".encode())
         log.flush()
         try:
