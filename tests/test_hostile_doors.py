@@ -9,7 +9,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 from helpers import tokmon
 from hostile import Hostile, sse_events, text_event, usage_event
 
@@ -164,3 +163,70 @@ def test_files_are_the_users_alone_and_no_symlink_is_followed(tmp_path):
             assert victim.read_text() == "precious"
     finally:
         os.umask(old)
+
+
+def _rss_limited(*args: str, limit_mb: int = 600):
+    """tokmon with its address space capped: a reader that loads a crafted file whole
+    fails the test with a MemoryError instead of eating the machine."""
+    import resource
+    import subprocess
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+
+    return subprocess.run(
+        [PY, "-m", "tokmon", *args], capture_output=True, text=True, timeout=60,
+        preexec_fn=cap, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_crafted_input_files_are_one_line_and_cheap(tmp_path):
+    """/dev/zero behind a symlink as every input file, a trace line with 2M hash_ids, a
+    recording whose requests ask 50M prompt tokens, a config of 100k nested arrays, a
+    trace timestamp of 1e20: each is one line naming the file, exit 2, in bounded
+    memory (they took 1.7–7.7 GB, or a traceback)."""
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")
+    url = "http://127.0.0.1:9/v1"
+    for opt in ("--trace", "--prompts", "--conversations"):
+        p = _rss_limited("run", "--url", url, opt, str(zero), "--headless", "-n", "1")
+        assert p.returncode == 2 and "not a regular file" in p.stderr, (opt, p.stderr)
+        assert "Traceback" not in p.stderr and str(zero) in p.stderr
+    p = _rss_limited("run", "--config", str(zero))
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr
+    with Hostile() as srv:  # (the tokenizer is read once the server answered)
+        p = _rss_limited("run", "--url", srv.url, "--tokenizer", str(zero), "-n", "1",
+                         "--headless", "--no-gpu")  # fmt: skip
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    p = _rss_limited("run", "--config", str(deep))
+    assert p.returncode == 2 and str(deep) in p.stderr and "Traceback" not in p.stderr, p.stderr
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        json.dumps({"timestamp": 0, "input_length": 10, "output_length": 4,
+                    "hash_ids": list(range(2_000_000))}) + "\n"
+    )  # fmt: skip
+    p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
+    assert p.returncode == 2 and "line 1 is over 16 MiB" in p.stderr, p.stderr
+    trace.write_text(
+        json.dumps({"timestamp": 0, "input_length": 10, "output_length": 4,
+                    "hash_ids": list(range(200_000))}) + "\n"
+    )  # fmt: skip
+    p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
+    assert p.returncode == 2 and "hash_ids for input_length 10" in p.stderr, p.stderr
+    trace.write_text(json.dumps({"timestamp": 1e20, "input_length": 10, "output_length": 4}))
+    p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
+    assert p.returncode == 2 and "timestamp must be" in p.stderr, p.stderr
+    from tokmon.model.records import RequestRecord
+    from tokmon.recording.writer import Recorder
+
+    rec = tmp_path / "r.jsonl"
+    w = Recorder(str(rec))
+    w.open({"settings": {"arms": [{"name": "a"}]}}, 0)
+    w.records([RequestRecord(rid=0, arm="a", outcome="ok", t_sched=0, t_end=1,
+                             prompt_tokens_asked=50_000_000)])  # fmt: skip
+    w.end(2)
+    w.close()
+    p = _rss_limited("run", "--url", url, "--replay-load", str(rec), "--headless")
+    assert p.returncode == 2 and "over 10,000,000" in p.stderr, p.stderr

@@ -318,15 +318,17 @@ def build_parser() -> Parser:
 
 
 def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
+    from tokmon.inputs import InputError, read_input_bytes
     from tokmon.model.arms import ArmError, arm_from_mapping
 
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise UsageError(f"--config: cannot read {path}: {e.strerror or e}") from None
+        data = tomllib.loads(read_input_bytes(path, "--config").decode("utf-8"))
+    except InputError as e:
+        raise UsageError(str(e)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"--config: {path} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise UsageError(f"--config: {path} is nested too deeply") from None
     arms_tbl = data.pop("arms", {})
     defaults: dict[str, Any] = {}
     for k, v in data.items():

@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 
 from tokmon.engine.worker import build_body, endpoint_url, request_headers
+from tokmon.inputs import InputError, check_input
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
 from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, compose, prefix_text
@@ -119,6 +120,10 @@ def local_tokenizer(path: str) -> Callable[[str], int]:
     p = Path(path)
     if p.is_dir():
         p = p / "tokenizer.json"
+    try:
+        check_input(str(p), "--tokenizer")
+    except InputError as e:
+        raise CalibrationError(str(e)) from None
     try:
         tok = Tokenizer.from_file(str(p))
     except Exception as e:  # the library raises plain Exceptions for a bad file

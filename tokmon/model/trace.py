@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokmon.inputs import InputError, open_input
 from tokmon.model.workload import (
     HEAD_WORDS,
     Prompt,
@@ -78,10 +79,14 @@ class Trace:
         )
 
 
+MAX_TIMESTAMP_MS = 1e10  # 115 days: a trace's clock, like every time tokmon reads, is bounded
+MAX_TOKENS = 10_000_000  # a prompt or an answer: every length from a file is held to it
+
+
 def _int(v: object, what: str, where: str, lo: int = 1) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise WorkloadError(f"{where}: {what} is not a number")
-    if v != int(v) or v < lo or v > 10_000_000:
+    if v != int(v) or v < lo or v > MAX_TOKENS:
         raise WorkloadError(f"{where}: {what} must be a whole number from {lo} to 10M, got {v}")
     return int(v)
 
@@ -89,9 +94,9 @@ def _int(v: object, what: str, where: str, lo: int = 1) -> int:
 def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) -> Trace:
     """A Mooncake trace file (JSON Lines); every fault is one line naming the file's line."""
     try:
-        f = Path(path).open(encoding="utf-8")  # noqa: SIM115 — closed below
-    except OSError as e:
-        raise WorkloadError(f"--trace: cannot read {path}: {e.strerror or e}") from None
+        f = open_input(path, "--trace")
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
     entries: list[TraceEntry] = []
     with f:
         try:
@@ -102,11 +107,21 @@ def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) ->
                 ts = obj["timestamp"]
                 if isinstance(ts, bool) or not isinstance(ts, (int, float)):
                     raise WorkloadError(f"{where}: timestamp is not a number")
-                if not math.isfinite(ts) or ts < 0:
-                    raise WorkloadError(f"{where}: timestamp must be >= 0 ms, got {ts}")
+                if not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
+                    raise WorkloadError(
+                        f"{where}: timestamp must be from 0 to {MAX_TIMESTAMP_MS:.0e} ms, got {ts}"
+                    )
                 hids = obj.get("hash_ids") or []
                 if not isinstance(hids, list):
                     raise WorkloadError(f"{where}: hash_ids is not a list")
+                # each id is a block of the prompt: more blocks than its length holds
+                # would build a prompt longer than it says (2M ids: 1.7 GB, the engine gone)
+                most = -(-_int(obj["input_length"], "input_length", where) // block)
+                if len(hids) > most:
+                    raise WorkloadError(
+                        f"{where}: {len(hids):,} hash_ids for input_length "
+                        f"{obj['input_length']} (at most {most:,} blocks of {block})"
+                    )
                 entries.append(
                     TraceEntry(
                         t_ms=float(ts),

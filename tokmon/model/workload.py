@@ -7,11 +7,11 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tokmon.inputs import MAX_LINE, InputError, read_input
 from tokmon.textsafe import loads
 
 
@@ -394,13 +394,10 @@ def filler_count(
 
 def load_prompt_file(path: str) -> list[Prompt]:
     """JSON Lines with ``prompt`` or ``messages`` (optional ``kind``), or ShareGPT JSON."""
-    p = Path(path)
     try:
-        raw = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise WorkloadError(f"--prompts: cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"--prompts: {path} is not UTF-8 text") from None
+        raw = read_input(path, "--prompts")
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
     prompts: list[Prompt] = []
     stripped = raw.lstrip()
     if stripped.startswith("["):
@@ -408,6 +405,8 @@ def load_prompt_file(path: str) -> list[Prompt]:
             data = loads(raw)
         except ValueError as e:
             raise WorkloadError(f"--prompts: {path} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise WorkloadError(f"--prompts: {path} is nested too deeply") from None
         for item in data:
             conv = item.get("conversations") if isinstance(item, dict) else None
             if not isinstance(conv, list):
@@ -448,10 +447,14 @@ def json_objects(lines: Any, where: str) -> Any:
         if not line.strip():
             continue
         at = f"{where} line {ln}"
+        if len(line) > MAX_LINE:
+            raise WorkloadError(f"{at} is over {MAX_LINE >> 20} MiB")
         try:
             obj = loads(line)
         except ValueError:
             raise WorkloadError(f"{at} is not JSON") from None
+        except RecursionError:
+            raise WorkloadError(f"{at} is nested too deeply") from None
         if not isinstance(obj, dict):
             raise WorkloadError(f"{at} is not a JSON object")
         yield at, obj
@@ -506,17 +509,17 @@ def load_conversations(path: str) -> tuple[Script, ...]:
     (optional ``system`` and ``kind``) or ``{"messages": [{"role", "content"}, …]}``; or a
     ShareGPT JSON array (``conversations`` of ``{"from", "value"}``)."""
     try:
-        raw = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise WorkloadError(f"--conversations: cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"--conversations: {path} is not UTF-8 text") from None
+        raw = read_input(path, "--conversations")
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
     out: list[Script] = []
     if raw.lstrip().startswith("["):
         try:
             data = loads(raw)
         except ValueError as e:
             raise WorkloadError(f"--conversations: {path} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise WorkloadError(f"--conversations: {path} is nested too deeply") from None
         for i, item in enumerate(data):
             where = f"--conversations: {path} item {i + 1}"
             conv = item.get("conversations") if isinstance(item, dict) else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokmon.model.trace import MOONCAKE_BLOCK, Trace, TraceEntry, make_trace
+from tokmon.model.trace import MAX_TOKENS, MOONCAKE_BLOCK, Trace, TraceEntry, make_trace
 from tokmon.model.workload import Prompt, WorkloadError
 from tokmon.recording import RecordingError
 from tokmon.recording.reader import read_recording
@@ -35,6 +35,15 @@ def trace_of_recording(path: str, speed: float = 1.0) -> Trace:
     ins = lengths("prompt_tokens_asked", "prompt_tokens")
     # (no max_tokens recorded: what came out; a request cut short asks for what it gave)
     outs = lengths("max_tokens_asked", "output_tokens")
+    # every length from a file is held to the trace's cap (a crafted pta of 50M built a
+    # 3.3 GB prompt): one line, as --trace says it
+    for name, v in (("prompt tokens", ins), ("max tokens", outs)):
+        if v.size and float(v.max()) > MAX_TOKENS:
+            i = int(np.argmax(v))
+            raise WorkloadError(
+                f"--replay-load: {path}: request {int(c['rid'][i])} asks {v[i]:.0f} {name}, "
+                f"over {MAX_TOKENS:,}"
+            )
     ts = c["t_sched"]
     entries: list[TraceEntry] = []
     for i in range(tb.n):
