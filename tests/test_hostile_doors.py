@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import tokmon
 from hostile import Hostile, sse_events, text_event, usage_event
 
@@ -230,3 +231,116 @@ def test_crafted_input_files_are_one_line_and_cheap(tmp_path):
     w.close()
     p = _rss_limited("run", "--url", url, "--replay-load", str(rec), "--headless")
     assert p.returncode == 2 and "over 10,000,000" in p.stderr, p.stderr
+
+
+DAEMON = r"""
+import os, signal, sys, time
+port = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept across exec
+        os.execv(sys.executable, [sys.executable, "-m", "tokmon", "sim", "--port", port,
+                                  "--time-scale", "8", "--model-name", sys.argv[2]])
+    os._exit(0)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_server_that_daemonises_does_not_outlive_tokmon(tmp_path):
+    """A serve= server that forks, calls setsid, forks again and ignores SIGTERM: tokmon
+    stops it anyway (it is the orphan's subreaper), says so naming the PID, exits 1, and
+    leaves nothing on the port (a -d 4s run took 36 s, exited 0, the daemon listening)."""
+    import subprocess
+    import time
+    import uuid
+
+    from tokmon.sources.managed import port_holders
+
+    marker = f"daemon-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "daemon.py"
+    script.write_text(DAEMON)
+    t0 = time.monotonic()
+    p = run("run", "--arm", f"d:serve={PY} {script} {{port}} {marker}", "-d", "4s", "-c", "1",
+            "--headless", "--no-gpu")  # fmt: skip
+    took = time.monotonic() - t0
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert "left process" in err and "stopped by tokmon" in err, err
+    assert took < 30, took
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert not left, left
+    port = int(err.split("on port ")[1].split()[0])
+    assert not port_holders(port)
+
+
+@pytest.mark.parametrize("sig,code", [("TERM", 143), ("HUP", 129)])
+def test_sigterm_and_sighup_end_a_headless_run_like_ctrl_c(tmp_path, sig, code):
+    """SIGTERM to the whole process group (systemd, `timeout`) or SIGHUP (an SSH drop):
+    the run drains, writes its summary and recording, and exits 143 / 129 -- no false
+    "engine failed: exit code -15", no lost summary."""
+    import signal
+    import subprocess
+    import time
+
+    with Hostile() as srv:
+        rec, summ = tmp_path / "r.jsonl", tmp_path / "s.json"
+        p = subprocess.Popen(
+            [PY, "-m", "tokmon", "run", "--url", srv.url, "--headless", "--no-gpu", "-c", "2",
+             "-d", "5m", "--record", str(rec), "--summary-json", str(summ),
+             "--status-interval", "0.5s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert p.stderr is not None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # until a status line shows requests done
+                line = p.stderr.readline()
+                if line.startswith("[") and " ok 0 " not in line and "ok " in line:
+                    break
+            os.killpg(p.pid, getattr(signal, f"SIG{sig}"))
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == code, err
+    assert "failed" not in err and "exit code" not in err, err
+    assert json.loads(summ.read_text())["arms"]["default"]["requests"]["ok"] > 0
+    assert b'"k":"end"' in rec.read_bytes() or b'"k": "end"' in rec.read_bytes()
+
+
+def test_a_prometheus_port_in_use_is_one_line_before_the_run():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        p = run("run", "--url", "http://127.0.0.1:9/v1", "--prometheus", f"127.0.0.1:{port}",
+                "--headless", "-n", "1")  # fmt: skip
+    assert p.returncode == 2 and b"is in use" in p.stderr and b"Traceback" not in p.stderr
+    assert b"connection refused" not in p.stderr  # said before the pre-flight
+
+
+def test_the_html_reports_summary_reads_back_with_json_parse(tmp_path):
+    """The summary embedded in the HTML report is the JSON a script reads (it was
+    HTML-escaped inside <script>, so JSON.parse of it failed), and a server's
+    '</script><script>…' in it cannot end the block."""
+    import re
+
+    with Hostile() as srv:
+        srv.model_id = "m</script><script>alert(1)</script>&amp;"
+        rec = tmp_path / "r.jsonl"
+        p = run("run", "--url", srv.url, "--headless", "-c", "1", "-n", "3", "--no-gpu",
+                "--record", str(rec))  # fmt: skip
+        assert p.returncode == 0, p.stderr
+    page = run("report", str(rec), "-F", "html").stdout.decode()
+    m = re.search(r"<script type='application/json' id='tokmon-summary'>(.*?)</script>", page,
+                  re.S)  # fmt: skip
+    assert m is not None
+    body = m.group(1)
+    assert "<" not in body and "&quot;" not in body and "&amp;" not in body
+    summary = json.loads(body)  # what JSON.parse(el.textContent) gives
+    assert summary["target"]["model"].startswith("m</script>")

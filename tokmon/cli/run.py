@@ -78,6 +78,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         getattr(args, "prometheus_allow_remote", False),
     )
     dur("--prometheus-linger", getattr(args, "prometheus_linger", "0s"))
+    if prometheus is not None and prometheus[1] and not can_listen(*prometheus):
+        raise UsageError(f"--prometheus: {prometheus[0]}:{prometheus[1]} is in use")
     from tokmon.cli.webview import listen_of
 
     web = listen_of(args)
@@ -496,6 +498,21 @@ def credentials(
     return url, headers, key
 
 
+def can_listen(host: str, port: int) -> bool:
+    """Whether a server could listen on HOST:PORT now (checked before the run starts:
+    a port in use is one line, not an error after the pre-flight)."""
+    import socket
+
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def parse_listen(name: str, text: str | None, allow_remote: bool) -> tuple[str, int] | None:
     """HOST:PORT (or :PORT, on loopback) to listen on; loopback unless allowed."""
     if not text:
@@ -626,7 +643,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
                 written.append(True)
 
         session.on_finished = write_summary
-    interrupted = False
+    interrupted = 0
     web = None
     try:
         session.start()
@@ -648,7 +665,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         else:
             from tokmon.ui.app import run_app
 
-            interrupted = run_app(session, theme=args.theme, fps=args.fps)
+            interrupted = 130 if run_app(session, theme=args.theme, fps=args.fps) else 0
         session.command("stop", True)
         session.wait(10.0)
         linger = dur("--prometheus-linger", getattr(args, "prometheus_linger", "0s")) or 0.0
@@ -697,7 +714,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
     if code:
         return code
     if interrupted:
-        return 130
+        return interrupted
     if getattr(args, "alerts_exit", False) and summary.get("alerts"):
         say(f"tokmon: {len(summary['alerts'])} alert(s) fired", err=True)
         return 3
@@ -955,27 +972,32 @@ class EventLines:
         ]
 
 
-def run_headless(session: Any, every: float) -> bool:
-    """Status lines to stderr until the run ends; Ctrl-C drains, a second Ctrl-C stops.
-    True when the run was interrupted (the exit code is then 130)."""
-    interrupted = {"n": 0}
+# The exit code of a run ended by a signal: 128 + its number, as a shell says it.
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
-    def on_sigint(signum: int, frame: Any) -> None:
+
+def run_headless(session: Any, every: float) -> int:
+    """Status lines to stderr until the run ends. Ctrl-C, SIGTERM (systemd, ``timeout``)
+    and SIGHUP (an SSH session that dropped) each drain the run and write everything,
+    as the first Ctrl-C does; a second signal stops at once. Returns the exit code of an
+    interrupted run (130, 143, 129), 0 when it ended by itself."""
+    interrupted = {"n": 0, "code": 0}
+
+    def on_signal(signum: int, frame: Any) -> None:
         interrupted["n"] += 1
         if interrupted["n"] == 1:
+            interrupted["code"] = SIGNAL_EXIT.get(signal.Signals(signum), 128 + signum)
+            name = signal.Signals(signum).name
             say(
-                "\ntokmon: stopping — draining in-flight requests (Ctrl-C again to stop now)",
+                f"\ntokmon: stopping ({name}) — draining in-flight requests "
+                "(Ctrl-C again to stop now)",
                 err=True,
             )
             session.command("stop")
         else:
             session.command("stop", True)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        session.command("stop", True)
-
-    old_int = signal.signal(signal.SIGINT, on_sigint)
-    old_term = signal.signal(signal.SIGTERM, on_sigterm)
+    old = {sig: signal.signal(sig, on_signal) for sig in SIGNAL_EXIT}
     last_t = None
     events = EventLines()
 
@@ -1001,9 +1023,9 @@ def run_headless(session: Any, every: float) -> bool:
                     say(status_line(s), err=True, flush=True)
         log_events()  # those of the run's last moments
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
-    return interrupted["n"] > 0
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    return interrupted["code"]
 
 
 EVENTS_EVERY_S = 1.0

@@ -660,7 +660,8 @@ def _set_pdeathsig() -> None:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        # SIGKILL: an engine ignores SIGTERM (below), which the parent handles
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:
         pass  # not Linux: the flusher's parent check still ends the engine
 
@@ -670,7 +671,11 @@ def engine_main(
 ) -> None:
     """Entry point of an engine process."""
     _set_pdeathsig()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and sends "stop"
+    # The parent owns Ctrl-C, SIGTERM and SIGHUP (sent to the whole group by systemd,
+    # ``timeout`` or a dropped SSH session): it drains and sends "stop"; an engine that
+    # died of them would read as a failed run.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         eng = Engine(cfg, worker, nworkers, out)
         asyncio.run(eng.run(cmd))

@@ -84,6 +84,15 @@ def _short(ev: Any) -> str:
     return text if len(text) <= 28 else text[:27] + "…"
 
 
+def script_json(obj: object) -> str:
+    """JSON to embed in a ``<script type="application/json">`` block: read back by
+    ``JSON.parse(el.textContent)`` exactly. Not HTML-escaped (a script's text is not
+    HTML: ``&quot;`` would stay); every ``<``, ``>`` and ``&`` is a JSON escape instead,
+    so no ``</script>`` or ``<!--`` can end or bend the block."""
+    text = dumps(obj)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def render_html(rec: Recording, data: dict[str, Any]) -> str:
     try:
         import plotly.graph_objects as go
@@ -233,5 +242,5 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         "table.env th{text-align:left;padding-right:1em;font-weight:normal;color:#555}</style></head><body>"
         f"<h1>{title}</h1>{env}{chart}<h2>Figures</h2><pre>{escape(text)}</pre>"
         f"<script type='application/json' id='tokmon-summary'>"
-        f"{escape(dumps(data['summary']))}</script></body></html>\n"
+        f"{script_json(data['summary'])}</script></body></html>\n"
     )

@@ -343,7 +343,12 @@ class LiveSession:
             old_srv = m.servers.get(cur)
             if old_srv is not None:
                 self._drain(m.drain_s)
+                known = len(old_srv.strays)
                 took = old_srv.stop(m.stop_timeout_s)
+                for pid, mine in old_srv.strays[known:]:
+                    msg = (f"{cur}'s server left process {pid} listening on port "
+                           f"{old_srv.port}" + (" (stopped)" if mine else " (not ours)"))  # fmt: skip
+                    self._event("error", msg, {"arm": cur, "pid": pid})
                 self._event(
                     "server",
                     f"{cur}'s server stopped in {took:.1f} s",
@@ -608,6 +613,8 @@ class LiveSession:
     def failures(self) -> list[str]:
         """What went wrong with the run itself (not with requests): non-zero exit."""
         out = list(self.engine_errors)
+        if self.managed is not None:
+            out += self.managed.strays()  # a server that outlived its stop
         for i, p in enumerate(self.procs):
             code = p.exitcode
             if i in self.workers_lost:

@@ -39,6 +39,48 @@ def redact_command(argv: tuple[str, ...] | list[str], shown: tuple[str, ...] = (
     return redact_argv(argv, shown)
 
 
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux): a server that
+    double-forks to leave its group is reparented here, not to init, so it can still be
+    found and stopped. False where the system has no such thing."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def own_descendants() -> set[int]:
+    import psutil
+
+    try:
+        return {c.pid for c in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def port_holders(port: int) -> list[int]:
+    """The processes listening on a loopback TCP port (those this user may see)."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return []
+    return sorted(
+        {
+            c.pid
+            for c in conns
+            if c.pid is not None
+            and c.laddr
+            and c.laddr.port == port
+            and c.status == psutil.CONN_LISTEN
+        }
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -127,12 +169,19 @@ class ManagedServer:
         self.watchdog = watchdog
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        # what a stop found still holding the port: (pid, killed) of each process
+        self.strays: list[tuple[int, bool]] = []
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> None:
+        if not port_free(self.port):
+            # never a server on a port someone else holds: its answers would be theirs
+            who = ", ".join(map(str, port_holders(self.port))) or "another process"
+            raise ServerFailed(f"port {self.port} is held by {who}; arm {self.arm.name}'s "
+                               "server was not started on it")  # fmt: skip
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open_private(self.log_path, append=True)  # (the child holds it)
         log.write(f"\n--- tokmon: starting {' '.join(redact_command(self.argv))}\n".encode())
@@ -223,9 +272,21 @@ class ManagedServer:
             os.killpg(p.pid, signal.SIGKILL)
         self.watchdog.tell("-", p.pid)
         self.proc = None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 5
         while not port_free(self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
+        if not port_free(self.port):
+            # a server that daemonised (forked, setsid, forked again) left its group
+            # and is still listening: tokmon is its subreaper, so it is ours to stop
+            for pid in port_holders(self.port):
+                mine = pid in own_descendants()
+                if mine:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                self.strays.append((pid, mine))
+            deadline = time.monotonic() + 5
+            while not port_free(self.port) and time.monotonic() < deadline:
+                time.sleep(0.1)
         return time.monotonic() - t0
 
 
@@ -284,6 +345,7 @@ class Managed:
         shown_args: tuple[str, ...] = (),
     ) -> None:
         self.shown_args = shown_args
+        become_subreaper()
         self.watchdog = Watchdog()
         self.port = free_port()
         self.servers = {
@@ -355,3 +417,20 @@ class Managed:
             if srv.proc is not None:
                 srv.stop(self.stop_timeout_s)
         self.watchdog.close()
+
+    def strays(self) -> list[str]:
+        """What the stops found still holding the port, one line each (an error of the
+        run: its exit code is not 0)."""
+        return [
+            f"arm {name}'s server left process {pid} listening on port {srv.port}"
+            + (" (stopped by tokmon)" if mine else " (not tokmon's: it still holds the port)")
+            for name, srv in self.servers.items()
+            for pid, mine in srv.strays
+        ]
+
+    def port_taken(self) -> int | None:
+        """A process that holds the arms' port before a server is started on it."""
+        if port_free(self.port):
+            return None
+        holders = port_holders(self.port)
+        return holders[0] if holders else -1
