@@ -44,6 +44,7 @@ class Hostile:
         self.metrics_body = b"vllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.5\n"
         self.auth_seen: list[tuple[str, str]] = []  # (path, authorization header)
         self.echo_key = False  # put the bearer key into the model id
+        self.extra_get: dict[str, bytes] = {}  # more JSON answers, by path
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -75,6 +76,8 @@ class Hostile:
                     self._send(200, body)
                 elif self.path == "/metrics":
                     self._send(200, outer.metrics_body, "text/plain")
+                elif self.path in outer.extra_get:
+                    self._send(200, outer.extra_get[self.path])
                 elif self.path == "/version":
                     self._send(200, json.dumps({"version": "0.0\x1b[31mevil"}).encode())
                 else:

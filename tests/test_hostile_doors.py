@@ -344,3 +344,37 @@ def test_the_html_reports_summary_reads_back_with_json_parse(tmp_path):
     assert "<" not in body and "&quot;" not in body and "&amp;" not in body
     summary = json.loads(body)  # what JSON.parse(el.textContent) gives
     assert summary["target"]["model"].startswith("m</script>")
+
+
+def test_a_server_that_publishes_its_key_is_redacted_and_named(tmp_path):
+    """SGLang hands out its server_args (api_key included) at /get_server_info: tokmon
+    env -F json copied it verbatim. Now the key is redacted by the same rule as every
+    command line, and the security section says the server publishes it."""
+    info = {"server_args": {"model_path": "m", "api_key": "sk-published-9876",
+                            "admin_api_key": "adm-published-5555", "tp_size": 1}}  # fmt: skip
+    with Hostile() as srv:
+        srv.extra_get["/get_server_info"] = json.dumps(info).encode()
+        p = run("env", srv.url, "-F", "json")
+        text = run("env", srv.url)
+    assert p.returncode == 0, p.stderr
+    for out in (p.stdout, text.stdout):
+        assert b"sk-published-9876" not in out and b"adm-published-5555" not in out
+    doc = json.loads(p.stdout)
+    assert any("publishes a secret" in w and "api_key" in w
+               for w in doc["security"]["warnings"]), doc["security"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", ["x/../../../../elsewhere/evil", "a\nb", "a\x1bb", "b\x07", "..", "n" * 33, ""]
+)
+def test_arm_names_are_checked_like_every_option(tmp_path, name):
+    """An arm's name becomes a file name (its server's log) and a /metrics label: a path,
+    a newline, ESC or BEL, or over 32 characters is one line and exit 2, from --arm and
+    from a config file alike (a TOML arm wrote a log outside the recording's folder)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[arms.{json.dumps(name)}]\nserve = "{PY} x.py --port {{port}}"\n')
+    for args in (["--config", str(cfg)], ["--arm", f"{name}:url=http://127.0.0.1:9/v1"]):
+        p = run("run", *args, "--headless", "-n", "1")
+        assert p.returncode == 2, (args, p.stderr)
+        assert b"Traceback" not in p.stderr and b"\x1b" not in p.stderr and b"\x07" not in p.stderr
+    assert not (tmp_path.parent / "elsewhere").exists()

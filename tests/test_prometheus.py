@@ -126,3 +126,31 @@ def test_grafana_dashboard_uses_only_metrics_that_exist(path):
     for n in names:
         base = next((n[: -len(x)] for x in suffixes if n.endswith(x)), n)
         assert base in served, n
+
+
+def test_the_kinds_a_scrape_names_are_capped():
+    """A prompts file of 50k kinds: only the first 64 get a label of their own, the rest
+    count as kind="other", and the exposition says how many were folded (it grew to 14 MB
+    and 1.5 s a scrape)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tokmon.model.facts import Requests
+    from tokmon.model.records import RequestRecord
+    from tokmon.model.table import RequestTable
+    from tokmon.sources.prometheus import MAX_KINDS, TokmonCollector
+
+    col = TokmonCollector()
+    recs = [
+        RequestRecord(rid=i, arm="a", outcome="ok", t_sched=0, t_end=1, ttft_ms=10.0,
+                      e2e_ms=20.0, output_tokens=2, kind=f"kind-{i}\n\x1b" + "x" * 200)
+        for i in range(2000)
+    ]  # fmt: skip
+    col.fact(Requests(RequestTable.from_records(recs)))
+    reg = CollectorRegistry()
+    reg.register(col)
+    text = generate_latest(reg).decode()
+    kinds = {line.split('kind="')[1].split('"')[0] for line in text.splitlines()
+             if line.startswith("tokmon_ttft_seconds_count")}  # fmt: skip
+    assert len(kinds) == MAX_KINDS + 1 and "other" in kinds
+    assert "tokmon_kind_label_folds_total 1936.0" in text
+    assert len(text) < 2_000_000

@@ -134,3 +134,24 @@ def short_command(argv: Sequence[str], words: int = 4) -> str:
     red = redact_argv(argv)
     head = [red[0].rsplit("/", 1)[-1], *red[1:words]] if red else []
     return " ".join(head) + (" …" if len(red) > words else "")
+
+
+def redact_tree(obj: object, found: list[str], path: str = "") -> object:
+    """A server's JSON answer as it may be written down: the value of every key whose
+    name says it is a secret (SGLang's ``server_args.api_key``) replaced; ``found`` gets
+    the path of each, so the record can warn that the server publishes it."""
+    if isinstance(obj, dict):
+        out: dict[object, object] = {}
+        for k, v in obj.items():
+            where = f"{path}.{k}" if path else str(k)
+            if is_secret_name(str(k)) and v not in (None, "", [], {}, False):
+                out[k] = REDACTED
+                found.append(where)
+            else:
+                out[k] = redact_tree(v, found, where)
+        return out
+    if isinstance(obj, list):
+        return [redact_tree(v, found, f"{path}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj

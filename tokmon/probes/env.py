@@ -33,6 +33,7 @@ from tokmon.model.environment import (
     proxy_evidence,
     warnings_for,
 )
+from tokmon.model.redact import redact_tree
 from tokmon.probes.base import Sampler
 from tokmon.probes.server import MAX_BODY, MetricsTooLarge, _known_lines, detect
 from tokmon.textsafe import loads
@@ -308,6 +309,7 @@ def survey(
     key_sent = any(k.lower() in ("authorization", "api-key", "x-api-key") for k in headers)
     answers: dict[str, Any] = {}
     raw: dict[str, Any] = {}
+    published: list[str] = []  # secrets a server hands out (SGLang: server_args.api_key)
     sources: list[str] = []
     models_hdr: dict[str, str] = {}
     api_status = metrics_status = None
@@ -341,7 +343,9 @@ def survey(
             obj = _json(_get(c, root + ep, headers, MAX_JSON))
             if isinstance(obj, dict):
                 answers[ep] = obj
-                raw[ep] = bounded(obj)
+                found: list[str] = []
+                raw[ep] = bounded(redact_tree(obj, found))
+                published += [f"{ep} {p}" for p in found]
                 sources.append(ep)
         # Without credentials: does the server answer anyone? (Where tokmon sends none,
         # the answers above already say.)
@@ -375,7 +379,11 @@ def survey(
         api_status=api_status,
         metrics_status=metrics_status,
     )
-    sec = dataclasses.replace(sec, warnings=warnings_for(net, sec))
+    warn = warnings_for(net, sec) + tuple(
+        f"the server publishes a secret ({p}) to whoever asks: redacted here, change it"
+        for p in published[:5]
+    )
+    sec = dataclasses.replace(sec, warnings=warn)
     return ServerEnv(
         url=url,
         engine=engine,

@@ -72,6 +72,11 @@ class LiveGauges:
     acceptance: dict[str, tuple[float, str]]  # arm -> (rate 0-1, source)
 
 
+MAX_KINDS = 64  # label values per label: the kinds a scrape names one by one
+MAX_LABEL = 64  # characters of a label value taken from a file
+OTHER_KIND = "other"
+
+
 class TokmonCollector(Collector):
     """The metrics, kept as plain arrays and read out at each scrape."""
 
@@ -83,6 +88,20 @@ class TokmonCollector(Collector):
         self.excluded: dict[tuple[str, str], int] = {}  # (arm, warmup|settle)
         self.tokens: dict[str, int] = {}
         self.alerts: dict[str, int] = {}
+        # the kinds given a label of their own: the first MAX_KINDS seen; the rest are
+        # "other" (50k kinds made a 14 MB exposition and 1.5 s scrapes)
+        self.kinds: set[str] = set()
+        self.kinds_folded = 0
+
+    def _kind_label(self, kind: str) -> str:
+        kind = kind[:MAX_LABEL]
+        if kind in self.kinds:
+            return kind
+        if len(self.kinds) < MAX_KINDS:
+            self.kinds.add(kind)
+            return kind
+        self.kinds_folded += 1
+        return OTHER_KIND
 
     # ------------------------------------------------------------------ folding
     def fact(self, fact: Fact) -> None:
@@ -122,7 +141,7 @@ class TokmonCollector(Collector):
                 self.tokens[arm] = self.tokens.get(arm, 0) + int(c["output_tokens"][ok].sum())
                 for kc in np.unique(kind_c[ok]):
                     rows = ok & (kind_c == kc)
-                    kind = str(names["kind"][kc]) or "default"
+                    kind = self._kind_label(str(names["kind"][kc]) or "default")
                     for metric, col in COLUMN.items():
                         v = c[col][rows]
                         v = v[~np.isnan(v)]
@@ -142,6 +161,14 @@ class TokmonCollector(Collector):
             excluded = dict(self.excluded)
             tokens = dict(self.tokens)
             alerts = dict(self.alerts)
+            folded = self.kinds_folded
+        kf = CounterMetricFamily(
+            "tokmon_kind_label_folds",
+            f"Request groups whose task kind was counted as kind={OTHER_KIND!r}: only the "
+            f"first {MAX_KINDS} kinds get a label of their own",
+        )
+        kf.add_metric([], folded)
+        yield kf
         for metric, bounds in BUCKETS.items():
             hist = HistogramMetricFamily(
                 f"tokmon_{metric}_seconds", HELP[metric], labels=["arm", "kind"]

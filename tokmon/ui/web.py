@@ -19,6 +19,8 @@ import shlex
 import sys
 from typing import Any
 
+from tokmon.textsafe import say
+
 COOKIE = "tokmon_token"
 MAX_VIEWERS = 4  # each browser tab is a dashboard process of its own
 
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     # the token comes on standard input: never on a command line (``ps`` shows those)
     token = sys.stdin.readline().strip()
     if not token:
-        sys.stderr.write("tokmon-web: no access token on standard input\n")
+        say("tokmon-web: no access token on standard input", err=True)
         return 2
     host, _, port = a.listen.rpartition(":")
     cmd = [x for x in a.command if x != "--"]
