@@ -351,3 +351,24 @@ def test_a_server_that_cannot_measure_says_so_as_an_event(tmp_path):
     events = json.loads(out.read_text())["events"]
     warn = [e for e in events if e["kind"] == "warning" and "prompt tokens" in e["message"]]
     assert warn and "not measured" in warn[0]["message"], (events, p.stderr)
+
+
+def test_a_tokenizer_where_no_word_is_one_token_still_gives_exact_lengths(tmp_path):
+    """A byte-level rule (four bytes a token): of the common filler words only 'the' and
+    'run' are one token, too few to build prompts from, so the lengths used to be near
+    (mean tokens per word). Made-up words of the shortest one-token length are found
+    with a handful of /tokenize calls, and every request is exactly what was asked."""
+    calls = []
+    with SimProcess(SimConfig(schedule=(5.0, 1.0, 4), seed=6, token_bytes=4)) as s:
+        cfg = cfg_for(s.url)
+        shape = calibrate(cfg, cfg.arms[0], ("code", "chat"))
+        assert shape.exact and shape.source == "tokenize"
+        assert all(len(u) == 3 for u in shape.units) and len(shape.units) >= 8
+        out = tmp_path / "s.json"
+        p = tokmon("run", "--url", s.url, "--headless", "--no-gpu", "-n", "24", "-c", "2",
+                   "--prompt-tokens", "100:700", "--mix", "code=1,chat=1", "--summary-json",
+                   str(out))  # fmt: skip
+        calls.append(p.stderr)
+    assert p.returncode == 0, p.stderr
+    pt = json.loads(out.read_text())["arms"]["default"]["prompt_tokens"]
+    assert pt["exact_share"] == 1.0 and pt["asked_requests"] == 24, pt

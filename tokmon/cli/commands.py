@@ -52,6 +52,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if delay > 10:
         raise UsageError("--net-delay: at most 10 s")
     cfg.net_delay_s = delay
+    cfg.token_bytes = int(args.token_bytes)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None
         if not cfg.api_key:

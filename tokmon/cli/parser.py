@@ -309,6 +309,14 @@ def build_parser() -> Parser:
         help="hold every answer this long before its first byte: a network round trip (e.g. 20ms)",
     )
     sim.add_argument(
+        "--token-bytes",
+        type=number(0, 64, integer=True),
+        default=0,
+        metavar="N",
+        help="tokenize every N bytes as a token (a byte-level tokenizer: no word is one "
+        "token); 0: the word rule",
+    )
+    sim.add_argument(
         "--alter-outputs",
         type=number(0, 1),
         default=0.0,

@@ -146,12 +146,34 @@ def _count(obj: Any) -> int | None:
     return None
 
 
+UNITS_NEEDED = 8  # distinct one-token units: a request's unique head draws from them
+SYNTH_UNITS = 16
+
+
 def unit_words(count: Callable[[str], int]) -> tuple[str, ...]:
     """The filler words that are one token each where they stand in a prompt (after a
-    space, after other words)."""
+    space, after other words). Where too few of the common words are (a byte- or
+    character-level tokenizer: "four bytes a token"), made-up words of one length are
+    tried, the shortest length whose words are one token each: a handful of calls."""
     base = "Ticket the"
     n0 = count(base)
-    return tuple(w for w in WORDS if count(base + f" {w}" * 8) - n0 == 8)
+
+    def one(w: str) -> bool:
+        return count(base + f" {w}" * 8) - n0 == 8
+
+    found = tuple(w for w in WORDS if one(w))
+    if len(found) >= UNITS_NEEDED:
+        return found
+    rng = np.random.default_rng(20261205)
+    letters = np.array(list("bcdfghjklmnpqrstvwxz"))
+    for length in range(1, 9):
+        if not one("q" * length):
+            continue
+        made = {"".join(rng.choice(letters, length)) for _ in range(4 * SYNTH_UNITS)}
+        words = tuple(sorted(w for w in list(made)[:SYNTH_UNITS] if one(w)))
+        if len(words) >= UNITS_NEEDED:
+            return words
+    return found
 
 
 def prompt_tokens(client: httpx.Client, cfg: RunConfig, arm: Arm, prompt: Prompt) -> int:
@@ -186,7 +208,7 @@ def calibrate(
     with httpx.Client(timeout=60.0, verify=not cfg.insecure, trust_env=False) as client:
         count = local if local is not None else tokenizer(client, arm, hdr)
         units = unit_words(count) if count is not None else ()
-        exact = len(units) >= 8
+        exact = len(units) >= UNITS_NEEDED
         words = units if exact else WORDS
         overhead: list[tuple[str, int]] = []
         per_word: list[float] = []

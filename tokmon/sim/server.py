@@ -138,6 +138,8 @@ class SimConfig:
     net_delay_s: float = 0.0
     # POST /tokenize, as vLLM, SGLang and llama.cpp have it (off: a server without one)
     tokenize: bool = True
+    # the tokenizer's rule: 0 the word rule (sim/tokenizer.py), N every N bytes a token
+    token_bytes: int = 0
 
 
 class Metrics:
@@ -461,7 +463,7 @@ class SimServer:
         s.model = model
         s.created = self.created
         s.max_tokens = mt
-        s.prompt_tokens = count_prompt(texts, chat)
+        s.prompt_tokens = count_prompt(texts, chat, self.cfg.token_bytes)
         # the prefix cache: whole blocks of the prompt seen before skip their prefill
         s.cached = self.prefix_cache.lookup(texts, s.prompt_tokens)
         self.metrics.prefix_queries.labels(**self.metrics.lv).inc(s.prompt_tokens)
@@ -970,7 +972,8 @@ class HttpProtocol(asyncio.Protocol):
             self.respond_error(404, "no route POST /tokenize")
             return
         if isinstance(obj.get("content"), str):
-            ids = token_ids(obj["content"])
+            tb = self.sim.cfg.token_bytes
+            ids = token_ids(obj["content"], tb)
             if obj.get("add_special"):
                 ids = [BOS_ID, *ids]
             self.respond_json(200, {"tokens": ids})
@@ -978,9 +981,9 @@ class HttpProtocol(asyncio.Protocol):
         msgs = obj.get("messages")
         if isinstance(msgs, list):
             texts = [str(m.get("content", "")) for m in msgs if isinstance(m, dict)]
-            n = count_prompt(texts, chat=True)
+            n = count_prompt(texts, chat=True, token_bytes=self.sim.cfg.token_bytes)
         elif isinstance(obj.get("prompt"), str):
-            ids = [BOS_ID, *token_ids(obj["prompt"])]
+            ids = [BOS_ID, *token_ids(obj["prompt"], self.sim.cfg.token_bytes)]
             self.respond_json(200, {"count": len(ids), "max_model_len": 131072, "tokens": ids})
             return
         else:
