@@ -140,6 +140,10 @@ def test_files_are_the_users_alone_and_no_symlink_is_followed(tmp_path):
             assert run("report", str(rec), "-F", "md", "-o", str(rep)).returncode == 0
             for f in (rec, summ, rep):
                 assert (f.stat().st_mode & 0o777) == 0o600, (f, oct(f.stat().st_mode))
+            shared = tmp_path / "g.jsonl"
+            p = run("run", "--url", srv.url, "--headless", "-n", "2", "--no-gpu",
+                    "--record", str(shared), "--group-readable")  # fmt: skip
+            assert p.returncode == 0 and (shared.stat().st_mode & 0o777) == 0o640
             # a dangling link where the recording goes: refused, its target not created
             target = tmp_path / "elsewhere" / "stolen.jsonl"
             target.parent.mkdir()

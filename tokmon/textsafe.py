@@ -110,6 +110,14 @@ def write_out(text: str) -> None:
 
 
 FILE_MODE = 0o600  # recordings hold prompts, summaries servers' details: the user's alone
+_mode = [FILE_MODE]
+
+
+def share_with_group(on: bool) -> None:
+    """``--group-readable``: files created 0640 from now on."""
+    _mode[0] = 0o640 if on else FILE_MODE
+
+
 # what tokmon's own files begin with or hold early: a file without any is not replaced
 _OURS = (b"tokmon", b"rid,arm,", b"t_s,kind,", b"section,", b"\x1f\x8b")
 
@@ -122,7 +130,7 @@ def open_private(path: str | Path, *, append: bool) -> IO[bytes]:
     # (read too when replacing: what is there is looked at before it is truncated)
     flags |= os.O_WRONLY | os.O_APPEND if append else os.O_RDWR
     try:
-        fd = os.open(path, flags, FILE_MODE)
+        fd = os.open(path, flags, _mode[0])
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise OSError(

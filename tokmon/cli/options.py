@@ -150,6 +150,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--gpu-hour-price',), 'price of one GPU-hour: cost per million output tokens, live and in the summary', type=number(0, 1000000.0), metavar='PRICE', group='output'),
     Option(('--gpu-count',), 'GPUs the server uses (default: the GPUs sampled, else 1)', type=number(1, 100000, integer=True), group='output'),
     Option(('--record',), 'record the session to FILE (JSON Lines; .gz to compress)', metavar='FILE', group='output', text=True),
+    Option(('--group-readable',), "create the recording, summary and server logs 0640 (the group may read them) instead of 0600", action="store_true", group='output'),
     Option(('--record-prompts',), 'also record every prompt sent (for --replay-load of the very same requests; the file then holds the prompts)', action="store_true", group='output'),
     Option(('--record-chunks',), 'also record every chunk gap of every request', action="store_true", group='output'),
     Option(('--overwrite',), '--record may replace an existing file', action="store_true", group='output', config=False),

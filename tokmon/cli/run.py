@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 from tokmon import __version__
 from tokmon.cli.parser import RunFailed, UsageError, api_key
 from tokmon.model.redact import redact_argv, secrets_in
-from tokmon.textsafe import add_secret, dumps, open_private, say, write_text
+from tokmon.textsafe import (
+    add_secret,
+    dumps,
+    open_private,
+    say,
+    share_with_group,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from tokmon.model.config import RunConfig
@@ -72,6 +79,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     from tokmon.model.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
 
     url = args.url or os.environ.get("TOKMON_URL")
+    share_with_group(bool(getattr(args, "group_readable", False)))
     prometheus = parse_listen(  # a bad option is an error before anything starts
         "--prometheus",
         getattr(args, "prometheus", None),
