@@ -727,17 +727,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         say(f"tokmon: {len(summary['alerts'])} alert(s) fired", err=True)
         return 3
     if getattr(args, "fail_on_slo", False) and slo.any:
-        met = sum(a.get("slo_met") or 0 for a in summary["arms"].values())
-        counted = sum(
-            (
-                a["requests"]["ok"]
-                + a["requests"]["failed"]
-                - a["requests"]["warmup"]
-                - a["requests"]["settle"]
-            )
-            for a in summary["arms"].values()
-        )
-        frac = met / counted if counted else 0.0
+        frac = (summary.get("slo") or {}).get("fraction") or 0.0  # (summary.slo_share)
         if frac < args.slo_target:
             say(
                 f"tokmon: {frac:.1%} of requests met the SLOs, below the target "

@@ -295,6 +295,16 @@ def _renumber(st: np.ndarray, own: dict[tuple[str, int], int], keys: list[Any]) 
     return lut[st.astype(np.int64)]
 
 
+def slo_counted(t: ArmTotals) -> int:
+    """Requests an SLO share is over: every one sent, less warm-up and settle."""
+    return t.sent - t.warmup - t.settle
+
+
+def slo_share(met: int, counted: int) -> float | None:
+    """The one SLO share: requests that met every SLO over those counted."""
+    return met / counted if counted > 0 else None
+
+
 def build_summary(
     *,
     started_at: str,
@@ -320,9 +330,8 @@ def build_summary(
         )
         if slo_good:
             s["goodput_per_s"] = t.good / active_s[name] if active_s.get(name) else 0.0
-            counted = t.sent - t.warmup - t.settle
             s["slo_met"] = t.good
-            s["slo_fraction"] = t.good / counted if counted > 0 else None
+            s["slo_fraction"] = slo_share(t.good, slo_counted(t))
         arms[name] = s
     summary: dict[str, Any] = {
         "tokmon_version": __version__,
@@ -331,6 +340,11 @@ def build_summary(
         "target": target,
         "arms": arms,
     }
+    if slo_good:
+        # the whole run's share (every arm's counted requests): what --fail-on-slo gates
+        met = sum(t.good for t in totals.values())
+        counted = sum(slo_counted(t) for t in totals.values())
+        summary["slo"] = {"met": met, "counted": counted, "fraction": slo_share(met, counted)}
     names = list(totals)
     if len(names) >= 2:
         comps = [

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection, wait
 from time import perf_counter_ns
 from typing import Any
 
+from tokmon.engine.client import BUCKET_NS
 from tokmon.engine.worker import engine_main
 from tokmon.model.config import RunConfig
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
@@ -82,6 +83,7 @@ class LiveSession:
         self.header = header or {}
         self.lock = threading.RLock()
         self.notes = notes  # the set-up's warnings: events as the run starts
+        self._rec_snap: tuple[Snapshot, str, Snapshot] | None = None
         self.arm_names = [a.name for a in cfg.arms]
         self.fold = Fold(
             FoldSettings(
@@ -147,7 +149,10 @@ class LiveSession:
         self.wall_start = time.time()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.fold.settings = replace(
-            self.fold.settings, started_at=self.started_at, wall_start=self.wall_start
+            self.fold.settings,
+            started_at=self.started_at,
+            wall_start=self.wall_start,
+            bucket_phase_ns=self.t_start % BUCKET_NS,
         )
         if self.recorder is not None:
             self.recorder.open(
@@ -776,7 +781,12 @@ class LiveSession:
         snap = self.fold.snapshot
         rec = self.recorder
         if snap is not None and rec is not None and rec.active:
-            return replace(snap, recording=rec.path)
+            # the same object while nothing changed: the dashboard draws a frame only
+            # for a new snapshot (a new copy every call redrew every frame)
+            cached = self._rec_snap
+            if cached is None or cached[0] is not snap or cached[1] != rec.path:
+                cached = self._rec_snap = (snap, rec.path, replace(snap, recording=rec.path))
+            return cached[2]
         return snap
 
     @property
