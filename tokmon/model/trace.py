@@ -109,18 +109,19 @@ def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) ->
                     raise WorkloadError(f"{where}: timestamp is not a number")
                 if not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
                     raise WorkloadError(
-                        f"{where}: timestamp must be from 0 to {MAX_TIMESTAMP_MS:.0e} ms, got {ts}"
+                        f"{where}: timestamp must be >= 0 ms and at most "
+                        f"{MAX_TIMESTAMP_MS:.0e}, got {ts}"
                     )
                 hids = obj.get("hash_ids") or []
                 if not isinstance(hids, list):
                     raise WorkloadError(f"{where}: hash_ids is not a list")
-                # each id is a block of the prompt: more blocks than its length holds
-                # would build a prompt longer than it says (2M ids: 1.7 GB, the engine gone)
-                most = -(-_int(obj["input_length"], "input_length", where) // block)
+                # each id is a block of the prompt, and a block holds a token at least:
+                # more ids than tokens cannot be (2M ids for 10 tokens built 1.7 GB)
+                most = _int(obj["input_length"], "input_length", where)
                 if len(hids) > most:
                     raise WorkloadError(
                         f"{where}: {len(hids):,} hash_ids for input_length "
-                        f"{obj['input_length']} (at most {most:,} blocks of {block})"
+                        f"{obj['input_length']} (a block holds a token at least)"
                     )
                 entries.append(
                     TraceEntry(
@@ -169,7 +170,9 @@ def trace_prompt(
     n_fill, got = filler_count(kind, e.input_tokens, shape)
     if e.hash_ids:
         head = block_words(e.hash_ids[0] + (1 << 39), HEAD_WORDS, words)
-        blocks = " ".join(block_words(h, block, words) for h in e.hash_ids).split(" ")
+        # only the blocks the length holds: the prompt is cut to it anyway
+        needed = e.hash_ids[: -(-n_fill // block) if block > 0 else 0]
+        blocks = " ".join(block_words(h, block, words) for h in needed).split(" ")
     else:
         head = " ".join(words[i] for i in rng.integers(0, len(words), HEAD_WORDS))
         blocks = []
