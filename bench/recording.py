@@ -109,7 +109,7 @@ REPORT = r"""
 import sys, time
 t0 = time.perf_counter()
 from tokmon.recording.reader import read_recording
-from tokmon.report.text import render
+from tokmon.report.render import render
 rec = read_recording(sys.argv[1])
 t1 = time.perf_counter()
 render(rec, "json")

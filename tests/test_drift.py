@@ -147,7 +147,7 @@ def test_a_short_run_reports_no_drift_figure(tmp_path):
     from tokmon.model.records import RequestRecord
     from tokmon.recording.reader import read_recording
     from tokmon.recording.writer import Recorder
-    from tokmon.report.text import render
+    from tokmon.report.render import render
 
     rng = np.random.default_rng(8)
     w = Recorder(str(tmp_path / "r.jsonl"))

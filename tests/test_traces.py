@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
-from tokmon.model.trace import TraceEntry, load_mooncake, trace_prompt
-from tokmon.model.workload import WorkloadError, load_conversations
+from tokmon.inputs import load_conversations, load_mooncake
+from tokmon.model.trace import TraceEntry, trace_prompt
+from tokmon.model.workload import WorkloadError
 from tokmon.recording.reader import read_recording
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -96,7 +97,7 @@ def test_a_trace_is_sent_on_its_schedule_with_its_lengths_and_its_shared_blocks(
     assert a["prompt_tokens"]["exact_share"] == 1.0
     assert a["send_lag_ms"]["count"] == len(rows) and a["send_lag_ms"]["min"] >= 0
     assert rec.header["settings"]["mode"] == "trace"
-    from tokmon.report.text import render
+    from tokmon.report.render import render
 
     assert "load: 40 requests over 1 s at 1× from trace t.jsonl" in render(rec, "text")
 

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
+from tokmon.inputs import load_prompt_file
 from tokmon.model.workload import (
     Arrivals,
     LengthDist,
     WorkloadError,
-    load_prompt_file,
     parse_duration,
     parse_mix,
     synthetic_prompt,

@@ -13,6 +13,15 @@ import os
 import stat
 from typing import IO
 
+from tokmon.model.trace import MOONCAKE_BLOCK, Trace, parse_mooncake
+from tokmon.model.workload import (
+    Prompt,
+    Script,
+    WorkloadError,
+    parse_conversations,
+    parse_prompt_file,
+)
+
 MiB = 1 << 20
 # the size caps: each well above any real file of the kind
 CAPS = {
@@ -23,7 +32,6 @@ CAPS = {
     "--tokenizer": 512 * MiB,
     "--quality-file": 64 * MiB,
 }
-MAX_LINE = 16 * MiB  # one JSON line of a trace or prompt file
 
 
 class InputError(ValueError):
@@ -73,3 +81,34 @@ def read_input_bytes(path: str, what: str, cap: int | None = None) -> bytes:
             return f.read()
     except OSError as e:
         raise InputError(f"{what}: cannot read {path}: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------- the workload's files
+# Read here, parsed by the pure model (tokmon.model.workload, tokmon.model.trace).
+
+
+def load_prompt_file(path: str) -> list[Prompt]:
+    """``--prompts``: JSON Lines with ``prompt`` or ``messages``, or ShareGPT JSON.
+    Raises WorkloadError with one line."""
+    try:
+        return parse_prompt_file(read_input(path, "--prompts"), path)
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
+
+
+def load_conversations(path: str) -> tuple[Script, ...]:
+    """``--conversations``. Raises WorkloadError with one line."""
+    try:
+        return parse_conversations(read_input(path, "--conversations"), path)
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
+
+
+def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) -> Trace:
+    """``--trace``: a Mooncake trace, parsed line by line as it is read. Raises
+    WorkloadError with one line."""
+    try:
+        with open_input(path, "--trace") as f:
+            return parse_mooncake(f, path, speed, block)
+    except InputError as e:
+        raise WorkloadError(str(e)) from None

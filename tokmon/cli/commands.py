@@ -248,7 +248,7 @@ def _write_events_csv(rec: Any, output: str | None) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tokmon.recording.reader import read_recording
-    from tokmon.report.text import render
+    from tokmon.report.render import render
 
     rec = read_recording(args.file)
     if args.map and not args.compare:

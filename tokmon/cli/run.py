@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import signal
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokmon import __version__
+from tokmon.cli.listen import can_listen, parse_listen
 from tokmon.cli.parser import RunFailed, UsageError, api_key
 from tokmon.model.redact import redact_argv, secrets_in
 from tokmon.textsafe import (
@@ -74,9 +76,10 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     """Validate every option and resolve the targets; returns (RunConfig, info)."""
     from tokmon.engine.h1 import prepare
     from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model
+    from tokmon.inputs import load_prompt_file
     from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
     from tokmon.model.config import RunConfig, Timeouts, redact_header
-    from tokmon.model.workload import LengthDist, WorkloadError, load_prompt_file, parse_mix
+    from tokmon.model.workload import LengthDist, WorkloadError, parse_mix
 
     url = args.url or os.environ.get("TOKMON_URL")
     share_with_group(bool(getattr(args, "group_readable", False)))
@@ -148,7 +151,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     conversations = None
     conv_file = getattr(args, "conversations", None)
     if args.turns or conv_file:
-        from tokmon.model.workload import Conversations, load_conversations
+        from tokmon.inputs import load_conversations
+        from tokmon.model.workload import Conversations
 
         flag = "--turns" if args.turns else "--conversations"
         if mode != "concurrency":
@@ -299,6 +303,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     if trace is not None:
         budget = min(args.requests or len(trace.entries), len(trace.entries))
     cfg = RunConfig(
+        run_id=secrets.token_hex(4),
         arms=tuple(resolved),
         mode=mode,
         concurrency=conc,
@@ -442,7 +447,7 @@ def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:
             raise UsageError(f"{flag} sets the load request by request: not with {other}")
     try:
         if trace_file:
-            from tokmon.model.trace import load_mooncake
+            from tokmon.inputs import load_mooncake
 
             return load_mooncake(trace_file, args.trace_speed, args.trace_block)
         from tokmon.recording.trace import trace_of_recording
@@ -504,39 +509,6 @@ def credentials(
                 raise UsageError("credentials in --url and an API key exclude each other: give one")
             headers.setdefault("authorization", basic)
     return url, headers, key
-
-
-def can_listen(host: str, port: int) -> bool:
-    """Whether a server could listen on HOST:PORT now (checked before the run starts:
-    a port in use is one line, not an error after the pre-flight)."""
-    import socket
-
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(fam) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def parse_listen(name: str, text: str | None, allow_remote: bool) -> tuple[str, int] | None:
-    """HOST:PORT (or :PORT, on loopback) to listen on; loopback unless allowed."""
-    if not text:
-        return None
-    host, colon, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"{name}: expected HOST:PORT (e.g. 127.0.0.1:9464), got {text!r}")
-    from tokmon.model.environment import is_loopback
-
-    if not is_loopback(host) and not allow_remote:
-        raise UsageError(
-            f"{name}: {host} is not a loopback address: anyone who can reach it would see the "
-            f"run; add {name}-allow-remote if that is what you want"
-        )
-    return host, int(port)
 
 
 def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, str]) -> Any:

@@ -46,7 +46,7 @@ class WebView:
 
 def listen_of(args: argparse.Namespace) -> tuple[str, int] | None:
     """--web's HOST:PORT, checked before anything starts."""
-    from tokmon.cli.run import parse_listen
+    from tokmon.cli.listen import parse_listen
 
     return parse_listen(
         "--web", getattr(args, "web", None), getattr(args, "web_allow_remote", False)

@@ -654,7 +654,7 @@ class Engine:
             self.flush(done=True)
 
 
-def _set_pdeathsig() -> None:
+def set_pdeathsig() -> None:
     """Ask Linux to end this process when its parent dies (even by kill -9)."""
     try:
         import ctypes
@@ -670,7 +670,7 @@ def engine_main(
     cfg: RunConfig, worker: int, nworkers: int, out: Connection, cmd: Connection
 ) -> None:
     """Entry point of an engine process."""
-    _set_pdeathsig()
+    set_pdeathsig()
     # The parent owns Ctrl-C, SIGTERM and SIGHUP (sent to the whole group by systemd,
     # ``timeout`` or a dropped SSH session): it drains and sends "stop"; an engine that
     # died of them would read as a failed run.

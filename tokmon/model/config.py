@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -72,7 +71,9 @@ class RunConfig:
     flush_s: float = 0.1
     # The first part of every request's x-request-id (engine.request_id), so a request in
     # the recording can be found in the server's own logs (vLLM and SGLang log it).
-    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    # the first part of every request id (X-Request-Id): random per run, given by the
+    # caller (the model draws no randomness of the OS's)
+    run_id: str = "00000000"
     # header names whose values may be shown (--show-header); every other custom header's
     # value is redacted in every output
     shown_headers: tuple[str, ...] = ()

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from tokmon.inputs import InputError, open_input
 from tokmon.model.workload import (
     HEAD_WORDS,
     Prompt,
@@ -91,53 +90,51 @@ def _int(v: object, what: str, where: str, lo: int = 1) -> int:
     return int(v)
 
 
-def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) -> Trace:
-    """A Mooncake trace file (JSON Lines); every fault is one line naming the file's line."""
-    try:
-        f = open_input(path, "--trace")
-    except InputError as e:
-        raise WorkloadError(str(e)) from None
+def parse_mooncake(
+    lines: Iterable[str], path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK
+) -> Trace:
+    """A Mooncake trace's lines (JSON Lines, read by ``tokmon.inputs.load_mooncake``);
+    every fault is one line naming the file's line."""
     entries: list[TraceEntry] = []
-    with f:
-        try:
-            for where, obj in json_objects(f, f"--trace: {path}"):
-                for key in ("timestamp", "input_length", "output_length"):
-                    if key not in obj:
-                        raise WorkloadError(f"{where} has no {key!r}")
-                ts = obj["timestamp"]
-                if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-                    raise WorkloadError(f"{where}: timestamp is not a number")
-                if not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
-                    raise WorkloadError(
-                        f"{where}: timestamp must be >= 0 ms and at most "
-                        f"{MAX_TIMESTAMP_MS:.0e}, got {ts}"
-                    )
-                hids = obj.get("hash_ids") or []
-                if not isinstance(hids, list):
-                    raise WorkloadError(f"{where}: hash_ids is not a list")
-                # each id is a block of the prompt, and a block holds a token at least:
-                # more ids than tokens cannot be (2M ids for 10 tokens built 1.7 GB)
-                most = _int(obj["input_length"], "input_length", where)
-                if len(hids) > most:
-                    raise WorkloadError(
-                        f"{where}: {len(hids):,} hash_ids for input_length "
-                        f"{obj['input_length']} (a block holds a token at least)"
-                    )
-                entries.append(
-                    TraceEntry(
-                        t_ms=float(ts),
-                        input_tokens=_int(obj["input_length"], "input_length", where),
-                        output_tokens=_int(obj["output_length"], "output_length", where),
-                        hash_ids=tuple(_int(h, "a hash id", where, 0) for h in hids),
-                    )
+    try:
+        for where, obj in json_objects(lines, f"--trace: {path}"):
+            for key in ("timestamp", "input_length", "output_length"):
+                if key not in obj:
+                    raise WorkloadError(f"{where} has no {key!r}")
+            ts = obj["timestamp"]
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+                raise WorkloadError(f"{where}: timestamp is not a number")
+            if not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
+                raise WorkloadError(
+                    f"{where}: timestamp must be >= 0 ms and at most "
+                    f"{MAX_TIMESTAMP_MS:.0e}, got {ts}"
                 )
-                if len(entries) > MAX_TRACE:
-                    raise WorkloadError(f"--trace: {path} holds over {MAX_TRACE:,} requests")
-        except UnicodeDecodeError:
-            raise WorkloadError(f"--trace: {path} is not UTF-8 text") from None
+            hids = obj.get("hash_ids") or []
+            if not isinstance(hids, list):
+                raise WorkloadError(f"{where}: hash_ids is not a list")
+            # each id is a block of the prompt, and a block holds a token at least:
+            # more ids than tokens cannot be (2M ids for 10 tokens built 1.7 GB)
+            most = _int(obj["input_length"], "input_length", where)
+            if len(hids) > most:
+                raise WorkloadError(
+                    f"{where}: {len(hids):,} hash_ids for input_length "
+                    f"{obj['input_length']} (a block holds a token at least)"
+                )
+            entries.append(
+                TraceEntry(
+                    t_ms=float(ts),
+                    input_tokens=_int(obj["input_length"], "input_length", where),
+                    output_tokens=_int(obj["output_length"], "output_length", where),
+                    hash_ids=tuple(_int(h, "a hash id", where, 0) for h in hids),
+                )
+            )
+            if len(entries) > MAX_TRACE:
+                raise WorkloadError(f"--trace: {path} holds over {MAX_TRACE:,} requests")
+    except UnicodeDecodeError:
+        raise WorkloadError(f"--trace: {path} is not UTF-8 text") from None
     if not entries:
         raise WorkloadError(f"--trace: {path} holds no requests")
-    return make_trace(entries, speed, block, f"trace {Path(path).name}")
+    return make_trace(entries, speed, block, f"trace {path.rsplit('/', 1)[-1]}")
 
 
 def make_trace(entries: list[TraceEntry], speed: float, block: int, source: str) -> Trace:

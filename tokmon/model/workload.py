@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.inputs import MAX_LINE, InputError, read_input
 from tokmon.textsafe import loads
 
 
@@ -392,12 +391,9 @@ def filler_count(
     return max(0, round((tokens - fixed) / shape.per_word)), max(tokens, fixed)
 
 
-def load_prompt_file(path: str) -> list[Prompt]:
-    """JSON Lines with ``prompt`` or ``messages`` (optional ``kind``), or ShareGPT JSON."""
-    try:
-        raw = read_input(path, "--prompts")
-    except InputError as e:
-        raise WorkloadError(str(e)) from None
+def parse_prompt_file(raw: str, path: str) -> list[Prompt]:
+    """A prompts file's text (``tokmon.inputs.load_prompt_file`` reads it): JSON Lines with
+    ``prompt`` or ``messages`` (optional ``kind``), or ShareGPT JSON."""
     prompts: list[Prompt] = []
     stripped = raw.lstrip()
     if stripped.startswith("["):
@@ -438,6 +434,9 @@ def load_prompt_file(path: str) -> list[Prompt]:
     if not prompts:
         raise WorkloadError(f"--prompts: {path} holds no prompts")
     return prompts
+
+
+MAX_LINE = 16 << 20  # characters of one JSON line of a trace or prompt file
 
 
 def json_objects(lines: Any, where: str) -> Any:
@@ -503,15 +502,12 @@ def _messages(items: Any, where: str, role_key: str, text_key: str) -> list[tupl
     return out
 
 
-def load_conversations(path: str) -> tuple[Script, ...]:
-    """Conversations for ``--conversations``: JSON Lines, one conversation a line, as
+def parse_conversations(raw: str, path: str) -> tuple[Script, ...]:
+    """Conversations for ``--conversations`` from the file's text (read by
+    ``tokmon.inputs.load_conversations``): JSON Lines, one conversation a line, as
     ``{"turns": ["first question", {"user": "…", "assistant": "recorded reply"}, …]}``
     (optional ``system`` and ``kind``) or ``{"messages": [{"role", "content"}, …]}``; or a
     ShareGPT JSON array (``conversations`` of ``{"from", "value"}``)."""
-    try:
-        raw = read_input(path, "--conversations")
-    except InputError as e:
-        raise WorkloadError(str(e)) from None
     out: list[Script] = []
     if raw.lstrip().startswith("["):
         try:

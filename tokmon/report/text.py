@@ -312,19 +312,6 @@ def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
     return out
 
 
-def render(rec: Recording, fmt: str, target_rate: float | None = None) -> str:
-    if fmt == "json":
-        return dumps(summary_of(rec), indent=2) + "\n"
-    if fmt == "csv":
-        return export_csv(rec)
-    data = report_data(rec, target_rate)
-    if fmt == "html":
-        from tokmon.report.html import render_html
-
-        return render_html(rec, data)
-    return render_text(data, md=(fmt == "md"))
-
-
 def render_text(data: dict[str, Any], md: bool = False) -> str:
     out: list[str] = []
     h = "## " if md else ""

@@ -12,9 +12,9 @@ from tokmon.sim.server import SimConfig, serve
 
 
 def _child(cfg: SimConfig, host: str, port: int, conn: Any) -> None:
-    from tokmon.engine.worker import _set_pdeathsig
+    from tokmon.engine.worker import set_pdeathsig
 
-    _set_pdeathsig()
+    set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def ready(p: int) -> None:
