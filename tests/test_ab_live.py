@@ -102,7 +102,7 @@ def test_the_header_names_the_server_of_the_arm_in_force():
     from tokmon.model.facts import Tick
     from tokmon.model.fold import Fold, FoldSettings
     from tokmon.model.records import Event
-    from tokmon.model.summary import summary_table
+    from tokmon.report.summary_text import summary_table
     from tokmon.ui.app import DashboardApp
 
     arms = [
@@ -131,5 +131,7 @@ def test_the_header_names_the_server_of_the_arm_in_force():
     first = summary_table(summary).splitlines()[0]
     assert "plain @ http://127.0.0.1:18001/v1 · spec @ http://127.0.0.1:18000/v1" in first
     # a recording's header gives the replay the same servers
-    back = FoldSettings.from_header({"fold": settings.to_json()}, ["plain", "spec", "big"])
+    from tokmon.recording.settings import settings_from_header
+
+    back = settings_from_header({"fold": settings.to_json()}, ["plain", "spec", "big"])
     assert back.arm_servers == settings.arm_servers

@@ -245,7 +245,7 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     total = sum(v["cost_per_million_tokens"] * v["output_tokens"] for v in bk.values())
     assert total == pytest.approx(a["cost_per_million_tokens"] * a["output_tokens"], rel=1e-6)
     assert live["code"].cost_per_mtok < live["creative"].cost_per_mtok
-    from tokmon.model.summary import summary_table
+    from tokmon.report.summary_text import summary_table
 
     assert "/Mtok" in summary_table(s.summary())
 

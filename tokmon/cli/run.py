@@ -905,7 +905,7 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
 
 
 def _summary_text(summary: dict[str, Any]) -> str:
-    from tokmon.model.summary import alert_lines, summary_table
+    from tokmon.report.summary_text import alert_lines, summary_table
 
     lines = [summary_table(summary)]
     alerts = summary.get("alerts") or []
@@ -1002,7 +1002,7 @@ EVENTS_EVERY_S = 1.0
 
 
 def status_line(s: Any) -> str:
-    from tokmon.model.summary import fmt_ms
+    from tokmon.report.summary_text import fmt_ms
 
     w = s.window
     parts = [

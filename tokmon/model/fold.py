@@ -23,12 +23,12 @@ from tokmon.model.active import ArmTokens, active_spans, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.changepoint import WATCHED, ChangePoint, StepWatch
 from tokmon.model.changepoint import H as CUSUM_H
+from tokmon.model.coerce import integer, number, text
 from tokmon.model.environment import ServerEnv
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.records import EngineStatus, Event
-from tokmon.model.redact import short_command
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
 from tokmon.model.summary import alerts_from_events, build_summary, compare
@@ -80,28 +80,6 @@ def _change_alert(arm: str, cp: ChangePoint, basis: str) -> tuple[str, str, dict
     )
 
 
-def _num(v: Any) -> float | None:
-    """A number from an event's data or a header (which may come from a file)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            f = float(v)
-        except ValueError:
-            return None
-        return f if math.isfinite(f) else None
-    return None
-
-
-def _int(v: Any) -> int:
-    n = _num(v)
-    return int(n) if n is not None else 0
-
-
-def _str(v: Any, default: str = "") -> str:
-    return v if isinstance(v, str) else default
-
-
 @dataclass(frozen=True)
 class FoldSettings:
     """What the figures depend on besides the facts: written in a recording's header
@@ -148,73 +126,6 @@ class FoldSettings:
         d["arm_servers"] = [list(p) for p in self.arm_servers]
         return d
 
-    @classmethod
-    def from_header(cls, h: dict[str, Any], arms: list[str]) -> FoldSettings:
-        """A recording's settings. A file written before the header kept ``fold`` gives
-        what it can (its settings, SLO, cost and target)."""
-        f = h.get("fold")
-        s = h.get("settings") or {}
-        cost = h.get("cost") or {}
-        target = h.get("target") or {}
-        slo = h.get("slo") or {}
-        if not isinstance(f, dict):
-            mode = _str(s.get("mode"), "concurrency")
-            f = {
-                "window_s": 10.0,
-                "assign": s.get("assign"),
-                "mode": mode,
-                "level": s.get("concurrency" if mode != "rate" else "rate"),
-                "warmup": bool(s.get("warmup_requests") or s.get("warmup_s")),
-                "kind_weights": mix_weights(s),
-                "gpu_hour_price": cost.get("gpu_hour_price"),
-                "gpus": cost.get("gpus"),
-                "target": target.get("url"),
-                "model": target.get("model"),
-                "endpoint": target.get("endpoint"),
-                "insecure": s.get("insecure"),
-                "started_at": h.get("started_at"),
-                "wall_start": h.get("wall_start"),
-            }
-            slo_d = slo
-        else:
-            slo_d = f.get("slo") if isinstance(f.get("slo"), dict) else slo
-        kw: list[tuple[str, float]] = []
-        raw = f.get("kind_weights")
-        items = raw.items() if isinstance(raw, dict) else raw if isinstance(raw, list) else ()
-        for item in items:
-            if isinstance(item, (list, tuple)) and len(item) == 2:
-                k, w = item[0], _num(item[1])
-                if isinstance(k, str) and w is not None and w > 0:
-                    kw.append((k, w))
-        gpus = _num(f.get("gpus"))
-        price = _num(f.get("gpu_hour_price"))
-        return cls(
-            arms=tuple(arms),
-            # (a file may say anything: bounds a live run's options have too)
-            window_s=min(3600.0, max(0.1, _num(f.get("window_s")) or 10.0)),
-            slo=Slo(
-                **{k: _num(v) for k, v in slo_d.items() if k in ("ttft_ms", "tpot_ms", "e2e_ms")}
-            ),
-            assign=_str(f.get("assign"), "switch"),
-            mode=_str(f.get("mode"), "concurrency"),
-            level=_num(f.get("level")) or 0.0,
-            warmup=bool(f.get("warmup")),
-            kind_weights=tuple(kw) if len(kw) > 1 else None,
-            gpu_hour_price=price,
-            gpus=int(gpus) if gpus is not None and 1 <= gpus <= 100_000 else None,
-            drift_alert_pct_h=min(1e6, max(1e-3, _num(f.get("drift_alert_pct_h")) or 5.0)),
-            target=_str(f.get("target")),
-            model=_str(f.get("model")),
-            endpoint=_str(f.get("endpoint"), "chat"),
-            insecure=bool(f.get("insecure")),
-            server_metrics=f.get("server_metrics") is not False,
-            started_at=_str(f.get("started_at")),
-            wall_start=_num(f.get("wall_start")) or 0.0,
-            environment=_environment(f.get("environment"), h.get("servers")),
-            arm_servers=_arm_servers(f.get("arm_servers"), h.get("settings")),
-            bucket_phase_ns=int(min(10**9, max(0, _num(f.get("bucket_phase_ns")) or 0))),
-        )
-
 
 # events every report lists, but these: a stall is one a second at most and each is in
 # the requests (their stall counts); a clock estimate is a worker's offset
@@ -229,38 +140,6 @@ def event_entry(e: Event) -> dict[str, Any]:
         if isinstance(v, (str, int, float, bool)) and k not in out:
             out[k] = v
     return out
-
-
-def _arm_servers(listed: Any, settings: Any) -> tuple[tuple[str, str], ...]:
-    """Each arm's server, as the file says (a file from before: its arms' URLs)."""
-    out: list[tuple[str, str]] = []
-    if isinstance(listed, list):
-        for p in listed:
-            if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p):
-                out.append((p[0], p[1]))
-        return tuple(out)
-    arms = settings.get("arms") if isinstance(settings, dict) else None
-    for a in arms if isinstance(arms, list) else ():
-        if isinstance(a, dict) and isinstance(a.get("name"), str):
-            serve = a.get("serve")
-            if isinstance(serve, list) and serve and all(isinstance(x, str) for x in serve):
-                out.append((a["name"], "serve: " + short_command(serve)))
-            elif isinstance(a.get("url"), str) and a["url"]:
-                out.append((a["name"], a["url"]))
-    return tuple(out)
-
-
-def _environment(listed: Any, servers: Any) -> tuple[ServerEnv, ...]:
-    """The fold's environment records, else those in the header's servers (a file
-    written before the fold kept them); at most one per arm's server."""
-    if not isinstance(listed, list):
-        listed = (
-            [v.get("env") for v in servers.values() if isinstance(v, dict)]
-            if isinstance(servers, dict)
-            else []
-        )
-    envs = (ServerEnv.from_json(x) for x in listed[:256])
-    return tuple(e for e in envs if e is not None)
 
 
 def mix_weights(settings: dict[str, Any] | None) -> tuple[tuple[str, float], ...] | None:
@@ -609,29 +488,29 @@ class Fold:
         v = smp.values
         key = smp.src
         if smp.src == "server":
-            url = _str(v.get("url"))
+            url = text(v.get("url"))
             key = f"server {url}"
             arms = v.get("arms")
             srv = self.servers.get(url)
             if srv is None:
                 srv = self.servers[url] = _Server(_arm_names(arms))
             d = v.get("delta")
-            if isinstance(d, list) and len(d) in (3, 5) and all(_num(x) is not None for x in d):
+            if isinstance(d, list) and len(d) in (3, 5) and all(number(x) is not None for x in d):
                 srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
                 if len(d) == 5 and d[3] > 0 and 0 <= d[4] <= d[3]:  # never a hit rate over 100%
                     srv.prefix.append((smp.t, float(d[3]), float(d[4])))
         elif smp.src == "net":
-            url = _str(v.get("url"))
+            url = text(v.get("url"))
             key = f"net {url}"
             net = self.net.get(url)
             if net is None:
                 net = self.net[url] = _Net(_arm_names(v.get("arms")))
             for name, out in (("net_rtt_ms", net.rtt), ("net_connect_ms", net.connect)):
-                x = _num(v.get(name))
+                x = number(v.get(name))
                 if x is not None and 0 <= x < 3.6e6:
                     out.append(x)
         self.samples[key] = v
-        power = _num(v.get("gpu_power_w"))
+        power = number(v.get("gpu_power_w"))
         if smp.src == "gpu" and power is not None:
             self.power.append((smp.t, power))
             devices = v.get("gpu_devices")
@@ -645,7 +524,7 @@ class Fold:
             if not (st.t0 <= t and (st.t1 is None or t < st.t1)):
                 continue
             for key, attr in (("gpu_mem_pct", "gpu_mem_max"), ("kv_pct", "kv_max")):
-                v = _num(values.get(key))
+                v = number(values.get(key))
                 if v is not None:
                     cur = getattr(st, attr)
                     setattr(st, attr, v if cur is None else max(cur, v))
@@ -718,14 +597,14 @@ class Fold:
         elif ev.kind == "step" and isinstance(arm, str):
             param = str(d.get("param"))
             self._begin_step(
-                _int(d.get("step")),
+                integer(d.get("step")),
                 arm,
                 str(d.get("value")),
                 ev.t,
-                _num(d.get("warm_s")) or 0.0,
+                number(d.get("warm_s")) or 0.0,
                 param,
             )
-            level = _num(d.get("value"))
+            level = number(d.get("value"))
             if param in ("concurrency", "rate") and level is not None:
                 self.level = level
         elif ev.kind == "ladder":
@@ -735,7 +614,7 @@ class Fold:
             if isinstance(reason, str) and reason:
                 self.ladder_stopped = reason
         elif ev.kind == "level":
-            level = _num(d.get("level"))
+            level = number(d.get("level"))
             if level is not None:
                 self.level = level
         elif ev.kind == "pause":
@@ -780,7 +659,7 @@ class Fold:
         ms = self.managed.setdefault(arm, {"starts": 0, "ready_s": [], "stop_s": []})
         if phase == "ready":
             ms["starts"] += 1
-            r = _num(d.get("ready_s"))
+            r = number(d.get("ready_s"))
             if r is not None and 0 <= r < 1e6:
                 ms["ready_s"].append(round(r, 3))
             cmd = d.get("command")
@@ -790,7 +669,7 @@ class Fold:
             if env is not None:
                 ms["env"] = env.to_json(raw=False)
         elif phase == "stopped":
-            r = _num(d.get("stop_s"))
+            r = number(d.get("stop_s"))
             if r is not None and 0 <= r < 1e6:
                 ms["stop_s"].append(round(r, 3))
         elif phase == "failed":
@@ -865,14 +744,14 @@ class Fold:
             t = self.totals[name]
             arm_views.append(ArmView(name, t.ok, t.failed, aw))
         probes = self.probe_fields()
-        acc_rate = _num(probes.get("spec_acceptance_rate"))
-        acc_len = _num(probes.get("spec_acceptance_length"))
+        acc_rate = number(probes.get("spec_acceptance_rate"))
+        acc_len = number(probes.get("spec_acceptance_length"))
         if acc_rate is not None or acc_len is not None:
             win = replace(
                 win,
                 acceptance_rate=acc_rate,
                 acceptance_length=acc_len,
-                acceptance_source=_str(probes.get("spec_source"), "server counters"),
+                acceptance_source=text(probes.get("spec_source"), "server counters"),
             )
         # events derived at a tick are folded after its snapshot: the recording holds them
         # after the tick, and a replay must draw the tick as the live run drew it
@@ -912,10 +791,10 @@ class Fold:
             err_rate=(win.failed / win.ended) if win.ended else None,
             acc_rate=win.acceptance_rate,
             acc_len=win.acceptance_length,
-            gpu_util=_num(probes.get("gpu_util")),
-            gpu_mem_pct=_num(probes.get("gpu_mem_pct")),
-            kv_pct=_num(probes.get("kv_pct")),
-            queue=_num(probes.get("queue")),
+            gpu_util=number(probes.get("gpu_util")),
+            gpu_mem_pct=number(probes.get("gpu_mem_pct")),
+            kv_pct=number(probes.get("kv_pct")),
+            queue=number(probes.get("queue")),
             send_lag=lag,
             marks=marks,
             arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
@@ -929,7 +808,7 @@ class Fold:
             if self.derive:
                 later.append(_change_alert(arm, cp, basis))
         if not warming:  # the ramp of a warm-up is not a change of the server
-            rss = _num(probes.get("self_rss_mib"))
+            rss = number(probes.get("self_rss_mib"))
             if quick:  # (a seek checks once, at its end: the checks read the whole run)
                 self.alerts.note(point, rss)
             else:

@@ -4,17 +4,11 @@ which come from servers and files: every number checked), read by attribute in t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.model.coerce import number
 from tokmon.model.stats import MIN_SAMPLES
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
 
 
 def _text(v: Any) -> str | None:
@@ -47,7 +41,7 @@ class ProbeView:
         kw: dict[str, Any] = {}
         for name in cls.__slots__:  # type: ignore[attr-defined]
             v = fields.get(name)
-            kw[name] = _text(v) if name in _TEXT_FIELDS else _num(v)
+            kw[name] = _text(v) if name in _TEXT_FIELDS else number(v, strings=False)
         return cls(**kw)
 
 

@@ -10,12 +10,13 @@ from tokmon.model.facts import Fact, Requests, Tick
 from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import Event
 from tokmon.recording.reader import Recording
+from tokmon.recording.settings import settings_from_header
 
 COARSE_NS = 10_000_000_000  # while seeking, before the part on screen: a tick in ten at least
 
 
 def settings_of(rec: Recording) -> FoldSettings:
-    return FoldSettings.from_header(rec.header, rec.arms)
+    return settings_from_header(rec.header, rec.arms)
 
 
 def end_of(rec: Recording) -> int:

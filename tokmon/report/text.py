@@ -16,12 +16,12 @@ import numpy as np
 
 from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold
-from tokmon.model.summary import alert_lines, fmt_ms, summary_table
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import drift
 from tokmon.model.workload import describe_load
 from tokmon.recording.play import fold_of, settings_of, summary_of
 from tokmon.recording.reader import Recording
+from tokmon.report.summary_text import alert_lines, fmt_ms, summary_table
 from tokmon.textsafe import clean_text, csv_cell, dumps
 
 FORMATS = ("text", "md", "json", "csv", "html")

@@ -25,8 +25,8 @@ from textual.widgets import Button, Footer, Input, Label
 from tokmon.model.history import Point, merge
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
-from tokmon.model.summary import fmt_ms
 from tokmon.model.workload import load_text
+from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
 from tokmon.ui.widgets import InfoPanel, MarkerRow, MetricSpark

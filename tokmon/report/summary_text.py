@@ -1,0 +1,250 @@
+"""The run summary as text: the closing table of a headless run and the summary section
+of every text report (the model makes the figures; this lays them out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokmon.model.summary import RATIO_KEYS, describe_output_check
+
+
+def fmt_ms(v: float | None) -> str:
+    return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
+    """The alerts of a summary, one line each: when, then what."""
+    return [f"{a.get('t_s', 0):>8.1f} s  {a.get('message', '')}" for a in alerts]
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """A plain-text table of the summary (stdout of a headless run)."""
+    rows = [
+        (
+            "arm",
+            "ok",
+            "fail",
+            "tok/s",
+            "req/s",
+            "TTFT p50",
+            "TTFT p95",
+            "TPOT p50",
+            "TPOT p99",
+            "dec p50",
+            "accept",
+        )
+    ]
+    for name, a in summary["arms"].items():
+        acc = a.get("acceptance_rate")
+        rows.append(
+            (
+                name,
+                str(a["requests"]["ok"]),
+                str(a["requests"]["failed"]),
+                f"{a['output_tokens_per_s']:.1f}",
+                f"{a['requests_per_s']:.2f}",
+                fmt_ms(a["ttft_ms"]["p50"]),
+                fmt_ms(a["ttft_ms"]["p95"]),
+                fmt_ms(a["tpot_ms"]["p50"]),
+                fmt_ms(a["tpot_ms"]["p99"]),
+                "—"
+                if a["decode_tokens_per_s"]["p50"] is None
+                else f"{a['decode_tokens_per_s']['p50']:.1f}",
+                "n/a" if acc is None else f"{acc:.0%}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    # two spaces between columns, one where that would pass 80 columns (a terminal)
+    sep = "  " if sum(widths) + 2 * (len(widths) - 1) <= 80 else " "
+    lines = [
+        sep.join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, sep.join("─" * w for w in widths))
+    servers = {n: a.get("server") for n, a in summary["arms"].items() if a.get("server")}
+    where = summary["target"].get("url", "")
+    if len(set(servers.values())) > 1:  # each arm its own server: name them all
+        where = " · ".join(f"{n} @ {v}" for n, v in servers.items())
+    elif servers:
+        where = next(iter(servers.values()))
+    out = [
+        f"tokmon {summary['tokmon_version']} · {where} · "
+        f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",
+        "times in ms, decode in tokens/s per request; warm-up excluded",
+        *lines,
+    ]
+    for name, a in summary["arms"].items():
+        by = a["requests"]["by_outcome"]
+        fails = {k: v for k, v in by.items() if k != "ok"}
+        if fails:
+            out.append(
+                f"{name} failures: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items()))
+            )
+        if a.get("tokens_estimated"):
+            out.append(f"{name}: token counts estimated (server sent no usage)")
+        tb = a.get("throughput_bound") or {}
+        if tb and not tb.get("holds", True):
+            out.append(
+                f"{name}: {a['output_tokens_per_s']:.1f} tok/s is more than "
+                f"{tb['streams']:g} streams at p99 {tb['request_rate_p99']:.1f} tok/s a request can "
+                "make: a counting error, please report it"
+            )
+        left = a.get("tpot_left_out") or {}
+        if left.get("one_token") or left.get("one_read"):
+            out.append(
+                f"{name}: no TPOT for {left.get('one_token', 0)} one-token answer(s) and "
+                f"{left.get('one_read', 0)} answer(s) that arrived in one read"
+            )
+        pt = a.get("prompt_tokens")
+        if pt and pt.get("asked_p50") is not None:
+            off = pt["off_tokens"]
+            out.append(
+                f"{name} prompt tokens: asked p50 {pt['asked_p50']:.0f}, server counted p50 "
+                f"{pt['counted_p50']:.0f}; off by {off['min']:+d} to {off['max']:+d}, exact "
+                f"in {pt['exact_share']:.0%} of {pt['asked_requests']}"
+                + (
+                    ""
+                    if pt["asked_requests"] == a["requests"]["ok"] - a["requests"]["warmup"]
+                    else f" (all requests: p50 {pt['p50']:.0f}, {pt['min']}–{pt['max']})"
+                )
+            )
+        if a.get("by_turn"):
+            out.append(
+                f"{name} by turn: "
+                + " · ".join(
+                    f"{k}: {v['requests']} req, TTFT p50 {fmt_ms(v['ttft_ms_p50'])}, "
+                    f"prompt {v['prompt_tokens_p50'] or 0:.0f}"
+                    for k, v in list(a["by_turn"].items())[:8]
+                )
+            )
+        lag = a.get("send_lag_ms") or {}
+        if lag.get("count"):
+            # the client's own delay: a generator that falls behind its schedule shows
+            # here, never as a slower server
+            out.append(
+                f"{name} send lag (scheduled → sent): p50 {fmt_ms(lag['p50'])} p99 "
+                f"{fmt_ms(lag['p99'])} max {fmt_ms(lag['max'])} ms"
+            )
+        if a.get("prefix_cache_hit_rate") is not None:
+            out.append(
+                f"{name}: prefix cache hit {a['prefix_cache_hit_rate']:.1%} of prompt tokens "
+                "(the server's counters)"
+            )
+        if a.get("clock_excluded"):
+            out.append(
+                f"{name}: {a['clock_excluded']} request(s) with an impossible timeline left "
+                "out of every duration (detail 'clock: …' in the recording)"
+            )
+    for name, a in summary["arms"].items():
+        bk = a.get("by_kind")
+        if bk and len(bk) > 1:
+            out.append(
+                f"{name} by kind: "
+                + " · ".join(
+                    f"{k} {v['requests']} req, dec p50 "
+                    + (
+                        "—"
+                        if v["decode_tokens_per_s_p50"] is None
+                        else f"{v['decode_tokens_per_s_p50']:.1f}"
+                    )
+                    + (
+                        ""
+                        if v["acceptance_rate"] is None
+                        else f", accept {v['acceptance_rate']:.0%}"
+                    )
+                    + (
+                        ""
+                        if v.get("cost_per_million_tokens") is None
+                        else f", {v['cost_per_million_tokens']:.2f}/Mtok"
+                    )
+                    for k, v in bk.items()
+                )
+            )
+    comp = summary.get("comparison")
+    for c in [comp] if isinstance(comp, dict) else comp or []:
+        strata = max((v or {}).get("strata", 1) for v in (c.get(k) for k in RATIO_KEYS))
+        how = f", per stratum over {strata} (kind × step), weighted" if strata > 1 else ""
+        out.append(
+            f"{c['other']} vs {c['baseline']} (ratio of medians{how}, 95% CI by {c['method']}):"
+        )
+        for key in RATIO_KEYS:
+            v = c.get(key)
+            if v is None:
+                out.append(f"  {key:<20} not enough data")
+            else:
+                lo, hi = v["ci95"]
+                line = f"  {key:<20} ×{v['ratio']:.3f}  [{lo:.3f}, {hi:.3f}]"
+                if v.get("partial"):
+                    # part of the workload: it says which part, never passes for the whole
+                    names = ", ".join(stratum_label(m) for m in v.get("missing") or ())
+                    line += (
+                        f"  PARTIAL: {v.get('coverage', 0):.0%} of the workload "
+                        f"(not enough requests: {names})"
+                    )
+                out.append(line)
+        for k, v in (c.get("by_kind") or {}).items():
+            d = v["decode_tokens_per_s"]
+            n = v.get("n") or [0, 0]
+            out.append(
+                f"  decode, {k:<13} "
+                + (
+                    f"not enough data ({n[0]} and {n[1]} requests; "
+                    f"{v.get('needed', 10)} in each arm needed)"
+                    if d is None
+                    else f"×{d['ratio']:.3f}  [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"
+                )
+            )
+    lad = summary.get("ladder")
+    if lad:
+        out.append(f"ladder over {lad['param']} (after each step's warm-up):")
+        out.append(
+            f"  {'step':>4} {'value':>7} {'arm':<10} {'tok/s':>8} {'TTFT p50':>9} "
+            f"{'TTFT p95':>9} {'dec p50':>8} {'err':>6} {'KV max':>7}"
+        )
+        for st in lad["steps"]:
+            out.append(
+                f"  {st['step'] + 1:>4} {st['value']:>7} {st['arm'][:10]:<10} "
+                f"{(st['tokens_per_s'] or 0):>8.1f} {fmt_ms(st['ttft_p50']):>9} "
+                f"{fmt_ms(st['ttft_p95']):>9} "
+                f"{'—' if st['decode_p50'] is None else format(st['decode_p50'], '.1f'):>8} "
+                f"{'—' if st['error_rate'] is None else format(st['error_rate'], '.1%'):>6} "
+                f"{'—' if st['kv_max_pct'] is None else format(st['kv_max_pct'], '.0f') + '%':>7}"
+            )
+        for arm, k in lad["knee"].items():
+            out.append(
+                f"  knee ({arm}): "
+                + (
+                    "none within the ladder"
+                    if k is None
+                    else f"{lad['param']} {k['value']} — {k['tokens_per_s']:.0f} tok/s, "
+                    f"TTFT p95 {fmt_ms(k['ttft_p95'])} ms; beyond it latency takes off"
+                )
+            )
+        for sp in lad.get("speedup", []):
+            r = sp["decode_ratio"]
+            out.append(
+                f"  speed-up {sp['other']}/{sp['baseline']} at {lad['param']} {sp['value']}: "
+                + (
+                    "not enough data"
+                    if r is None
+                    else f"×{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+                )
+            )
+        if lad.get("stopped_early"):
+            out.append(f"  ladder stopped early: {lad['stopped_early']}")
+    oc = summary.get("output_check")
+    if oc:
+        out.append("output check: " + describe_output_check(oc))
+    return "\n".join(out)
+
+
+def stratum_label(m: dict[str, Any]) -> str:
+    """A stratum the comparison could not combine: its kind (and step), and its counts."""
+    n = m.get("n") or [0, 0]
+    step = m.get("step")
+    name = str(m.get("kind") or "(no kind)")
+    if isinstance(step, int) and step >= 0:
+        name += f" at step {step + 1}"
+    return f"{name} {n[0]}/{n[1]}"
