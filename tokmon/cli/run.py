@@ -673,6 +673,17 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
     for why in session.failures():
         say(f"tokmon: {why}", err=True)
         code = 1
+    # where everything went: a reader of a finished run's terminal finds its files
+    wrote = []
+    if recorder is not None and recorder.lines:
+        wrote.append(f"recording {args.record}")
+    if args.summary_json and code == 0:
+        wrote.append(f"summary {args.summary_json}")
+    if session.managed is not None:
+        logs = sorted({str(srv.log_path) for srv in session.managed.servers.values()})
+        wrote.append("server log" + ("s " if len(logs) > 1 else " ") + ", ".join(logs))
+    if wrote:
+        say("tokmon: wrote " + " · ".join(wrote), err=True)
     if recorder is not None and (recorder.lost_lines or recorder.error):
         lost = f"{recorder.lost_lines} line(s) lost" if recorder.lost_lines else "not all written"
         say(

@@ -226,6 +226,7 @@ def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, A
         "capacity": capacity(rec, summary, target_rate),
         "segments": segments(rec),
         "drift": drifts(rec, fold.regimes, fold.settings.drift_alert_pct_h),
+        "drift_limit": fold.settings.drift_alert_pct_h,
         "change_points": change_points(fold),
         "longest_regime_s": longest_regime_s(fold.regimes, summary["duration_s"]),
         "jitter": jitter(rec),
@@ -358,18 +359,30 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         h + "Drift per regime (Theil–Sen slope, % of median per hour, 95% CI)",
         *fence,
     ]
+    n_before = len(out)
+    # only the figures a regime was long enough to give; the rest in one line (a short
+    # run printed two dozen "too short to tell" lines, one per arm, regime and figure)
+    unknown = 0
     for arm, regimes in data["drift"].items():
         for rg in regimes:
             where = f"{rg['from_s']:.0f}–{rg['to_s']:.0f} s"
             for key, v in rg["drift"].items():
                 if v is None:
-                    out.append(f"{arm:<10} {where:<14} {key:<20} too short to tell")
-                else:
-                    lo, hi = v["ci95"]
-                    out.append(
-                        f"{arm:<10} {where:<14} {key:<20} {v['pct_per_hour']:+8.2f} %/h  "
-                        f"[{lo:+.2f}, {hi:+.2f}]"
-                    )
+                    unknown += 1
+                    continue
+                lo, hi = v["ci95"]
+                out.append(
+                    f"{clean_text(arm, False):<10} {where:<14} {key:<20} "
+                    f"{v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
+                )
+    if unknown:
+        longest = data.get("longest_regime_s") or 0.0
+        out.append(
+            ("drift: too short to tell in every regime" if len(out) == n_before
+             else f"drift: {unknown} more figure{'s' if unknown != 1 else ''} too short to tell")
+            + f" (an interval must tell ±{data.get('drift_limit', 5):g} %/h from none: about "
+            f"10 minutes of a steady server; the longest regime lasted {longest:.0f} s)"
+        )  # fmt: skip
     out += [*fence, "", h + "Alerts raised during the run (as in the JSON summary)", *fence]
     alerts = data["summary"].get("alerts") or []
     if not alerts:
