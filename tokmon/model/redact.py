@@ -51,61 +51,28 @@ def redact_text(text: str) -> str:
     return _USERINFO.sub(REDACTED + "@", text)
 
 
-def secrets_in(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
-    """The secret values of a command line (to scrub them from every output too)."""
-    shown = tuple(shown)
-    out: list[str] = []
+def _scan(argv: Sequence[str], shown: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """One walk over a command line: it as it may be written down, and its secrets."""
+    written: list[str] = []
+    found: list[str] = []
     hide = False
     for a in argv:
-        if hide:
-            out.append(a)
-            hide = False
-            continue
-        if a.lower() in ("bearer", "basic"):
-            hide = True
-            continue
-        if " " in a.strip():
-            out.extend(secrets_in(a.split(" "), shown))
-        name, eq, value = a.partition("=")
-        if a.startswith("-"):
-            if is_secret_name(name, shown):
-                if eq:
-                    out.append(value)
-                else:
-                    hide = True
-        elif eq and is_secret_name(name, shown) and re.fullmatch(r"[A-Za-z_][\w.-]*", name):
-            out.append(value)
-        for m in _BEARER.finditer(a):
-            out.append(m.group(3))
-        for m in _AUTH_HEADER.finditer(a):
-            out.append(m.group(3))
-        for m in _USERINFO.finditer(a):
-            out.append(m.group(0)[:-1])
-            out.append(m.group(0)[:-1].partition(":")[2])
-    # a list of keys (--api-keys k1,k2) is each of them too
-    return [p for s in out for p in dict.fromkeys([s, *s.split(",")]) if p]
-
-
-def redact_argv(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
-    """``argv`` as it may be written down."""
-    shown = tuple(shown)
-    out: list[str] = []
-    hide = False
-    for a in argv:
-        if hide:
-            out.append(REDACTED)
+        if hide:  # the value after a secret option, or after 'Bearer'
+            written.append(REDACTED)
+            found.append(a)
             hide = False
             continue
         if a.lower() in ("bearer", "basic"):  # 'Authorization:' 'Bearer' 'TOKEN'
-            out.append(a)
+            written.append(a)
             hide = True
             continue
-        name, eq, _ = a.partition("=")
+        name, eq, value = a.partition("=")
         if a.startswith("-") and is_secret_name(name, shown):
             if eq:
-                out.append(f"{name}={REDACTED}")
+                written.append(f"{name}={REDACTED}")
+                found.append(value)
             else:
-                out.append(a)
+                written.append(a)
                 hide = True
             continue
         if (
@@ -114,19 +81,32 @@ def redact_argv(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
             and re.fullmatch(r"[A-Za-z_][\w.-]*", name)
             and is_secret_name(name, shown)
         ):
-            out.append(f"{name}={REDACTED}")
+            written.append(f"{name}={REDACTED}")
+            found.append(value)
             continue
         if " " in a.strip():  # a command line in one argument (--arm 'b:serve=… --api-key k')
-            out.append(" ".join(redact_argv(a.split(" "), shown)))
+            inner_w, inner_f = _scan(a.split(" "), shown)
+            written.append(" ".join(inner_w))
+            found.extend(inner_f)
             continue
-        out.append(redact_text(a))
-    return out
+        found.extend(m.group(3) for m in _BEARER.finditer(a))
+        found.extend(m.group(3) for m in _AUTH_HEADER.finditer(a))
+        for m in _USERINFO.finditer(a):
+            found += [m.group(0)[:-1], m.group(0)[:-1].partition(":")[2]]
+        written.append(redact_text(a))
+    return written, found
 
 
-def redact_env(env: dict[str, str], shown: Iterable[str] = ()) -> dict[str, str]:
-    """Environment variables as they may be written down."""
-    shown = tuple(shown)
-    return {k: REDACTED if is_secret_name(k, shown) else redact_text(v) for k, v in env.items()}
+def secrets_in(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
+    """The secret values of a command line (to scrub them from every output too); a list
+    of keys (``--api-keys k1,k2``) is each of them too."""
+    _, found = _scan(argv, tuple(shown))
+    return [p for s in found for p in dict.fromkeys([s, *s.split(",")]) if p]
+
+
+def redact_argv(argv: Sequence[str], shown: Iterable[str] = ()) -> list[str]:
+    """``argv`` as it may be written down."""
+    return _scan(argv, tuple(shown))[0]
 
 
 def short_command(argv: Sequence[str], words: int = 4) -> str:
