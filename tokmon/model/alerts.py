@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.history import Point
-from tokmon.model.trend import sen_slope
+from tokmon.model.trend import can_tell, per_hour_pct, sen_slope
 from tokmon.model.views import Cost
 
 # metric key on Point -> (label, direction that is bad: +1 rising is bad, -1 falling is bad)
@@ -131,12 +131,9 @@ class AlertEngine:
         r = sen_slope(x, y, z=3.29)
         if r is None:
             return None
-        k = 3600.0 * 100.0 / abs(med)
+        k = per_hour_pct(med)
         lo, hi = r[1] * k, r[2] * k
-        # it can tell once its interval is narrower than the threshold, or lies wholly
-        # beyond it (a drift far faster than the threshold is plain long before)
-        thr = self.drift_alert
-        return Trend(key, r[0] * k, lo, hi, known=hi - lo < thr or lo > thr or hi < -thr)
+        return Trend(key, r[0] * k, lo, hi, known=can_tell(lo, hi, self.drift_alert))
 
     def _drift(self) -> list[tuple[str, str, dict[str, Any]]]:
         out = []

@@ -29,6 +29,18 @@ def sen_slope(x: np.ndarray, y: np.ndarray, z: float = 1.96) -> tuple[float, flo
     return float(np.median(s)), float(s[lo_i]), float(s[hi_i])
 
 
+def per_hour_pct(med: float) -> float:
+    """What turns a slope (units per second) into % of the median per hour."""
+    return 3600.0 * 100.0 / abs(med)
+
+
+def can_tell(lo: float, hi: float, threshold_pct_h: float) -> bool:
+    """A drift interval (%/h) can tell a drift that matters from none: it is narrower
+    than the threshold, or lies wholly beyond it (a drift far faster than the threshold
+    is plain long before). The one rule of the live alerts and the report."""
+    return hi - lo < threshold_pct_h or lo > threshold_pct_h or hi < -threshold_pct_h
+
+
 def drift(t_s: np.ndarray, values: np.ndarray, bin_s: float | None = None) -> dict[str, Any] | None:
     """Slope of ``values`` over time ``t_s`` (seconds) in % per hour of their median, with
     a 95% interval: Sen's slope over per-bin medians (40 bins over the span by default)."""
@@ -51,7 +63,7 @@ def drift(t_s: np.ndarray, values: np.ndarray, bin_s: float | None = None) -> di
     if r is None:
         return None
     slope, lo, hi = r
-    k = 3600.0 / med * 100.0
+    k = per_hour_pct(med)
     return {
         "pct_per_hour": slope * k,
         "ci95": [float(lo * k), float(hi * k)],

@@ -17,7 +17,7 @@ import numpy as np
 from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold
 from tokmon.model.table import REQUEST_KEYS
-from tokmon.model.trend import drift
+from tokmon.model.trend import can_tell, drift
 from tokmon.model.workload import describe_load
 from tokmon.recording.play import fold_of, settings_of, summary_of
 from tokmon.recording.reader import Recording
@@ -121,9 +121,7 @@ def drifts(
                 v = c[col][rows][sel]
                 m = ~np.isnan(v)
                 r = drift(t[sel][m], v[m]) if m.any() and span >= MIN_DRIFT_SPAN_S else None
-                lo_, hi_ = r["ci95"] if r is not None else (0.0, 0.0)
-                beyond = lo_ > limit_pct_h or hi_ < -limit_pct_h
-                if hi_ - lo_ >= limit_pct_h and not beyond:
+                if r is not None and not can_tell(r["ci95"][0], r["ci95"][1], limit_pct_h):
                     r = None  # its interval cannot tell a drift that matters from none
                 d[key] = r
             found.append({"from_s": round(max(lo, float(t[sel].min())), 3),
