@@ -777,8 +777,9 @@ class DashboardApp(App[None]):
             for name, a in s.costs.items():
                 kc = [(k, v.cost_per_mtok) for k, v in a.by_kind if v.cost_per_mtok]
                 if len(kc) > 1:  # what each kind of task costs: code is cheap with a draft
-                    by = " · ".join(f"{k} {v:.2f}" for k, v in kc)
-                    out.append(Block((Text(f"  {name[:8]} by kind: {by}/Mtok", style="dim"),),
+                    rows = _kind_lines([f"{k} {v:.2f}" for k, v in kc],
+                                       f"  {name[:8]} by kind (/Mtok): ", width)  # fmt: skip
+                    out.append(Block(tuple(Text(r.plain, style="dim") for r in rows),
                                      fold=3, name="cost by kind"))  # fmt: skip
         oc = s.output_check
         if oc is not None:
