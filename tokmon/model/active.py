@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokmon.model.stats import GrowArray
-
 Span = tuple[int, int]
 
 
@@ -61,38 +59,53 @@ def seconds(spans: list[Span]) -> float:
 
 
 class ArmTokens:
-    """The token buckets of each arm (start time, tokens), kept to be counted against
-    the arm's spans when a figure is asked for: a span's end (a drain, a switch) is
-    known only after tokens inside it have arrived."""
+    """Each arm's tokens per bucket, on the engines' bucket grid (bucket ``i`` holds the
+    tokens that arrived in [origin + i·w, origin + (i+1)·w) of the run's clock),
+    kept to be counted against the arm's spans when a figure is asked for: a span's end
+    (a drain, a switch) is known only after tokens inside it have arrived. Dense: 8 bytes
+    a bucket, 4 buckets a second an arm (2.8 MB a day); counting is one cumulative sum
+    and O(spans) after it (a day of alternating arms: about a millisecond)."""
 
     def __init__(self, bucket_ns: int = 250_000_000) -> None:
         self.bucket_ns = bucket_ns
-        self.t: dict[str, GrowArray] = {}
-        self.n: dict[str, GrowArray] = {}
+        self.counts: dict[str, np.ndarray] = {}
+        self.size: dict[str, int] = {}
+        # where the engines' grid lies on the run's clock: the first bucket's offset
+        # (every engine's buckets start at multiples of the width on one clock)
+        self.origin: int | None = None
 
     def add(self, t: int, arm: str, n: int) -> None:
-        if arm not in self.t:
-            self.t[arm], self.n[arm] = GrowArray(256), GrowArray(256)
-        self.t[arm].append(float(t))
-        self.n[arm].append(float(n))
+        if self.origin is None:
+            self.origin = t % self.bucket_ns - self.bucket_ns  # (a bucket may start before 0)
+        # (a Ray worker's times, moved by its clock offset, fall in the nearest bucket)
+        i = max(0, (t - self.origin) // self.bucket_ns)
+        c = self.counts.get(arm)
+        if c is None:
+            c = self.counts[arm] = np.zeros(max(1024, 2 * i + 2), dtype=np.int64)
+        elif i >= c.size:
+            grown = np.zeros(max(2 * c.size, i + 1024), dtype=np.int64)
+            grown[: c.size] = c
+            c = self.counts[arm] = grown
+        c[i] += n
+        self.size[arm] = max(self.size.get(arm, 0), i + 1)
 
     def within(self, arm: str, spans: list[Span]) -> float:
         """Tokens of ``arm`` that arrived within ``spans``: a bucket that straddles a
         span's edge counts for the share of its width inside it (the part outside is a
         drain or a ramp, never faster than inside: the count is not above the truth)."""
-        if arm not in self.t or not spans:
+        k = self.size.get(arm, 0)
+        if not k or not spans:
             return 0.0
-        t0 = self.t[arm].values
-        n = self.n[arm].values
-        inside = _covered(spans, t0 + self.bucket_ns) - _covered(spans, t0)
-        return float(np.sum(n * inside) / self.bucket_ns)
+        c = self.counts[arm][:k]
+        cum = np.concatenate([[0], np.cumsum(c)])
+        w = self.bucket_ns
 
+        def before(x: np.ndarray) -> np.ndarray:  # tokens before time x, pro rata
+            x = np.clip(x, 0, k * w)
+            i = np.minimum(x // w, k - 1)
+            return cum[i] + c[i] * ((x - i * w) / w)
 
-def _covered(spans: list[Span], x: np.ndarray) -> np.ndarray:
-    """How much of ``spans`` (sorted, disjoint) lies before each ``x``: O(n log k)."""
-    s = np.array([a for a, _ in spans], dtype=np.float64)
-    e = np.array([b for _, b in spans], dtype=np.float64)
-    cum = np.concatenate([[0.0], np.cumsum(e - s)])
-    i = np.searchsorted(s, x, side="right")
-    over = np.where(i > 0, np.clip(e[np.maximum(i - 1, 0)] - x, 0, None), 0.0)
-    return cum[i] - over
+        o = self.origin or 0
+        s = np.array([a - o for a, _ in spans], dtype=np.int64)
+        e = np.array([b - o for _, b in spans], dtype=np.int64)
+        return float(np.sum(before(e) - before(s)))
