@@ -66,3 +66,18 @@ def test_the_windows_last_bucket_is_complete_for_a_run_started_off_a_boundary():
     # the window's 2 s end at 2.65 s: buckets 0.65 … 2.4 s, eight of 10 tokens: 40 tok/s
     assert snap.arm_views[0].window is not None
     assert abs(snap.arm_views[0].window.tokens_per_s - 40.0) < 1e-9
+
+
+def test_an_arms_token_count_is_exact_and_bounded():
+    """Tokens are counted in an arm's spans pro rata of each bucket's width, and a
+    crafted bucket a year away costs one block of storage, not a year of them."""
+    from tokmon.model.active import ArmTokens
+
+    a = ArmTokens(250)
+    for t in range(-150, 1000, 250):  # the grid 150 ms off the run's clock
+        a.add(t, "x", 10)
+    assert a.within("x", [(0, 1000)]) == 40.0  # 4 + 10 + 10 + 10 + 6
+    assert a.within("x", [(100, 350), (600, 725)]) == 15.0
+    a.add(365 * 86_400 * 10**9, "x", 7)
+    assert len(a.blocks["x"]) == 2
+    assert a.within("x", [(0, 10**18)]) == 51.0  # 4 + 40 + the far bucket's 7
