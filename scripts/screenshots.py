@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -68,14 +69,23 @@ def browser(exe: str, out: Path, seconds: int) -> None:
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         demo("--duration", "5m", "--alternate", "10s", "--web", f"127.0.0.1:{port}"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
+        assert proc.stderr is not None
+        url = ""
+        while not url:  # the page's URL, with its one-time token, as tokmon prints it
+            line = proc.stderr.readline()
+            if not line:
+                raise SystemExit("tokmon demo --web printed no URL")
+            if "the dashboard in a browser:" in line:
+                url = line[line.index("http://") :].strip()
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep it drained
         time.sleep(seconds)  # a run with history to draw, both arms seen
         with sync_playwright() as pw:
             b = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
             page = b.new_page(viewport={"width": 1500, "height": 860})
-            page.goto(f"http://127.0.0.1:{port}/")
+            page.goto(url)
             time.sleep(8)  # the page's terminal connects and draws
             page.screenshot(path=str(out / "web-view.png"))
             b.close()
