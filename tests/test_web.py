@@ -155,6 +155,24 @@ def test_the_html_report_in_a_browser(make_sim, tmp_path):
     assert not errors, errors
 
 
+def page_of(p: subprocess.Popen[str]) -> tuple[str, str, object]:
+    """The page URL tokmon printed, its base, and the base's first answer (once the web
+    server listens)."""
+    import httpx
+
+    assert p.stderr is not None
+    line = p.stderr.readline()
+    url = line[line.index("http://") :].strip()
+    base = url.split("?", 1)[0]
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return url, base, httpx.get(base, timeout=5)
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
 def test_off_loopback_the_page_needs_its_one_time_token(make_sim, tmp_path):
     """--web on a non-loopback address: refused without --web-allow-remote; with it, the
     URL printed once carries a token, and a request without it is refused."""
@@ -173,19 +191,8 @@ def test_off_loopback_the_page_needs_its_one_time_token(make_sim, tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert p.stderr is not None
-        line = p.stderr.readline()
-        url = line[line.index("http://") :].strip()
+        url, base, bare = page_of(p)
         assert "?token=" in url
-        base = url.split("?", 1)[0]
-        deadline = time.monotonic() + 30
-        while True:  # until the web server listens
-            try:
-                bare = httpx.get(base, timeout=5)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
         assert bare.status_code == 403
         ok = httpx.get(url, timeout=5)
         assert ok.status_code == 200 and "tokmon_token" in ok.headers.get("set-cookie", "")
@@ -218,19 +225,8 @@ def test_the_web_view_refuses_other_sites_strangers_and_crowds(make_sim, tmp_pat
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert p.stderr is not None
-        line = p.stderr.readline()
-        url = line[line.index("http://") :].strip()
+        url, base, bare = page_of(p)
         token = url.split("token=", 1)[1]
-        base = url.split("?", 1)[0]
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                bare = httpx.get(base, timeout=5)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
         assert bare.status_code == 403  # loopback too: the token
         ps = subprocess.run(["ps", "axww", "-o", "args"], capture_output=True, text=True).stdout
         assert token not in ps  # it went to the web server on a pipe
