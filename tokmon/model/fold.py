@@ -417,7 +417,7 @@ class Fold:
                         "stall",
                         f"stall: request {int(c['rid'][i])} ({arm}) waited "
                         f"{gap_ms or 0:.0f} ms between chunks "
-                        f"({self.stalls_total} stalls so far)",
+                        f"({self.stalls_total} stall{'s' if self.stalls_total != 1 else ''} so far)",
                         {"rid": int(c["rid"][i]), "arm": arm, "gap_ms": gap_ms},
                         t_end,
                     )
