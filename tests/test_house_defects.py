@@ -54,7 +54,7 @@ def test_the_windows_last_bucket_is_complete_for_a_run_started_off_a_boundary():
     from tokmon.model.records import TokenTick
 
     phase = 100_000_000  # the run began 100 ms past a bucket boundary
-    fold = Fold(FoldSettings(arms=("a",), window_s=2.0, bucket_phase_ns=phase))
+    fold = Fold(FoldSettings(arms=("a",), window_s=2.0))  # the grid: from the buckets
     first = 250_000_000 - phase  # the first whole bucket on the run's clock: 150 ms
     # the bucket at 2.65 s is still being filled: 3 tokens so far
     ticks = [TokenTick(first + i * 250_000_000, "a", 10 if i < 10 else 3) for i in range(11)]

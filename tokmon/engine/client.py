@@ -75,15 +75,12 @@ def error_message(body: bytes) -> str:
     return clean_text(str(obj)[:300])
 
 
-BUCKET_NS = 250 * NS_PER_MS  # a token bucket: aligned on the monotonic clock
-
-
 class Tick:
     """Collects tokens per time bucket and arm (live throughput)."""
 
     __slots__ = ("width", "buckets")
 
-    def __init__(self, width_ns: int = BUCKET_NS) -> None:
+    def __init__(self, width_ns: int = 250 * NS_PER_MS) -> None:
         self.width = width_ns
         self.buckets: dict[tuple[int, str], int] = {}
 

@@ -70,9 +70,8 @@ class RunConfig:
     drain_s: float = 30.0
     flush_s: float = 0.1
     # The first part of every request's x-request-id (engine.request_id), so a request in
-    # the recording can be found in the server's own logs (vLLM and SGLang log it).
-    # the first part of every request id (X-Request-Id): random per run, given by the
-    # caller (the model draws no randomness of the OS's)
+    # the recording can be found in the server's own logs (vLLM and SGLang log it). Random
+    # per run, drawn by the caller (cli): the model draws no randomness of the OS's.
     run_id: str = "00000000"
     # header names whose values may be shown (--show-header); every other custom header's
     # value is redacted in every output

@@ -109,9 +109,6 @@ class FoldSettings:
     environment: tuple[ServerEnv, ...] = ()
     # each arm's server: its URL, or its managed command, short and redacted
     arm_servers: tuple[tuple[str, str], ...] = ()
-    # the run's start modulo the engines' token bucket (their buckets begin at multiples
-    # of it on the monotonic clock, not on the run's)
-    bucket_phase_ns: int = 0
 
     def server_of(self, arm: str) -> str:
         return dict(self.arm_servers).get(arm) or self.target
@@ -731,9 +728,9 @@ class Fold:
         # Token buckets still being filled by the engine are left out: the window ends at
         # the last bucket that is surely complete.
         t1 = now - 150_000_000
-        # (the engines align buckets on their own clock: ``bucket_phase_ns`` is where a
-        # bucket starts on the run's clock, so the last complete one is found exactly)
-        t1 -= (t1 + s.bucket_phase_ns) % self.tokens.bucket_ns
+        # (the engines align buckets on their own clock: the last complete one is found on
+        # their grid, where the buckets that arrived say it lies on the run's clock)
+        t1 -= (t1 - (self.arm_tokens.origin or 0)) % self.tokens.bucket_ns
         tok = self.tokens.tokens(t1 - int(width * 1e9), t1)
         win = window_stats(win_tb, rows, sum(tok.values()), now, width, "", self.slo)
         arm_col = win_tb.cols["arm"][rows]

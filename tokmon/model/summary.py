@@ -36,7 +36,7 @@ def arm_summary(
 ) -> dict[str, Any]:
     """One arm's figures. Its tokens/s is ``active_tokens`` (the tokens that arrived in
     its own spans) over ``active_s`` (those spans' seconds); where ``streams`` is fixed,
-    the figure is checked against what they can make (streams × p99 decode speed)."""
+    the figure is checked against what they can make (``throughput_bound``)."""
     by = {k: v for k, v in t.by_outcome.items() if v}
     toks = float(t.output_tokens) if active_tokens is None else active_tokens
     tps = toks / active_s if active_s > 0 else 0.0

@@ -76,7 +76,6 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
         wall_start=number(f.get("wall_start")) or 0.0,
         environment=_environment(f.get("environment"), h.get("servers")),
         arm_servers=_arm_servers(f.get("arm_servers"), h.get("settings")),
-        bucket_phase_ns=int(min(10**9, max(0, number(f.get("bucket_phase_ns")) or 0))),
     )
 
 

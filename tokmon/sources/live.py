@@ -16,7 +16,6 @@ from multiprocessing.connection import Connection, wait
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.engine.client import BUCKET_NS
 from tokmon.engine.worker import engine_main
 from tokmon.model.config import RunConfig
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
@@ -152,7 +151,6 @@ class LiveSession:
             self.fold.settings,
             started_at=self.started_at,
             wall_start=self.wall_start,
-            bucket_phase_ns=self.t_start % BUCKET_NS,
         )
         if self.recorder is not None:
             self.recorder.open(
