@@ -228,7 +228,8 @@ def test_a_failing_server_is_retried_once_then_stops_the_run(tmp_path):
 
 
 def test_serve_commands_are_written_without_secrets():
-    from tokmon.sources.managed import gpu_memory_settled, redact_command
+    from tokmon.model.redact import redact_argv as redact_command
+    from tokmon.sources.managed import gpu_memory_settled
 
     argv = ["vllm", "serve", "m", "--api-key", "sk-1", "--hf-token=hf_x", "HF_TOKEN=abc", "-p"]
     assert redact_command(argv) == [

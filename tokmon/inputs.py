@@ -30,7 +30,6 @@ CAPS = {
     "--trace": 2048 * MiB,
     "--config": 1 * MiB,
     "--tokenizer": 512 * MiB,
-    "--quality-file": 64 * MiB,
 }
 
 

@@ -169,8 +169,9 @@ def unit_words(count: Callable[[str], int]) -> tuple[str, ...]:
     for length in range(1, 9):
         if not one("q" * length):
             continue
-        made = {"".join(rng.choice(letters, length)) for _ in range(4 * SYNTH_UNITS)}
-        words = tuple(sorted(w for w in list(made)[:SYNTH_UNITS] if one(w)))
+        # (sorted: a set's order varies from run to run, the units must not)
+        made = sorted({"".join(rng.choice(letters, length)) for _ in range(4 * SYNTH_UNITS)})
+        words = tuple(w for w in made[:SYNTH_UNITS] if one(w))
         if len(words) >= UNITS_NEEDED:
             return words
     return found

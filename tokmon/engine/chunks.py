@@ -126,7 +126,7 @@ def _decode(payload: bytes) -> Any:
         raise ProtocolError(f"unparseable event: {e}") from None
     if end != len(text) and not text[end:].isspace():
         raise ProtocolError(f"unparseable event: extra data at char {end}")
-    if "\\u" in text and might_hold_surrogates(text):
+    if might_hold_surrogates(text):
         obj = valid(obj)  # a lone surrogate from the server: text, from here on
     return obj
 

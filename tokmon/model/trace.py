@@ -114,16 +114,16 @@ def parse_mooncake(
                 raise WorkloadError(f"{where}: hash_ids is not a list")
             # each id is a block of the prompt, and a block holds a token at least:
             # more ids than tokens cannot be (2M ids for 10 tokens built 1.7 GB)
-            most = _int(obj["input_length"], "input_length", where)
-            if len(hids) > most:
+            n_in = _int(obj["input_length"], "input_length", where)
+            if len(hids) > n_in:
                 raise WorkloadError(
-                    f"{where}: {len(hids):,} hash_ids for input_length "
-                    f"{obj['input_length']} (a block holds a token at least)"
+                    f"{where}: {len(hids):,} hash_ids for input_length {n_in} "
+                    "(a block holds a token at least)"
                 )
             entries.append(
                 TraceEntry(
                     t_ms=float(ts),
-                    input_tokens=_int(obj["input_length"], "input_length", where),
+                    input_tokens=n_in,
                     output_tokens=_int(obj["output_length"], "output_length", where),
                     hash_ids=tuple(_int(h, "a hash id", where, 0) for h in hids),
                 )

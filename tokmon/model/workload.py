@@ -401,8 +401,6 @@ def parse_prompt_file(raw: str, path: str) -> list[Prompt]:
             data = loads(raw)
         except ValueError as e:
             raise WorkloadError(f"--prompts: {path} is not valid JSON: {e}") from None
-        except RecursionError:
-            raise WorkloadError(f"--prompts: {path} is nested too deeply") from None
         for item in data:
             conv = item.get("conversations") if isinstance(item, dict) else None
             if not isinstance(conv, list):
@@ -450,10 +448,8 @@ def json_objects(lines: Any, where: str) -> Any:
             raise WorkloadError(f"{at} is over {MAX_LINE >> 20} MiB")
         try:
             obj = loads(line)
-        except ValueError:
-            raise WorkloadError(f"{at} is not JSON") from None
-        except RecursionError:
-            raise WorkloadError(f"{at} is nested too deeply") from None
+        except ValueError as e:
+            raise WorkloadError(f"{at} is not JSON ({str(e)[:80]})") from None
         if not isinstance(obj, dict):
             raise WorkloadError(f"{at} is not a JSON object")
         yield at, obj
@@ -514,8 +510,6 @@ def parse_conversations(raw: str, path: str) -> tuple[Script, ...]:
             data = loads(raw)
         except ValueError as e:
             raise WorkloadError(f"--conversations: {path} is not valid JSON: {e}") from None
-        except RecursionError:
-            raise WorkloadError(f"--conversations: {path} is nested too deeply") from None
         for i, item in enumerate(data):
             where = f"--conversations: {path} item {i + 1}"
             conv = item.get("conversations") if isinstance(item, dict) else None

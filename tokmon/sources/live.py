@@ -38,6 +38,7 @@ from tokmon.model.snapshot import Snapshot
 from tokmon.model.stats import Slo
 from tokmon.model.table import RequestTable, record_to_line
 from tokmon.model.workload import load_text
+from tokmon.sources.managed import stray_line
 from tokmon.textsafe import dumps
 
 WINDOW_S = 10.0
@@ -349,8 +350,7 @@ class LiveSession:
                 known = len(old_srv.strays)
                 took = old_srv.stop(m.stop_timeout_s)
                 for pid, mine in old_srv.strays[known:]:
-                    msg = (f"{cur}'s server left process {pid} listening on port "
-                           f"{old_srv.port}" + (" (stopped)" if mine else " (not ours)"))  # fmt: skip
+                    msg = stray_line(cur, pid, old_srv.port, mine)
                     self._event("error", msg, {"arm": cur, "pid": pid})
                 self._event(
                     "server",

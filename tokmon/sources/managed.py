@@ -34,11 +34,6 @@ from tokmon.model.redact import redact_argv
 from tokmon.textsafe import loads, open_private
 
 
-def redact_command(argv: tuple[str, ...] | list[str], shown: tuple[str, ...] = ()) -> list[str]:
-    """A serve command as it is written down (the one rule: ``tokmon.model.redact``)."""
-    return redact_argv(argv, shown)
-
-
 def become_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants (Linux): a server that
     double-forks to leave its group is reparented here, not to init, so it can still be
@@ -184,7 +179,7 @@ class ManagedServer:
                                "server was not started on it")  # fmt: skip
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open_private(self.log_path, append=True)  # (the child holds it)
-        log.write(f"\n--- tokmon: starting {' '.join(redact_command(self.argv))}\n".encode())
+        log.write(f"\n--- tokmon: starting {' '.join(redact_argv(self.argv))}\n".encode())
         log.flush()
         try:
             self.proc = subprocess.Popen(
@@ -393,7 +388,7 @@ class Managed:
         )
 
     def command_of(self, arm: str) -> list[str]:
-        return redact_command(self.servers[arm].argv, self.shown_args)
+        return redact_argv(self.servers[arm].argv, self.shown_args)
 
     def environment(self, arm: str, url: str) -> dict[str, Any] | None:
         """The server's environment record, once per arm (its first start)."""
@@ -422,15 +417,14 @@ class Managed:
         """What the stops found still holding the port, one line each (an error of the
         run: its exit code is not 0)."""
         return [
-            f"arm {name}'s server left process {pid} listening on port {srv.port}"
-            + (" (stopped by tokmon)" if mine else " (not tokmon's: it still holds the port)")
+            stray_line(name, pid, srv.port, mine)
             for name, srv in self.servers.items()
             for pid, mine in srv.strays
         ]
 
-    def port_taken(self) -> int | None:
-        """A process that holds the arms' port before a server is started on it."""
-        if port_free(self.port):
-            return None
-        holders = port_holders(self.port)
-        return holders[0] if holders else -1
+
+def stray_line(arm: str, pid: int, port: int, mine: bool) -> str:
+    """A process a server's stop left listening: the event's and the exit's one line."""
+    return f"arm {arm}'s server left process {pid} listening on port {port}" + (
+        " (stopped by tokmon)" if mine else " (not tokmon's: it still holds the port)"
+    )
