@@ -123,14 +123,16 @@ def share_with_group(on: bool) -> None:
     _mode[0] = 0o640 if on else FILE_MODE
 
 
-# what tokmon's own files begin with or hold early: a file without any is not replaced
-_OURS = (b"tokmon", b"rid,arm,", b"t_s,kind,", b"section,", b"\x1f\x8b")
+# what tokmon's own text files hold early: a file without any is not replaced
+_OURS = (b"tokmon", b"rid,arm,", b"t_s,kind,", b"section,")
 
 
-def open_private(path: str | Path, *, append: bool) -> IO[bytes]:
+def open_private(path: str | Path, *, append: bool, replace_any: bool = False) -> IO[bytes]:
     """A file tokmon writes (a recording, a summary, a report, a server's log): created
     0600, never through a symbolic link placed where it is asked to write (O_NOFOLLOW),
-    only a regular file. Raises OSError with the reason in words."""
+    only a regular file; an existing file is replaced only if it is tokmon's or
+    ``replace_any`` (the user said so: ``--overwrite``). Raises OSError with the reason in
+    words."""
     flags = os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     # (read too when replacing: what is there is looked at before it is truncated)
     flags |= os.O_WRONLY | os.O_APPEND if append else os.O_RDWR
@@ -147,7 +149,7 @@ def open_private(path: str | Path, *, append: bool) -> IO[bytes]:
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, f"{path} is not a regular file")
         if not append:
-            if st.st_size and not _looks_ours(fd):
+            if st.st_size and not replace_any and not _looks_ours(fd):
                 raise OSError(
                     errno.EEXIST,
                     f"{path} exists and is not tokmon's: remove it or choose another name",

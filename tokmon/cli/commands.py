@@ -237,13 +237,12 @@ def _write_events_csv(rec: Any, output: str | None) -> None:
     """The requests are one CSV, the events (markers, pauses, load changes, arm
     switches, restarts, alerts) a second one beside it; written to standard output, the
     requests alone, and a line says how to get the events."""
-    from tokmon.recording.play import summary_of
     from tokmon.report.text import export_events_csv
 
     if output is None:
         say("tokmon: events: give -o NAME.csv to write them to NAME-events.csv", err=True)
         return
-    _write_out(events_path(output), export_events_csv(summary_of(rec)))
+    _write_out(events_path(output), export_events_csv(rec))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import secrets
 import signal
 import sys
@@ -805,9 +804,6 @@ def make_recorder(
     return recorder, header
 
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
-
-
 def _redact_argv(
     argv: list[str], shown: tuple[str, ...] = (), shown_args: tuple[str, ...] = ()
 ) -> list[str]:
@@ -819,7 +815,6 @@ def _redact_argv(
     out: list[str] = []
     header_next = False
     for a in argv:
-        a = _USERINFO.sub("<redacted>@", a)
         if header_next or a.startswith("--header="):
             prefix = "--header=" if a.startswith("--header=") else ""
             k, colon, v = a[len(prefix) :].partition(":")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -127,6 +128,12 @@ class FoldSettings:
 # events every report lists, but these: a stall is one a second at most and each is in
 # the requests (their stall counts); a clock estimate is a worker's offset
 UNLISTED_KINDS = frozenset({"stall", "clock"})
+
+
+def listed_events(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The events every report lists (the summary's ``events``), from a fold or straight
+    from a recording: the same list either way."""
+    return [event_entry(e) for e in events if e.kind not in UNLISTED_KINDS]
 
 
 def event_entry(e: Event) -> dict[str, Any]:
@@ -1027,7 +1034,7 @@ class Fold:
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["alerts"] = alerts_from_events(self.alert_events, 0)
-        out["events"] = [event_entry(e) for e in self.event_log]
+        out["events"] = listed_events(self.event_log)
         if s.environment:
             out["environment"] = {e.url: e.to_json(raw=False) for e in s.environment}
         net = self.network_summary()

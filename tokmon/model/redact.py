@@ -1,7 +1,7 @@
 """Secrets in command lines, by rule, in one place.
 
-A server command (``serve=``), tokmon's own command line and the environment given to
-servers are written down (the recording, the summary, reports, logs): never with a
+A server command (``serve=``), tokmon's own command line and what a server says of
+itself are written down (the recording, the summary, reports, logs): never with a
 secret in them. The rule: the value of any option whose name says it is one (it holds
 key, token, secret, password, passwd, auth or credential: ``--api-key v``,
 ``--hf_token=v``, ``--admin-api-key``, ``--auth-token``, ``-k``), a ``NAME=value`` word
@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-REDACTED = "<redacted>"
+from tokmon.textsafe import REDACTED
+
 # words of an option's name that make its value a secret (``--max-tokens`` and
 # ``--tokenizer`` hold none of them: words are matched whole)
 SECRET_WORDS = frozenset(

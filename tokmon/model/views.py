@@ -143,7 +143,7 @@ class ComparisonView:
                     str(k),
                     RatioView.of(v.get("decode_tokens_per_s")),
                     int(min(n)) if n else 0,
-                    int(v.get("needed") or 10),
+                    int(v.get("needed") or MIN_SAMPLES),
                 )
             )
         return cls(

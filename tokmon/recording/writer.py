@@ -94,7 +94,8 @@ class Recorder:
         adds a session to it (the reader reports the last session of a file)."""
         self.t0 = t0
         try:
-            self._raw = open_private(self.path, append=self.mode == "ab")
+            # ("wb": --overwrite, the user's word that the file may go)
+            self._raw = open_private(self.path, append=self.mode == "ab", replace_any=True)
         except OSError as e:
             raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
         if self.path.endswith(".gz"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokmon.model.stats import MIN_SAMPLES
 from tokmon.model.summary import RATIO_KEYS, describe_output_check
 
 
@@ -191,7 +192,7 @@ def summary_table(summary: dict[str, Any]) -> str:
                 f"  decode, {k:<13} "
                 + (
                     f"not enough data ({n[0]} and {n[1]} requests; "
-                    f"{v.get('needed', 10)} in each arm needed)"
+                    f"{v.get('needed', MIN_SAMPLES)} in each arm needed)"
                     if d is None
                     else f"×{d['ratio']:.3f}  [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"
                 )

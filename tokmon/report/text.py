@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.changepoint import SPEAKS_AFTER_S
-from tokmon.model.fold import Fold
+from tokmon.model.fold import Fold, listed_events
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import can_tell, drift
 from tokmon.model.workload import describe_load
@@ -467,12 +467,13 @@ def event_lines(events: list[dict[str, Any]]) -> list[str]:
 EVENT_COLUMNS = ("t_s", "kind", "message", "arm")
 
 
-def export_events_csv(summary: dict[str, Any]) -> str:
-    """The run's events as CSV (``NAME-events.csv`` beside the requests' ``NAME.csv``)."""
+def export_events_csv(rec: Recording) -> str:
+    """The run's events as CSV (``NAME-events.csv`` beside the requests' ``NAME.csv``):
+    the summary's list, taken from the recording without folding it again."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(EVENT_COLUMNS)
-    for e in summary.get("events") or []:
+    for e in listed_events(rec.events):
         w.writerow([csv_cell(e.get(k)) for k in EVENT_COLUMNS])
     return buf.getvalue()
 
@@ -539,9 +540,9 @@ def pair_arms(
     )
 
 
-def _env_of(rec: Recording, arm: str) -> list[Any]:
+def _env_of(fold: Fold, arm: str) -> list[Any]:
     """The environment record of ``arm``'s server (by its URL), else the run's first."""
-    st = settings_of(rec)
+    st = fold.settings
     url = st.server_of(arm)
     found = [e for e in st.environment if e.url == url]
     return found or list(st.environment[:1])
@@ -553,7 +554,7 @@ def compare_recordings(
     """Two recordings side by side, arm by arm (``pair_arms``): each pair's ratios of
     medians B/A with their intervals, named by run and arm, and its servers'
     environments."""
-    from tokmon.model.summary import compare
+    from tokmon.model.summary import RATIO_KEYS, compare
     from tokmon.report.environment import compare_lines, compare_rows, machine_rows
 
     pairs, how = pair_arms(list(a.arms), list(b.arms), mapping)
@@ -564,9 +565,9 @@ def compare_recordings(
     sa, sb = summary_of(a, fa), summary_of(b, fb)
     machines = (machine_rows(a.header), machine_rows(b.header))
     envs: list[tuple[ArmPair | None, list[Any], list[Any]]] = [
-        (p, _env_of(a, p.a), _env_of(b, p.b)) for p in pairs
-    ] or [(None, _env_of(a, a.arms[0]), _env_of(b, b.arms[0]))]
-    keys = ("decode_tokens_per_s", "tpot_ms", "ttft_ms")
+        (p, _env_of(fa, p.a), _env_of(fb, p.b)) for p in pairs
+    ] or [(None, _env_of(fa, a.arms[0]), _env_of(fb, b.arms[0]))]
+    keys = RATIO_KEYS
 
     def ratio_text(v: dict[str, Any] | None, digits: int = 3) -> str:
         if v is None:

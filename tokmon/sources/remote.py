@@ -5,8 +5,8 @@ act on the run.
 The session serves its snapshots on a Unix socket in a directory only its user can
 enter (0700), and a view attaches only to such a socket (``check_socket``). The frames
 are pickles of tokmon's own typed Snapshot, read by an unpickler that builds tokmon's
-model types and plain values only: a crafted frame cannot name a function to call. Each frame is a
-4-byte length and the pickle; the server sends a snapshot when it changed (at most 4 a
+model types and plain values only: a crafted frame cannot name a function to call.
+Each frame is a 4-byte length and the pickle; the server sends a snapshot when it changed (at most 4 a
 second) and answers each command with its notice.
 """
 
