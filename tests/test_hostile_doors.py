@@ -208,21 +208,15 @@ def test_crafted_input_files_are_one_line_and_cheap(tmp_path):
     p = _rss_limited("run", "--config", str(deep))
     assert p.returncode == 2 and str(deep) in p.stderr and "Traceback" not in p.stderr, p.stderr
     trace = tmp_path / "t.jsonl"
-    trace.write_text(
-        json.dumps({"timestamp": 0, "input_length": 10, "output_length": 4,
-                    "hash_ids": list(range(2_000_000))}) + "\n"
-    )  # fmt: skip
-    p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
-    assert p.returncode == 2 and "line 1 is over 16 MiB" in p.stderr, p.stderr
-    trace.write_text(
-        json.dumps({"timestamp": 0, "input_length": 10, "output_length": 4,
-                    "hash_ids": list(range(200_000))}) + "\n"
-    )  # fmt: skip
-    p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
-    assert p.returncode == 2 and "hash_ids for input_length 10" in p.stderr, p.stderr
-    trace.write_text(json.dumps({"timestamp": 1e20, "input_length": 10, "output_length": 4}))
-    p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
-    assert p.returncode == 2 and "timestamp must be" in p.stderr, p.stderr
+    line = {"timestamp": 0, "input_length": 10, "output_length": 4}
+    for extra, says in (
+        ({"hash_ids": list(range(2_000_000))}, "line 1 is over 16 MiB"),
+        ({"hash_ids": list(range(200_000))}, "hash_ids for input_length 10"),
+        ({"timestamp": 1e20}, "timestamp must be"),
+    ):
+        trace.write_text(json.dumps({**line, **extra}) + "\n")
+        p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
+        assert p.returncode == 2 and says in p.stderr, (says, p.stderr)
     from tokmon.model.records import RequestRecord
     from tokmon.recording.writer import Recorder
 
