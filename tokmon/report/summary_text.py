@@ -248,4 +248,4 @@ def stratum_label(m: dict[str, Any]) -> str:
     name = str(m.get("kind") or "(no kind)")
     if isinstance(step, int) and step >= 0:
         name += f" at step {step + 1}"
-    return f"{name} {n[0]}/{n[1]}"
+    return f"{name} ({n[0]} and {n[1]} requests; {MIN_SAMPLES} in each arm needed)"
