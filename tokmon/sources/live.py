@@ -38,7 +38,6 @@ from tokmon.model.snapshot import Snapshot
 from tokmon.model.stats import Slo
 from tokmon.model.table import RequestTable, record_to_line
 from tokmon.model.workload import load_text
-from tokmon.sources.managed import stray_line
 from tokmon.textsafe import dumps
 
 WINDOW_S = 10.0
@@ -349,6 +348,10 @@ class LiveSession:
                 self._drain(m.drain_s)
                 known = len(old_srv.strays)
                 took = old_srv.stop(m.stop_timeout_s)
+                # (imported here: the managed servers' module brings httpx, and the live
+                # session's import must not bring the UI's libraries with it)
+                from tokmon.sources.managed import stray_line
+
                 for pid, mine in old_srv.strays[known:]:
                     msg = stray_line(cur, pid, old_srv.port, mine)
                     self._event("error", msg, {"arm": cur, "pid": pid})
