@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
-from tokmon.inputs import load_conversations, load_mooncake
+from tokmon.inputs import STREAM_OVER, load_conversations, load_mooncake, read_share
 from tokmon.model.trace import TraceEntry, trace_prompt
 from tokmon.model.workload import WorkloadError
 from tokmon.recording.reader import read_recording
@@ -145,6 +145,104 @@ def test_a_bad_trace_line_is_named(tmp_path, line, says):
     p.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n' + line + "\n")
     with pytest.raises(WorkloadError, match=says):
         load_mooncake(str(p))
+
+
+def test_a_bad_line_of_a_streamed_trace_is_named_when_its_engine_reads_it(tmp_path, line, says):
+    """The same faults in a trace read as it is sent: its first lines are checked before
+    the run (a wrong file fails at once), the rest by the engine that reads them."""
+    p = tmp_path / "t.jsonl"
+    good = '{"timestamp": 0, "input_length": 5, "output_length": 2}\n'
+    p.write_text(good + line + "\n")
+    with pytest.raises(WorkloadError, match=says):
+        load_mooncake(str(p), stream_over=0)  # (line 2 is in the head)
+    p.write_text(good * 150 + line + "\n" + good)
+    tr = load_mooncake(str(p), stream_over=0)
+    assert tr.stream is not None and tr.count == 152 and tr.entries == ()
+    got = []
+    with pytest.raises(WorkloadError, match=says) as e:
+        for w in (0, 1):
+            for x in read_share(tr, w, 2):
+                got.append(x)
+    assert "line 151" in str(e.value) and len(got) == 75
+
+
+test_a_bad_line_of_a_streamed_trace_is_named_when_its_engine_reads_it = pytest.mark.parametrize(
+    "line,says",
+    [
+        ("not json", "is not JSON"),
+        ('{"timestamp": 1, "input_length": 5}', "no 'output_length'"),
+        ('{"timestamp": 1, "input_length": 0, "output_length": 2}', "input_length must be"),
+        ('{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": ["x"]}', "hash id"),
+    ],
+)(test_a_bad_line_of_a_streamed_trace_is_named_when_its_engine_reads_it)
+
+
+def test_a_streamed_trace_is_the_held_trace_read_share_by_share(tmp_path):
+    """Scanned, a large trace holds no entry: its count and span from the scan, each
+    engine's share read from the file equal to the held trace's, time 0 at its first
+    request; a request before the one its engine sent before is named (a streamed trace
+    is sent in file order)."""
+    rows = write_trace(tmp_path / "t.jsonl", n=50)
+    held = load_mooncake(str(tmp_path / "t.jsonl"))
+    tr = load_mooncake(str(tmp_path / "t.jsonl"), stream_over=0)
+    assert held.stream is None and tr.stream is not None and tr.entries == ()
+    assert (tr.count, tr.span_s, tr.kinds) == (held.count, held.span_s, held.kinds)
+    assert tr.describe() == "50 requests over 1 s at 1× from trace t.jsonl (read as it is sent)"
+    for n in (1, 3):
+        for w in range(n):
+            assert list(read_share(tr, w, n)) == list(held.share(w, n))
+    rows = write_trace(tmp_path / "t.jsonl", n=200)  # (the head: the first 100 lines)
+    rows[150]["timestamp"] = 1000  # before the trace's own first request
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tr = load_mooncake(str(tmp_path / "t.jsonl"), stream_over=0)
+    with pytest.raises(WorkloadError, match="line 151: timestamp 1000 is before"):
+        list(read_share(tr, 0, 1))
+
+
+def padded_trace(path, n: int, gap_ms: int, bad_at: int | None = None) -> None:
+    """A trace over the size tokmon holds (each line padded with a field Mooncake's
+    format does not use), so a run streams it; line ``bad_at`` is not JSON."""
+    pad = "x" * (STREAM_OVER // n + 64)
+    lines = [
+        json.dumps(
+            {"timestamp": 5000 + gap_ms * i, "input_length": 40, "output_length": 3, "pad": pad}
+        )  # fmt: skip
+        for i in range(n)
+    ]
+    if bad_at is not None:
+        lines[bad_at - 1] = "{not json"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size > STREAM_OVER
+
+
+def test_a_large_trace_streams_on_its_schedule(sim, tmp_path):
+    """A trace over 16 MiB is read by the engines as it is sent: the same schedule as a
+    held one (two engines sharing it out), its header says so."""
+    padded_trace(tmp_path / "t.jsonl", 1500, 20)
+    s, rec = run(sim.url, tmp_path, "--trace", str(tmp_path / "t.jsonl"), "-n", "40",
+                 "--workers", "2", "--approx-prompt-tokens")  # fmt: skip
+    rs = in_send_order(rec)
+    assert len(rs) == 40 and all(r.outcome == "ok" for r in rs)
+    assert [(r.t_sched - rs[0].t_sched) // 1_000_000 for r in rs] == [20 * i for i in range(40)]
+    assert {r.worker for r in rs} == {0, 1}
+    assert "1500 requests over 30 s at 1× from trace t.jsonl (read as it is sent)" in str(
+        rec.header["settings"]
+    )
+
+
+def test_a_bad_line_met_mid_run_stops_the_run_and_keeps_what_was_measured(sim, tmp_path):
+    """Line 131 of a streamed trace is not JSON (after the 100 checked before the run): the requests before it are measured and
+    kept, the run stops, and the exit (1) names the line in one line."""
+    padded_trace(tmp_path / "t.jsonl", 1500, 10, bad_at=131)
+    out, rec = tmp_path / "s.json", tmp_path / "r.jsonl"
+    r = tokmon("run", "--url", sim.url, "--headless", "--trace", str(tmp_path / "t.jsonl"),
+               "--approx-prompt-tokens", "--summary-json", str(out), "--record", str(rec),
+               "--status-interval", "1h")  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "t.jsonl line 131 is not JSON" in r.stderr, r.stderr
+    got = read_recording(str(rec))
+    assert len(got.records) == 130 and all(x.outcome == "ok" for x in got.records)
+    assert any("line 131 is not JSON" in e.message for e in got.events)
 
 
 def test_trace_options_refuse_what_the_trace_fixes(sim, tmp_path):

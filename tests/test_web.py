@@ -283,13 +283,16 @@ async def test_a_read_only_view_cannot_act_on_the_run():
 
 
 def test_an_attached_view_builds_no_foreign_object(tmp_path):
-    """`tokmon view --attach` of a socket that sends a crafted pickle: refused, nothing
-    runs (it used to unpickle anything)."""
+    """`tokmon view --attach` of a socket that sends a crafted frame: a pickle (it used
+    to unpickle anything), a JSON frame naming a type that is not the model's, or one of
+    the model's types with a field it does not declare: each refused, nothing runs."""
+    import json
     import pickle
     import socket as s
     import struct
     import threading
 
+    from tokmon.sources.frames import FrameError
     from tokmon.sources.remote import RemoteSource
 
     d = tmp_path / "v"
@@ -304,18 +307,49 @@ def test_an_attached_view_builds_no_foreign_object(tmp_path):
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
+    crafted = [
+        (pickle.dumps(("hello", Evil())), "not a frame"),
+        (json.dumps({"~t": ["hello", {"~": "os.system", "v": {}}]}).encode(), "refused: os.system"),
+        (json.dumps({"~t": ["hello", {"~": "views.Cost", "v": {"__class__": 1}}]}).encode(),
+         "Cost has no field __class__"),
+        (b"[" * 100_000 + b"]" * 100_000, "not a frame"),
+    ]  # fmt: skip
+
     def serve():
-        c, _ = srv.accept()
-        data = pickle.dumps(("hello", Evil()))
-        c.sendall(struct.pack("!I", len(data)) + data)
-        time.sleep(0.5)
-        c.close()
+        for data, _ in crafted:
+            c, _ = srv.accept()
+            c.sendall(struct.pack("!I", len(data)) + data)
+            time.sleep(0.2)
+            c.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    with pytest.raises(pickle.UnpicklingError, match="refused"):
-        RemoteSource(path)
+    for _, says in crafted:
+        with pytest.raises(FrameError, match=says):
+            RemoteSource(path)
     assert not marker.exists()
     srv.close()
     os.chmod(d, 0o755)  # a folder others can enter: not a socket to trust
     with pytest.raises(ConnectionError, match="open to other users"):
         RemoteSource(path)
+
+
+def test_a_frame_is_the_snapshot_whole(tmp_path):
+    """An attached view draws what the session holds: every snapshot of the recorded
+    two-arm ladder, sent as a JSON frame, decodes equal to itself (tuples stay tuples,
+    non-finite floats and non-string keys survive)."""
+    from tokmon.recording.play import Player
+    from tokmon.recording.reader import read_recording
+    from tokmon.sources import frames
+
+    p = Player(read_recording(str(Path(__file__).parent / "data" / "rec" / "ladder-ab.jsonl.gz")))
+    seen = 0
+    for t in range(0, p.end_t + 10**10, 10**10):
+        p.play_until(min(t, p.end_t))
+        snap = p.fold.snapshot
+        if snap is not None:
+            assert frames.decode(frames.encode(("snap", snap))) == ("snap", snap)
+            seen += 1
+    assert seen > 5
+    odd = {"a": (1.5, float("inf")), (1, "k"): frozenset({2}), "n": [None, True]}
+    back = frames.decode(frames.encode(odd))
+    assert back == odd and isinstance(back["a"], tuple)

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Generator
 from typing import IO
 
-from tokmon.model.trace import MOONCAKE_BLOCK, Trace, parse_mooncake
+from tokmon.model.trace import (
+    MAX_TRACE,
+    MOONCAKE_BLOCK,
+    Trace,
+    TraceEntry,
+    TraceStream,
+    make_trace,
+    mooncake_entry,
+    parse_mooncake,
+    stream_share,
+)
 from tokmon.model.workload import (
     Prompt,
     Script,
     WorkloadError,
+    json_object,
     parse_conversations,
     parse_prompt_file,
 )
@@ -103,11 +115,87 @@ def load_conversations(path: str) -> tuple[Script, ...]:
         raise WorkloadError(str(e)) from None
 
 
-def load_mooncake(path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK) -> Trace:
-    """``--trace``: a Mooncake trace, parsed line by line as it is read. Raises
+# A trace larger than this is not held: the engines read it as it is sent (a 3M-line
+# trace held whole was 40 s and 1.3 GB before the run started).
+STREAM_OVER = 16 * MiB
+HEAD_LINES = 100  # a streamed trace's first lines, checked before the run starts
+
+
+def load_mooncake(
+    path: str, speed: float = 1.0, block: int = MOONCAKE_BLOCK, stream_over: int | None = None
+) -> Trace:
+    """``--trace``: a Mooncake trace. Up to ``stream_over`` bytes it is parsed line by line
+    as it is read and held; above, it is scanned (counted, its first lines checked, its
+    first and last times read) and streamed by the engines (``read_share``). Raises
     WorkloadError with one line."""
+    limit = STREAM_OVER if stream_over is None else stream_over
     try:
+        if check_input(path, "--trace") > limit:
+            return _scan_mooncake(path, speed, block)
         with open_input(path, "--trace") as f:
             return parse_mooncake(f, path, speed, block)
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
+
+
+def _scan_mooncake(path: str, speed: float, block: int) -> Trace:
+    """A large trace without holding its entries: the count, the first lines checked
+    (a wrong file fails before the run, not an hour into it), the span from its first
+    and last lines. Its other lines are checked by the engine that sends them."""
+    where = f"--trace: {path}"
+    count = 0
+    head: list[TraceEntry] = []
+    last: tuple[int, bytes] | None = None
+    try:
+        with open(path, "rb") as f:
+            for ln, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                count += 1
+                last = (ln, raw)
+                if count <= HEAD_LINES:
+                    at = f"{where} line {ln}"
+                    e = mooncake_entry(json_object(raw.decode(), at), at)
+                    if head and e.t_ms < head[-1].t_ms:
+                        raise WorkloadError(
+                            f"{where} line {ln}: timestamp {e.t_ms:g} is before the line "
+                            f"above's; a trace over {STREAM_OVER >> 20} MiB is read as it is "
+                            "sent and must be in time order "
+                            "(sort it: jq -c -s 'sort_by(.timestamp)[]')"
+                        )
+                    head.append(e)
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{where} is not UTF-8 text") from None
+    except OSError as e:
+        raise WorkloadError(f"{where}: cannot read: {e.strerror or e}") from None
+    if not head or last is None:
+        raise WorkloadError(f"{where} holds no requests")
+    if count > MAX_TRACE:
+        raise WorkloadError(f"{where} holds over {MAX_TRACE:,} requests")
+    ln, raw = last
+    at = f"{where} line {ln}"
+    end = mooncake_entry(json_object(raw.decode(errors="replace"), at), at)
+    t0 = head[0].t_ms
+    if end.t_ms < t0:
+        raise WorkloadError(f"{where} line {ln}: the last request is before the first")
+    stream = TraceStream(path=path, count=count, t0_ms=t0, span_ms=end.t_ms - t0)
+    base = make_trace(head[:1], speed, block, f"trace {path.rsplit('/', 1)[-1]}")
+    return Trace((), base.speed, base.block, base.source, stream)
+
+
+def read_share(
+    trace: Trace, worker: int, nworkers: int
+) -> Generator[tuple[int, TraceEntry], None, None]:
+    """One engine's share of a trace: the held entries, or a streamed file's lines as
+    they are needed (a fault in a line is a WorkloadError that names it)."""
+    if trace.stream is None:
+        yield from trace.share(worker, nworkers)
+        return
+    try:
+        with open_input(trace.stream.path, "--trace") as f:
+            try:
+                yield from stream_share(f, trace.stream, worker, nworkers)
+            except UnicodeDecodeError:
+                raise WorkloadError(f"--trace: {trace.stream.path} is not UTF-8 text") from None
     except InputError as e:
         raise WorkloadError(str(e)) from None

@@ -300,7 +300,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     alternate = dur("--alternate", args.alternate, allow_zero=False) if args.alternate else None
     budget = args.requests  # (a trace is sent once: -n cuts it to its first N requests)
     if trace is not None:
-        budget = min(args.requests or len(trace.entries), len(trace.entries))
+        budget = min(args.requests or trace.count, trace.count)
     cfg = RunConfig(
         run_id=secrets.token_hex(4),
         arms=tuple(resolved),
@@ -355,7 +355,11 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             connect(cfg.ray, cfg.workers)
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
-    given = cfg.trace is not None and all(e.prompt is not None for e in cfg.trace.entries)
+    given = (
+        cfg.trace is not None
+        and cfg.trace.stream is None
+        and all(e.prompt is not None for e in cfg.trace.entries)
+    )
     scripted = cfg.conversations is not None and bool(cfg.conversations.scripts)
     local = None
     if getattr(args, "tokenizer", None):
@@ -448,7 +452,10 @@ def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:
         if trace_file:
             from tokmon.inputs import load_mooncake
 
-            return load_mooncake(trace_file, args.trace_speed, args.trace_block)
+            # Ray workers on other nodes cannot read this machine's file: they are sent
+            # the entries, so the trace is held whole there
+            whole = 1 << 62 if getattr(args, "ray", None) else None
+            return load_mooncake(trace_file, args.trace_speed, args.trace_block, whole)
         from tokmon.recording.trace import trace_of_recording
 
         return trace_of_recording(str(load_file), args.trace_speed)

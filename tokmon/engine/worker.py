@@ -25,6 +25,7 @@ import numpy as np
 from tokmon.engine import h1
 from tokmon.engine.client import Tick, ssl_context, stream_request
 from tokmon.engine.measure import NS_PER_MS
+from tokmon.inputs import read_share
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
 from tokmon.model.records import (
@@ -42,12 +43,13 @@ from tokmon.model.records import (
     Stop,
     SwitchArm,
 )
-from tokmon.model.trace import TraceEntry, trace_prompt
+from tokmon.model.trace import trace_prompt
 from tokmon.model.workload import (
     Arrivals,
     LengthDist,
     Prompt,
     Script,
+    WorkloadError,
     followup_message,
     synthetic_prompt,
 )
@@ -231,6 +233,7 @@ class Engine:
         self.hard_stop = False
         self.stop_evt = asyncio.Event()
         self.level_evt = asyncio.Event()
+        self.fault = ""  # the load's input failed as it was read (sent once)
         self.trace_go = asyncio.Event()  # the parent's StartTrace came (or there is no parent)
         self.trace_t0 = 0
         self.start_trace = start_trace
@@ -468,10 +471,23 @@ class Engine:
         cap = max(1, split_share(self.cfg.max_concurrency, self.worker, self.nworkers))
         sem = asyncio.Semaphore(cap)
         seed = self.cfg.seed if self.cfg.seed is not None else 0
-        shift = 0
         await self.trace_go.wait()
-        for i in range(self.worker, len(tr.entries), self.nworkers):
-            e: TraceEntry = tr.entries[i]
+        # a large file is read here, a line at a time a little ahead of its time
+        with contextlib.closing(read_share(tr, self.worker, self.nworkers)) as share:
+            await self._send_share(share, tr, sem, seed)
+
+    async def _send_share(self, share: Any, tr: Any, sem: asyncio.Semaphore, seed: int) -> None:
+        shift = 0
+        while True:
+            try:
+                i, e = next(share, (-1, None))
+            except WorkloadError as err:
+                self.fault = str(err)
+                self.budget = 0  # (the engine ends once its requests in flight have)
+                return
+            if e is None:
+                self.budget = 0  # the share is sent: the engine ends with its last answer
+                return
             given = (trace_prompt(e, i, seed, tr.block, self.cfg.prompt_shape), e.output_tokens)
             while True:
                 next_t = self.trace_t0 + shift + round(e.t_ms * 1e6 / tr.speed)
@@ -565,7 +581,9 @@ class Engine:
             events=self.events,
             status=self._status(done),
             prompts=self.prompts,
+            fault=self.fault,
         )
+        self.fault = ""
         self.records, self.events, self.lags, self.prompts = [], [], [], []
         self.loop_lag_ms = 0.0
         if self.out is None:

@@ -132,6 +132,9 @@ class EngineBatch:
     events: list[Event]
     status: EngineStatus
     prompts: list[SentPrompt] = field(default_factory=list)  # with --record-prompts
+    # the load's input failed as it was read (a streamed trace's bad line): one line
+    # that names it; the engine's share stops there, its requests in flight finish
+    fault: str = ""
 
 
 @dataclass(frozen=True, slots=True)

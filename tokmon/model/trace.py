@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +25,7 @@ from tokmon.model.workload import (
     compose,
     filler_count,
     filler_words,
+    json_object,
     json_objects,
     prefix_text,
 )
@@ -49,33 +50,66 @@ class TraceEntry:
     prompt: Prompt | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TraceStream:
+    """A trace too large to hold, read by each engine as it is sent (its share of the
+    lines, a little ahead of their times): where it is, how many requests it holds, the
+    first request's timestamp (time 0) and the span to the last, all from a scan that
+    holds no entry."""
+
+    path: str
+    count: int
+    t0_ms: float
+    span_ms: float
+
+
 @dataclass(frozen=True)
 class Trace:
     """A whole trace, its first request at 0 ms, sent ``speed`` times faster than it was
-    recorded. ``source`` says where it came from (for the header and the summary)."""
+    recorded. ``source`` says where it came from (for the header and the summary). A
+    large file is not held: ``stream`` says where the engines read it, ``entries`` is
+    empty."""
 
     entries: tuple[TraceEntry, ...]
     speed: float = 1.0
     block: int = MOONCAKE_BLOCK
     source: str = ""
+    stream: TraceStream | None = None
+
+    @property
+    def count(self) -> int:
+        """Requests in the trace."""
+        return self.stream.count if self.stream is not None else len(self.entries)
 
     @property
     def span_s(self) -> float:
         """Seconds from the first send to the last, at the trace's speed."""
+        if self.stream is not None:
+            return self.stream.span_ms / 1000 / self.speed
         return self.entries[-1].t_ms / 1000 / self.speed if self.entries else 0.0
 
     @property
     def kinds(self) -> tuple[tuple[str, float], ...]:
-        """The task kinds, by their share of the requests (a trace without kinds: chat)."""
+        """The task kinds, by their share of the requests (a trace without kinds: chat;
+        a Mooncake file has none)."""
+        if self.stream is not None:
+            return (("chat", 1.0),)
         names = [e.kind or "chat" for e in self.entries]
         u, n = np.unique(np.array(names, dtype=object), return_counts=True)
         return tuple((str(k), float(c) / len(names)) for k, c in zip(u, n, strict=True))
 
     def describe(self) -> str:
+        read = " (read as it is sent)" if self.stream is not None else ""
         return (
-            f"{len(self.entries)} requests over {self.span_s:.0f} s at {self.speed:g}× "
-            f"from {self.source}"
+            f"{self.count} requests over {self.span_s:.0f} s at {self.speed:g}× "
+            f"from {self.source}{read}"
         )
+
+    def share(self, worker: int, nworkers: int) -> Iterator[tuple[int, TraceEntry]]:
+        """A held trace's entries for one engine of ``nworkers``: every ``nworkers``-th,
+        so the shares interleave and ``-n N`` sends the first N."""
+        for i in range(worker, len(self.entries), nworkers):
+            yield i, self.entries[i]
 
 
 MAX_TIMESTAMP_MS = 1e10  # 115 days: a trace's clock, like every time tokmon reads, is bounded
@@ -98,36 +132,7 @@ def parse_mooncake(
     entries: list[TraceEntry] = []
     try:
         for where, obj in json_objects(lines, f"--trace: {path}"):
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in obj:
-                    raise WorkloadError(f"{where} has no {key!r}")
-            ts = obj["timestamp"]
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-                raise WorkloadError(f"{where}: timestamp is not a number")
-            if not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
-                raise WorkloadError(
-                    f"{where}: timestamp must be >= 0 ms and at most "
-                    f"{MAX_TIMESTAMP_MS:.0e}, got {ts}"
-                )
-            hids = obj.get("hash_ids") or []
-            if not isinstance(hids, list):
-                raise WorkloadError(f"{where}: hash_ids is not a list")
-            # each id is a block of the prompt, and a block holds a token at least:
-            # more ids than tokens cannot be (2M ids for 10 tokens built 1.7 GB)
-            n_in = _int(obj["input_length"], "input_length", where)
-            if len(hids) > n_in:
-                raise WorkloadError(
-                    f"{where}: {len(hids):,} hash_ids for input_length {n_in} "
-                    "(a block holds a token at least)"
-                )
-            entries.append(
-                TraceEntry(
-                    t_ms=float(ts),
-                    input_tokens=n_in,
-                    output_tokens=_int(obj["output_length"], "output_length", where),
-                    hash_ids=tuple(_int(h, "a hash id", where, 0) for h in hids),
-                )
-            )
+            entries.append(mooncake_entry(obj, where))
             if len(entries) > MAX_TRACE:
                 raise WorkloadError(f"--trace: {path} holds over {MAX_TRACE:,} requests")
     except UnicodeDecodeError:
@@ -135,6 +140,66 @@ def parse_mooncake(
     if not entries:
         raise WorkloadError(f"--trace: {path} holds no requests")
     return make_trace(entries, speed, block, f"trace {path.rsplit('/', 1)[-1]}")
+
+
+def mooncake_entry(obj: dict[str, object], where: str) -> TraceEntry:
+    """One Mooncake line's request, its timestamp as in the file; every fault is one
+    line that says ``where``."""
+    for key in ("timestamp", "input_length", "output_length"):
+        if key not in obj:
+            raise WorkloadError(f"{where} has no {key!r}")
+    ts = obj["timestamp"]
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise WorkloadError(f"{where}: timestamp is not a number")
+    if not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
+        raise WorkloadError(
+            f"{where}: timestamp must be >= 0 ms and at most {MAX_TIMESTAMP_MS:.0e}, got {ts}"
+        )
+    hids = obj.get("hash_ids") or []
+    if not isinstance(hids, list):
+        raise WorkloadError(f"{where}: hash_ids is not a list")
+    # each id is a block of the prompt, and a block holds a token at least:
+    # more ids than tokens cannot be (2M ids for 10 tokens built 1.7 GB)
+    n_in = _int(obj["input_length"], "input_length", where)
+    if len(hids) > n_in:
+        raise WorkloadError(
+            f"{where}: {len(hids):,} hash_ids for input_length {n_in} "
+            "(a block holds a token at least)"
+        )
+    return TraceEntry(
+        t_ms=float(ts),
+        input_tokens=n_in,
+        output_tokens=_int(obj["output_length"], "output_length", where),
+        hash_ids=tuple(_int(h, "a hash id", where, 0) for h in hids),
+    )
+
+
+def stream_share(
+    lines: Iterable[str], stream: TraceStream, worker: int, nworkers: int
+) -> Iterator[tuple[int, TraceEntry]]:
+    """One engine's share of a streamed trace's lines (every ``nworkers``-th request, as
+    ``Trace.share``), each parsed only by the engine that sends it, its time from the
+    first request's. A streamed trace is sent in file order, so it must be in time
+    order: a request before the one sent before it is a fault, as is any line's."""
+    last = stream.t0_ms
+    i = -1
+    where = f"--trace: {stream.path}"
+    for ln, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        i += 1
+        if i % nworkers != worker:
+            continue
+        at = f"{where} line {ln}"
+        e = mooncake_entry(json_object(line, at), at)
+        if e.t_ms < last:
+            raise WorkloadError(
+                f"{at}: timestamp {e.t_ms:g} is before the one sent before it ({last:g}); "
+                "a trace read as it is sent must be in time order "
+                "(sort it: jq -c -s 'sort_by(.timestamp)[]')"
+            )
+        last = e.t_ms
+        yield i, dataclasses.replace(e, t_ms=e.t_ms - stream.t0_ms)
 
 
 def make_trace(entries: list[TraceEntry], speed: float, block: int, source: str) -> Trace:

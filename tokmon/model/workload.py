@@ -444,15 +444,20 @@ def json_objects(lines: Any, where: str) -> Any:
         if not line.strip():
             continue
         at = f"{where} line {ln}"
-        if len(line) > MAX_LINE:
-            raise WorkloadError(f"{at} is over {MAX_LINE >> 20} MiB")
-        try:
-            obj = loads(line)
-        except ValueError as e:
-            raise WorkloadError(f"{at} is not JSON ({str(e)[:80]})") from None
-        if not isinstance(obj, dict):
-            raise WorkloadError(f"{at} is not a JSON object")
-        yield at, obj
+        yield at, json_object(line, at)
+
+
+def json_object(line: str, at: str) -> dict[str, Any]:
+    """One JSON Lines line's object; anything else is one message that says ``at``."""
+    if len(line) > MAX_LINE:
+        raise WorkloadError(f"{at} is over {MAX_LINE >> 20} MiB")
+    try:
+        obj = loads(line)
+    except ValueError as e:
+        raise WorkloadError(f"{at} is not JSON ({str(e)[:80]})") from None
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{at} is not a JSON object")
+    return obj
 
 
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",

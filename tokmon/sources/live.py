@@ -728,6 +728,13 @@ class LiveSession:
             if b.ticks:
                 self._feed(Tokens(tuple(TokenTick(t - t0, a, n) for (t, a), n in b.ticks.items())))
             self._statuses[b.worker] = b.status
+            if b.fault:
+                # the load's file failed as it was read: the rest is not the run asked for;
+                # what was measured is kept, and the exit says why
+                self.engine_errors.append(b.fault)
+                self._event("error", f"{b.fault}; the run stops here")
+                if not self.stopping:
+                    self.command("stop", False)
             if self.cfg.mode == "trace" and self._trace_t0 is None:
                 self._engines_up.add(b.worker)
                 if len(self._engines_up | self.finished_workers) >= max(1, self.cfg.workers):

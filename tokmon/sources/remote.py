@@ -4,18 +4,16 @@ act on the run.
 
 The session serves its snapshots on a Unix socket in a directory only its user can
 enter (0700), and a view attaches only to such a socket (``check_socket``). The frames
-are pickles of tokmon's own typed Snapshot, read by an unpickler that builds tokmon's
-model types and plain values only: a crafted frame cannot name a function to call.
-Each frame is a 4-byte length and the pickle; the server sends a snapshot when it changed (at most 4 a
-second) and answers each command with its notice.
+are JSON (``tokmon.sources.frames``): data only, decoded into the model's own typed
+Snapshot, so a crafted frame cannot name anything to run. Each frame is a 4-byte length
+and the JSON; the server sends a snapshot when it changed (at most 4 a second) and
+answers each command with its notice.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import pickle
 import socket
 import stat
 import struct
@@ -25,40 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from tokmon.model.snapshot import Snapshot
+from tokmon.sources import frames
 
 _LEN = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 
 
 def _send(sock: socket.socket, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = frames.encode(obj)
     sock.sendall(_LEN.pack(len(data)) + data)
-
-
-# What a frame may hold: tokmon's own typed facts and views, and plain containers.
-# Anything else (os.system, a builtin that runs code) is refused before it is called.
-_ALLOWED_MODULES = ("tokmon.model.",)
-_ALLOWED_BUILTINS = frozenset(
-    {"frozenset", "set", "tuple", "list", "dict", "str", "int", "float", "bool", "bytes",
-     "complex", "slice", "range", "NoneType"}
-)  # fmt: skip
-
-
-class _Frames(pickle.Unpickler):
-    """An unpickler that builds only tokmon's own model types and plain values: a
-    crafted frame cannot name a callable to run (``tokmon view --attach`` of a socket
-    someone else made)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "builtins" and name in _ALLOWED_BUILTINS:
-            return super().find_class(module, name)
-        if module.startswith(_ALLOWED_MODULES) and not name.startswith("_"):
-            obj = super().find_class(module, name)
-            if isinstance(obj, type):
-                return obj
-        if module == "collections" and name in ("deque", "OrderedDict"):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"frame refused: {module}.{name}")
 
 
 def _recv(sock: socket.socket) -> Any:
@@ -66,7 +39,7 @@ def _recv(sock: socket.socket) -> Any:
     (n,) = _LEN.unpack(head)
     if n > MAX_FRAME:
         raise ConnectionError("frame too large")
-    return _Frames(io.BytesIO(_exact(sock, n))).load()
+    return frames.decode(_exact(sock, n))
 
 
 def check_socket(path: str) -> None:
@@ -152,7 +125,7 @@ class ViewServer:
                         notice = f"{name} failed: {type(e).__name__}"
                     with lock:
                         _send(conn, ("notice", cid, notice))
-        except (OSError, ConnectionError, pickle.UnpicklingError, EOFError):
+        except (OSError, ConnectionError, frames.FrameError, EOFError):
             pass
         finally:
             with contextlib.suppress(OSError):
@@ -196,7 +169,7 @@ class RemoteSource:
                     with self._cv:
                         self._replies[msg[1]] = msg[2]
                         self._cv.notify_all()
-        except (OSError, ConnectionError, pickle.UnpicklingError, EOFError):
+        except (OSError, ConnectionError, frames.FrameError, EOFError):
             self.lost = True
             with self._cv:
                 self._cv.notify_all()
