@@ -81,7 +81,7 @@ class Fixed:
 
 async def panels(source, size=(160, 48)) -> dict[str, str]:
     """What each panel of the dashboard shows, as text (the header without the words
-    that say which source it is)."""
+    that say which source it is), and the compare panel with `w` pressed (the split)."""
     from tokmon.ui.app import DashboardApp
     from tokmon.ui.widgets import InfoPanel, MetricSpark
 
@@ -94,6 +94,9 @@ async def panels(source, size=(160, 48)) -> dict[str, str]:
         out: dict[str, str] = {}
         for w in app.screen.query(InfoPanel):
             out[w.id or "?"] = str(w.render())
+        await pilot.press("w")
+        await pilot.pause()
+        out["split"] = str(app.screen.query_one("#compare", InfoPanel).render())
         for m in app.screen.query(MetricSpark):
             out[m.id or "?"] = f"{m._label_text} {m.spark.values}"
     head = re.sub(r" REPLAY \S+ \S+ ·", "", out["header"])
@@ -158,7 +161,10 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
 @pytest.mark.slow
 @pytest.mark.parametrize("plan", ["ladder", "alternate"])
 def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_path, plan):
-    sim = make_sim(schedule=(2.0, 1.0, 1), faults=Faults(http_500=0.2), seed=4)
+    sim = make_sim(
+        schedule=(2.0, 1.0, 1), faults=Faults(http_500=0.2), seed=4, request_metrics=True,
+        schedule_queue_ms=0.5,
+    )  # fmt: skip
     s, snaps, path = run_live(sim, tmp_path, plan)
     rec = read_recording(path)
     assert rec.clocked and not rec.truncated and rec.corrupt == 0
@@ -179,6 +185,8 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
     assert checked == len(snaps)
     last = snaps[-1]
     assert last.done and last.ok > 0 and last.failed > 0
+    # where the time goes, from each request's own figures, the same in the replay
+    assert {sp.ttft.source for sp in last.time_split} == {"per-request"}
     assert last.probes.gpu_power_w == 300.0 and last.probes.kv_pct is not None
     if plan == "ladder":
         assert last.ladder is not None and len(last.ladder.done) == 4  # 2 steps × 2 arms
@@ -190,6 +198,7 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
         live_view = asyncio.run(panels(Fixed(replace(last, recording=None))))
         replay_view = asyncio.run(panels(src))
         assert "ladder concurrency" in live_view["compare"]
+        assert "where the time goes" in live_view["split"] and "▓queue" in live_view["split"]
         assert replay_view == live_view
     # the report of the recording is the live summary, exactly (as JSON, as written)
     live_summary = json.loads(dumps(s.final))

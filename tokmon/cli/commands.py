@@ -52,6 +52,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if delay > 10:
         raise UsageError("--net-delay: at most 10 s")
     cfg.net_delay_s = delay
+    for opt, v in (("--front-delay", args.front_delay), ("--schedule-queue", args.schedule_queue)):
+        if (dur(opt, v) or 0.0) > 10:
+            raise UsageError(f"{opt}: at most 10 s")
+    cfg.front_ms = 1000.0 * (dur("--front-delay", args.front_delay) or 0.0)
+    cfg.schedule_queue_ms = 1000.0 * (dur("--schedule-queue", args.schedule_queue) or 0.0)
+    cfg.request_metrics = bool(args.per_request_metrics)
     cfg.token_bytes = int(args.token_bytes)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None

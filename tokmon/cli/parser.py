@@ -309,6 +309,26 @@ def build_parser() -> Parser:
         help="hold every answer this long before its first byte: a network round trip (e.g. 20ms)",
     )
     sim.add_argument(
+        "--front-delay",
+        default="0",
+        metavar="DURATION",
+        help="the API server's own time before a request reaches the engine's queue "
+        "(HTTP, tokenisation, the chat template), e.g. 10ms: the front end of TTFT's split",
+    )
+    sim.add_argument(
+        "--per-request-metrics",
+        action="store_true",
+        help="as vLLM's --enable-per-request-metrics: the final usage chunk carries each "
+        "request's queue, prefill and generation times",
+    )
+    sim.add_argument(
+        "--schedule-queue",
+        default="0",
+        metavar="DURATION",
+        help="with --schedule: the first part of its TTFT reported as waiting in the queue "
+        "(the rest as prefill)",
+    )
+    sim.add_argument(
         "--token-bytes",
         type=number(0, 64, integer=True),
         default=0,

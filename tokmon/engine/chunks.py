@@ -31,6 +31,16 @@ class SpecFields:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTiming:
+    """Where the server says a request's time went (ms): waiting for a batch slot,
+    scheduled → first token, and its own time per output token. None: not reported."""
+
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+    itl_ms: float | None = None
+
+
 @dataclass(slots=True)
 class ChunkInfo:
     """What one event says. Mutable and short-lived: it never leaves the engine."""
@@ -45,6 +55,7 @@ class ChunkInfo:
     error: str | None = None
     done: bool = False
     spec: SpecFields | None = None
+    timing: ServerTiming | None = None  # vLLM per-request metrics, llama.cpp timings
     timings_predicted_n: int | None = None  # llama.cpp final chunk
     # A step whose token decodes to no text (llama.cpp still sends its chunk, with
     # "content": ""): no text for timing, but one token for the estimated count.
@@ -60,6 +71,7 @@ class ProtocolError(Exception):
 
 # No single request produces more; larger "counts" are a server's (or an attacker's) bug.
 MAX_COUNT = 10_000_000
+MAX_MS = 3_600_000.0  # a server's figure for one request's time: an hour at most
 
 
 class _BadNumber(ValueError):
@@ -211,6 +223,20 @@ def _spec_and_timings(obj: dict[str, Any], info: ChunkInfo) -> None:
     # vLLM: --per-request-spec-decode-metrics summary -> metrics.speculative_decoding
     metrics = get("metrics")
     if isinstance(metrics, dict):
+        # vLLM: --enable-per-request-metrics (queue; prefill from scheduling; mean ITL)
+        if any(k in metrics for k in ("queue_time_ms", "time_to_first_token_ms", "mean_itl_ms")):
+            try:
+                info.timing = ServerTiming(
+                    _real(metrics.get("queue_time_ms"), "metrics.queue_time_ms", MAX_MS),
+                    _real(
+                        metrics.get("time_to_first_token_ms"),
+                        "metrics.time_to_first_token_ms",
+                        MAX_MS,
+                    ),
+                    _real(metrics.get("mean_itl_ms"), "metrics.mean_itl_ms", MAX_MS),
+                )
+            except _BadNumber as e:
+                info.bad = info.bad or str(e)  # flagged; no part of the split from it
         sd = metrics.get("speculative_decoding")
         if isinstance(sd, dict):
             info.spec = _spec(
@@ -228,6 +254,15 @@ def _spec_and_timings(obj: dict[str, Any], info: ChunkInfo) -> None:
             info.timings_predicted_n = _count(timings.get("predicted_n"), "timings.predicted_n")
         except _BadNumber as e:
             info.bad = info.bad or str(e)  # a count: flagged, the chunks are counted
+        try:  # the prompt's time (prefill), and the time per predicted token
+            pms = _real(timings.get("prompt_ms"), "timings.prompt_ms", MAX_MS)
+            dms = _real(timings.get("predicted_ms"), "timings.predicted_ms", MAX_MS)
+            pn = info.timings_predicted_n
+            if pms is not None or dms is not None:
+                itl = dms / pn if dms is not None and pn else None
+                info.timing = ServerTiming(None, pms, itl)
+        except _BadNumber as e:
+            info.bad = info.bad or str(e)
         if timings.get("cache_n") is not None:  # prompt tokens reused from the cache
             try:
                 info.cached_tokens = _count(timings.get("cache_n"), "timings.cache_n")

@@ -11,7 +11,7 @@ import sys
 from array import array
 from typing import Any
 
-from tokmon.engine.chunks import ChunkInfo, SpecFields
+from tokmon.engine.chunks import ChunkInfo, ServerTiming, SpecFields
 
 NS_PER_MS = 1_000_000
 # The detail of an ok request without a TPOT although it had tokens to divide by.
@@ -36,6 +36,7 @@ class StreamMeter:
         "predicted_n",
         "finish_reason",
         "spec",
+        "timing",
         "stall_ns",
         "stalls",
         "text_parts",
@@ -61,6 +62,7 @@ class StreamMeter:
         self.predicted_n: int | None = None
         self.finish_reason: str | None = None
         self.spec: SpecFields | None = None
+        self.timing: ServerTiming | None = None
         self.stall_ns = int(stall_ms * NS_PER_MS)
         self.stalls = 0
         self.text_parts: list[str] = []
@@ -108,6 +110,8 @@ class StreamMeter:
             self.finish_reason = info.finish_reason
         if info.spec is not None:
             self.spec = info.spec
+        if info.timing is not None:
+            self.timing = info.timing
         if info.timings_predicted_n is not None:
             self.predicted_n = info.timings_predicted_n
         return tokens
@@ -180,6 +184,10 @@ class StreamMeter:
         return self._spec(out)
 
     def _spec(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.timing is not None:
+            out["srv_queue_ms"] = self.timing.queue_ms
+            out["srv_prefill_ms"] = self.timing.prefill_ms
+            out["srv_itl_ms"] = self.timing.itl_ms
         if self.spec is not None:
             out["spec_draft_tokens"] = self.spec.draft_tokens
             out["spec_accepted_tokens"] = self.spec.accepted_tokens

@@ -34,6 +34,7 @@ from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
 from tokmon.model.summary import alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
+from tokmon.model.timesplit import SpeedupCauses, TimeSplit, TimeSplitReducer
 from tokmon.model.views import (
     ArmCost,
     ComparisonView,
@@ -56,6 +57,7 @@ MARK_KINDS = {
     "stall": "stall",
 }
 COMPARE_EVERY_NS = 3_000_000_000  # the whole-run A/B comparison: a bootstrap, not every tick
+SPLIT_EVERY_NS = 2_000_000_000  # the time split: medians over the run, not every tick
 SERVER_OFF = {"server_note": "server metrics off"}
 INCONSISTENT = "inconsistent: more tokens accepted than drafted"
 
@@ -297,6 +299,10 @@ class Fold:
         self.alerts = AlertEngine(drift_alert_pct_h=s.drift_alert_pct_h, window_s=s.window_s)
         # step changes, on the requests themselves, within the regime the user set
         self.watch = StepWatch()
+        self.split = TimeSplitReducer()  # where each arm's time goes
+        self._split_view: tuple[TimeSplit, ...] = ()
+        self._split_next = 0
+        self.causes: SpeedupCauses | None = None
         self.watch.new_regime(0.0)
         self.regimes: list[float] = [0.0]  # when each regime began (s)
         self.change_points: list[tuple[str, ChangePoint]] = []  # (arm, change), all found
@@ -367,6 +373,17 @@ class Fold:
             self.alternations,
             dict(s.kind_weights) if s.kind_weights else None,
         )
+        self.causes = self.split.causes(self.arm_names[0], self.arm_names[1])
+
+    def rtt_ms(self, arm: str) -> float | None:
+        """The network round trip (p50 of the run's samples) to ``arm``'s server."""
+        for n in self.net.values():
+            if (arm in n.arms or not n.arms) and n.rtt:
+                return float(np.median(n.rtt))
+        return None
+
+    def time_split(self) -> tuple[TimeSplit, ...]:
+        return tuple(self.split.view(a, self.rtt_ms(a)) for a in self.arm_names)
 
     def _derived(self, out: list[Event], kind: str, msg: str, data: dict[str, Any], t: int) -> None:
         ev = Event(t=t, kind=kind, message=msg, data=data, wall=self.settings.wall_start + t / 1e9)
@@ -388,6 +405,7 @@ class Fold:
             tot.add(tb, rows[arms == code], self.slo)
         counted = rows[~c["warmup"] & ~c["settle"]]
         ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
+        self.split.requests(tb, ok)
         if ok.size:
             arm_ok = c["arm"][ok]
             for code in np.unique(arm_ok):
@@ -498,6 +516,11 @@ class Fold:
             srv = self.servers.get(url)
             if srv is None:
                 srv = self.servers[url] = _Server(_arm_names(arms))
+            served = srv.arms or tuple(self.arm_names)
+            one = served[0] if len(served) == 1 else None
+            if one is None and self.settings.assign == "switch" and self.arm in served:
+                one = self.arm  # arms take turns on this server: the one in force
+            self.split.server(smp.t, one, served, v)
             d = v.get("delta")
             if isinstance(d, list) and len(d) in (3, 5) and all(number(x) is not None for x in d):
                 srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
@@ -878,9 +901,19 @@ class Fold:
             ),
             costs=costs,
             price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.gpus),
+            time_split=self._time_split_view(now, final),
+            causes=self.causes,
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)
+
+    def _time_split_view(self, now: int, final: bool) -> tuple[TimeSplit, ...]:
+        # every 2 s of the run's clock (medians over the whole run), so a replay, ticking
+        # at the same times, shows the same split
+        if final or now >= self._split_next:
+            self._split_next = now + SPLIT_EVERY_NS
+            self._split_view = self.time_split()
+        return self._split_view
 
     def _ladder_view(self, now: int) -> LadderView:
         cur = self.steps[-1]
@@ -1040,6 +1073,12 @@ class Fold:
         net = self.network_summary()
         if net:
             out["network"] = net
+        for sp in self.time_split():
+            if sp.arm in out["arms"]:
+                out["arms"][sp.arm]["time_split"] = sp.to_json()
+        if "comparison" in out and len(self.arm_names) >= 2:
+            causes = self.split.causes(self.arm_names[0], self.arm_names[1])
+            out["comparison"]["causes"] = None if causes is None else causes.to_json()
         if self.managed:
             out["managed_servers"] = {a: dict(m) for a, m in self.managed.items()}
         return out

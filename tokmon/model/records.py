@@ -67,6 +67,11 @@ class RequestRecord:
     spec_drafts: int | None = None
     spec_source: str = ""
     worker: int = 0
+    # the server's own account of the request (vLLM per-request metrics, llama.cpp
+    # timings): waiting for a batch slot, scheduled → first token, its time per token
+    srv_queue_ms: float | None = None
+    srv_prefill_ms: float | None = None
+    srv_itl_ms: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ from tokmon.model.alerts import Trend
 from tokmon.model.history import Point
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.stats import WindowStats
+from tokmon.model.timesplit import SpeedupCauses, TimeSplit
 from tokmon.model.views import (
     ArmCost,
     ComparisonView,
@@ -65,6 +66,8 @@ class Snapshot:
     ladder: LadderView | None = None  # current step, progress and the steps so far
     restarting: RestartView | None = None  # a managed server restarting (arms take turns)
     workers: tuple[EngineStatus, ...] = ()  # each engine's latest status, by worker
+    time_split: tuple[TimeSplit, ...] = ()  # where each arm's time goes
+    causes: SpeedupCauses | None = None  # the A/B decode speed-up as its causes
 
     @property
     def t_start(self) -> int:

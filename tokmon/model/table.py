@@ -65,6 +65,9 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "spec_drafts": ("sn", "n", None),
     "spec_source": ("ss", "s", ""),
     "worker": ("wk", "k", 0),
+    "srv_queue_ms": ("sq", "f", None),
+    "srv_prefill_ms": ("sp", "f", None),
+    "srv_itl_ms": ("si", "f", None),
 }
 # RequestRecord field -> short key in a recording (the columns' table is the one list).
 REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}

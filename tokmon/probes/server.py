@@ -39,6 +39,11 @@ class EngineMap:
     prefix_queries: tuple[str, ...] = ()  # prompt tokens looked up in the prefix cache
     prefix_hits: tuple[str, ...] = ()  # of which found
     prefix_hit_gauge: tuple[str, ...] = ()  # 0-1 (SGLang)
+    # histograms (names without _sum/_count) of where a request's time went: waiting
+    # for a batch slot, scheduled → first token, and each output token's time
+    queue_hist: tuple[str, ...] = ()
+    prefill_hist: tuple[str, ...] = ()
+    itl_hist: tuple[str, ...] = ()
 
 
 ENGINES = (
@@ -58,6 +63,9 @@ ENGINES = (
         acc_rate_gauge=("vllm:spec_decode_draft_acceptance_rate",),
         prefix_queries=("vllm:prefix_cache_queries_total",),
         prefix_hits=("vllm:prefix_cache_hits_total",),
+        queue_hist=("vllm:request_queue_time_seconds",),
+        prefill_hist=("vllm:request_prefill_time_seconds",),
+        itl_hist=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
     EngineMap(
         "sglang",
@@ -218,12 +226,33 @@ def neutral(text: str) -> dict[str, Any]:
     for n in e.per_pos:
         if n in per_pos:
             out["per_pos"] = {int(k): v for k, v in per_pos[n].items() if k.isdigit()}
+    for field in ("queue_hist", "prefill_hist", "itl_hist"):
+        for n in getattr(e, field):
+            if n + "_sum" in flat and n + "_count" in flat:
+                out[field] = (flat[n + "_sum"], flat[n + "_count"])
+                break
     if e.skipped_hist:
         s = flat.get(e.skipped_hist + "_sum")
         c = flat.get(e.skipped_hist + "_count")
         if s is not None and c is not None:
             out["skipped_sum"], out["skipped_count"] = s, c
     return out
+
+
+def hist_deltas(a: dict[str, Any], b: dict[str, Any]) -> list[float] | None:
+    """Between two scrapes: the seconds and the count added to each of the queue,
+    prefill and per-token histograms ([queue s, n, prefill s, n, per-token s, n]; 0 for a
+    histogram the server lacks). None where nothing was added or a figure went back."""
+    out: list[float] = []
+    for field in ("queue_hist", "prefill_hist", "itl_hist"):
+        if field in a and field in b:
+            ds, dn = b[field][0] - a[field][0], b[field][1] - a[field][1]
+            if ds < 0 or dn < 0:
+                return None
+            out += [ds, dn]
+        else:
+            out += [0.0, 0.0]
+    return out if any(out[1::2]) else None
 
 
 class ServerMetricsProbe(Sampler):
@@ -338,6 +367,10 @@ class ServerMetricsProbe(Sampler):
         }
         if delta is not None and any(delta):
             out["delta"] = delta  # recorded, so a report recomputes the same acceptance
+        if prev is not None and not reset:
+            split = hist_deltas(prev[1], cur)
+            if split is not None:
+                out["split"] = split  # (recorded: a replay splits the time the same way)
         if "kv" in cur:
             out["kv_pct"] = 100.0 * cur["kv"]
         if "waiting" in cur:

@@ -21,6 +21,7 @@ from tokmon.model.trend import can_tell, drift
 from tokmon.model.workload import describe_load
 from tokmon.recording.play import fold_of, settings_of, summary_of
 from tokmon.recording.reader import Recording
+from tokmon.report.split_text import split_lines
 from tokmon.report.summary_text import alert_lines, fmt_ms, summary_table
 from tokmon.textsafe import clean_text, csv_cell, dumps
 
@@ -435,6 +436,10 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
         out.append("none")
     for arm, d in data["errors"].items():
         out.append(f"{arm}: " + ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
+    split = split_lines(data["summary"])
+    if split:
+        out += [*fence, "", h + "Where the time goes (TTFT and TPOT split, per arm)", *fence]
+        out += split
     net = data["summary"].get("network") or {}
     if net:
         out += [*fence, "", h + "Network during the run", *fence]

@@ -140,6 +140,17 @@ class SimConfig:
     tokenize: bool = True
     # the tokenizer's rule: 0 the word rule (sim/tokenizer.py), N every N bytes a token
     token_bytes: int = 0
+    # The API server's own time before a request reaches the engine's queue (HTTP,
+    # tokenisation, the chat template): what a client sees as TTFT and the server's
+    # queue and prefill figures do not hold.
+    front_ms: float = 0.0
+    # As vLLM's --enable-per-request-metrics: the final usage chunk carries ``metrics``
+    # with queue_time_ms, time_to_first_token_ms (from scheduling), generation_time_ms,
+    # mean_itl_ms and tokens_per_second.
+    request_metrics: bool = False
+    # Schedule mode: the first part of the schedule's TTFT is reported as waiting in the
+    # queue (the rest as prefill): a server whose split is known to the millisecond.
+    schedule_queue_ms: float = 0.0
 
 
 class Metrics:
@@ -207,6 +218,12 @@ class Metrics:
         self.queue = Histogram(
             "vllm:request_queue_time_seconds", "Queue time", lbl, buckets=b, registry=r
         )
+        self.prefill = Histogram(
+            "vllm:request_prefill_time_seconds", "Prefill time", lbl, buckets=b, registry=r
+        )
+        self.decode = Histogram(
+            "vllm:request_decode_time_seconds", "Decode time", lbl, buckets=b, registry=r
+        )
         # Schedule mode: how late the simulator itself sent each chunk (its own timer and
         # loop), so a timing-fidelity benchmark can tell the server's share of an error.
         self.late = Histogram(
@@ -214,6 +231,15 @@ class Metrics:
             "Lateness of scheduled chunks, by the simulator's own clock",
             lbl + ["chunk"],
             buckets=(0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128),
+            registry=r,
+        )
+        # The front end's true time per request (receipt → the engine's queue): the
+        # ground truth a client's split of TTFT is checked against.
+        self.front = Histogram(
+            "tokmon_sim:front_end_seconds",
+            "Time from a request's receipt to the engine's queue, by the simulator's clock",
+            lbl,
+            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1),
             registry=r,
         )
         self.late_first = self.late.labels(**self.lv, chunk="first")
@@ -287,6 +313,8 @@ class Seq:
         "stream",
         "produced",
         "t_arrival",
+        "t_received",
+        "t_sched",
         "t_first",
         "t_last",
         "fault",
@@ -329,6 +357,7 @@ class Seq:
         self.request_id = ""
         self.cached = 0
         self.produced = 0
+        self.t_sched = 0.0  # admitted to the batch (vLLM: scheduled)
         self.t_first = 0.0
         self.t_last = 0.0
         self.parts: list[str] = []
@@ -484,7 +513,7 @@ class SimServer:
         else:
             s.rng = random.Random(self.rng.getrandbits(64))
         s.acc_rng = random.Random(self.rng.getrandbits(64))
-        s.t_arrival = time.monotonic()
+        s.t_arrival = s.t_received = time.monotonic()
         s.kv_need = s.prompt_tokens + mt
         self.requests += 1
         fault = cfg.faults.draw(self.rng.random())
@@ -497,14 +526,26 @@ class SimServer:
         if fault == "http_429":
             return 429, "Too many requests (simulated fault)"
         self.metrics.n_prompt += s.prompt_tokens
-        if cfg.schedule is not None:
+        if cfg.front_ms > 0:
+            delay = cfg.front_ms / 1000.0 / cfg.time_scale
+            asyncio.get_running_loop().call_later(delay, self._enqueue, s)
+        else:
+            self._enqueue(s)
+        return s
+
+    def _enqueue(self, s: Seq) -> None:
+        """The request reaches the engine (after the API server's front end)."""
+        if s.done or s.proto.closed:
+            return
+        s.t_arrival = time.monotonic()
+        self.metrics.front.labels(**self.metrics.lv).observe(s.t_arrival - s.t_received)
+        if self.cfg.schedule is not None:
             t = asyncio.get_running_loop().create_task(self._scheduled(s))
             self.scheduled.add(t)
             t.add_done_callback(self.scheduled.discard)
         else:
             self.waiting.append(s)
             self.wake.set()
-        return s
 
     # ------------------------------------------------------------------ engine
     async def _engine_loop(self) -> None:
@@ -532,7 +573,8 @@ class SimServer:
                 self.running.append(s)
                 prefill_tokens += s.prompt_tokens - s.cached
                 admitted += 1
-                self.metrics.queue.labels(**self.metrics.lv).observe(time.monotonic() - s.t_arrival)
+                s.t_sched = time.monotonic()
+                self.metrics.queue.labels(**self.metrics.lv).observe(s.t_sched - s.t_arrival)
             if not self.running:
                 continue
             spec_any = any(s.spec for s in self.running)
@@ -598,6 +640,7 @@ class SimServer:
         if first:
             s.t_first = now
             self.metrics.ttft.labels(**self.metrics.lv).observe(now - s.t_arrival)
+            self.metrics.prefill.labels(**self.metrics.lv).observe(now - s.t_sched)
         s.t_last = now
         start = s.produced
         s.produced += n
@@ -637,6 +680,7 @@ class SimServer:
     def _observe_end(self, s: Seq, now: float) -> None:
         m = self.metrics
         m.e2e.labels(**m.lv).observe(now - s.t_arrival)
+        m.decode.labels(**m.lv).observe(now - s.t_first)
         m.req_ok.labels(finished_reason="length", **m.lv).inc()
 
     def _fault_mid_stream(self, s: Seq) -> None:
@@ -697,18 +741,42 @@ class SimServer:
                 "prompt_tokens_details": {"cached_tokens": s.cached},
             },
         }
+        metrics: dict[str, Any] = {}
+        if self.cfg.request_metrics:
+            metrics.update(self._timing(s))
         if s.steps:
             # As vLLM with --per-request-spec-decode-metrics summary.
-            d["metrics"] = {
-                "speculative_decoding": {
-                    "num_spec_steps": s.steps,
-                    "num_draft_tokens": s.drafted,
-                    "num_accepted_draft_tokens": s.accepted,
-                    "draft_acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
-                    "mean_acceptance_length": 1 + s.accepted / s.steps,
+            metrics.update(
+                {
+                    "speculative_decoding": {
+                        "num_spec_steps": s.steps,
+                        "num_draft_tokens": s.drafted,
+                        "num_accepted_draft_tokens": s.accepted,
+                        "draft_acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
+                        "mean_acceptance_length": 1 + s.accepted / s.steps,
+                    }
                 }
-            }
+            )
+        if metrics:
+            d["metrics"] = metrics
         return b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n"
+
+    def _timing(self, s: Seq) -> dict[str, float]:
+        """vLLM's per-request timing (--enable-per-request-metrics), in ms of the wall
+        clock (as its histograms): queued → scheduled, scheduled → first token, first →
+        last token."""
+        k = 1000.0
+        gen = (s.t_last - s.t_first) * k
+        out = {
+            "queue_time_ms": (s.t_sched - s.t_arrival) * k,
+            "time_to_first_token_ms": (s.t_first - s.t_sched) * k,
+            "generation_time_ms": gen,
+        }
+        if s.produced > 1:
+            out["mean_itl_ms"] = gen / (s.produced - 1)
+        if s.t_last > s.t_sched:
+            out["tokens_per_second"] = s.produced / ((s.t_last - s.t_sched) * k / 1000.0)
+        return out
 
     def _finish_plain(self, s: Seq, now: float) -> None:
         s.done = True
@@ -721,7 +789,7 @@ class SimServer:
             }
         else:
             choice = {"index": 0, "text": text, "finish_reason": "length"}
-        d = {
+        d: dict[str, Any] = {
             "id": s.cid,
             "object": "chat.completion" if s.chat else "text_completion",
             "created": s.created,
@@ -734,6 +802,8 @@ class SimServer:
                 "prompt_tokens_details": {"cached_tokens": s.cached},
             },
         }
+        if self.cfg.request_metrics:
+            d["metrics"] = self._timing(s)  # (vLLM: at the top level when not streamed)
         self._observe_end(s, now)
         s.proto.respond_json(200, d)
 
@@ -744,6 +814,10 @@ class SimServer:
         loop = asyncio.get_running_loop()
         scale = self.cfg.time_scale
         t0 = loop.time()
+        # the schedule's first part is the queue (scheduled then, as vLLM would say)
+        q = min(self.cfg.schedule_queue_ms, ttft_ms) / 1000.0 / scale
+        s.t_sched = s.t_arrival + q
+        self.metrics.queue.labels(**self.metrics.lv).observe(q)
         i = 0
         gaps_ms = 0.0  # the gaps so far (a scheduled step makes the later ones longer)
         while not s.done:

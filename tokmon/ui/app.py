@@ -26,6 +26,7 @@ from tokmon.model.history import Point, merge
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.model.workload import load_text
+from tokmon.report.split_text import arm_lines, causes_line, wrap
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
@@ -54,6 +55,9 @@ HELP = """\
  r       start / stop recording
  z       time view: recent ⇄ whole run
  b       panels: fold the charts away, the comparison and events whole
+ w       where the time goes: each arm's TTFT in parts (network, front
+         end, queue, prefill), its TPOT split, TPOT by batch, and the
+         A/B speed-up as tokens per step × step speed
  o       output check: greedy outputs of every arm compared
  ?       this help
  q       quit (drains in-flight requests)
@@ -238,6 +242,7 @@ class DashboardApp(App[None]):
         Binding("r", "record", "rec"),
         Binding("z", "zoom", "view"),
         Binding("b", "panels", "panels"),
+        Binding("w", "time_split", "split"),
         Binding("o", "check_outputs", "outputs"),
         Binding("space", "play", "play/pause"),
         Binding("left", "seek(-10)", "-10s", key_display="←"),
@@ -271,6 +276,7 @@ class DashboardApp(App[None]):
         self.source = source
         self.fps = max(0.5, min(fps, 30.0))
         self.view = "recent"
+        self.split = False  # `w`: where the time goes, in place of the comparison
         self.last_snapshot: Snapshot | None = None
         self.last_view = ""
         self.quitting = False
@@ -408,6 +414,11 @@ class DashboardApp(App[None]):
 
     def action_zoom(self) -> None:
         self.view = "whole" if self.view == "recent" else "recent"
+        self.last_snapshot = None  # redraw now
+        self.draw()
+
+    def action_time_split(self) -> None:
+        self.split = not self.split
         self.last_snapshot = None  # redraw now
         self.draw()
 
@@ -696,9 +707,33 @@ class DashboardApp(App[None]):
                     out[key] = (f"{l1} · drift: too short to tell", l2)
         return out
 
+    def _split_blocks(self, s: Snapshot, width: int) -> list[Block]:
+        """`w`: where each arm's time goes (its TTFT in parts, its TPOT split, TPOT by
+        batch) and the A/B speed-up as its causes."""
+        out = [Block((Text("where the time goes (w: back to the comparison)", style="bold"),))]
+        for sp in s.time_split:
+            lines = arm_lines(sp.arm, sp.to_json(), width)
+            out.append(Block(tuple(Text(x) for x in lines), fold=2 if sp.arm != s.arm else 0,
+                             name=f"{sp.arm} split"))  # fmt: skip
+        if not s.time_split:
+            out.append(Block((Text("no requests yet", style="dim"),)))
+        line = self._causes_line(s)
+        if line is not None:
+            out.append(Block(tuple(Text(x) for x in wrap([line], "", width))))
+        return out
+
+    def _causes_line(self, s: Snapshot) -> str | None:
+        c = s.causes
+        if c is None:
+            return None
+        dec = s.comparison.decode if s.comparison is not None else None
+        return causes_line(c.to_json(), None if dec is None else dec.ratio)
+
     def _compare_blocks(self, s: Snapshot, width: int = 58) -> list[Block]:
         """The comparison panel: the arms, the ladder, the A/B ratios, cost and outputs,
         each block with how readily it folds when rows are short."""
+        if self.split:
+            return self._split_blocks(s, width)
         out: list[Block] = [
             Block((Text(f"{'arm':<9}{'ok':>5} {'err':>4} {'tok/s':>6}{'dec':>6}{'TTFT':>6}",
                         style="bold"),))
@@ -757,6 +792,10 @@ class DashboardApp(App[None]):
                 # always beside the headline: folds to lines of its own, never away
                 lines.extend(_kind_lines([k.text() for k in c.by_kind], "decode by kind: ", width))
             out.append(Block(tuple(lines)))
+            why = self._causes_line(s)
+            if why is not None:  # the speed-up as its causes (w: the whole split)
+                out.append(Block(tuple(Text(x) for x in wrap([why], "", width)), fold=2,
+                                 name="causes (w)"))  # fmt: skip
         elif len(s.arms) < 2:
             out.append(Block((Text("one arm: add --arm to compare", style="dim"),), fold=3))
         if any(

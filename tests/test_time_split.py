@@ -1,0 +1,152 @@
+"""Where the time goes: every TTFT split into network, front end, queue and prefill,
+TPOT into the server's step and the streaming path, TPOT by batch, and a speed-up
+explained by tokens per step × step speed — against servers whose split is known."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+from helpers import tokmon
+
+from tokmon.model.table import RequestTable
+from tokmon.model.timesplit import TimeSplitReducer
+from tokmon.recording.reader import read_recording
+from tokmon.report.render import render
+from tokmon.report.split_text import ttft_bar
+from tokmon.sim.process import SimProcess
+from tokmon.sim.server import SimConfig
+
+# a scripted server: the API server's front end 10 ms, then 30 ms in the queue and 50 ms
+# of prefill (a TTFT of 80 ms by the schedule), a network of 3 ms each way in
+FRONT, QUEUE, PREFILL, NET = 10.0, 30.0, 50.0, 3.0
+
+
+def _run(cfg: SimConfig, tmp_path, *extra: str) -> tuple[dict, object, float]:
+    """The summary, the recording, and the simulator's own mean front-end time (ms):
+    its 10 ms and the event loop's lateness in waking for it."""
+    out, rec = tmp_path / "s.json", tmp_path / "r.jsonl"
+    with SimProcess(cfg) as sim:
+        r = tokmon("run", "--url", sim.url, "--headless", "--summary-json", str(out),
+                   "--record", str(rec), "--status-interval", "1h", "--no-gpu",
+                   "--metrics-interval", "0.25s", "--net-interval", "0.5s", "--ignore-eos",
+                   *extra)  # fmt: skip
+        text = httpx.get(sim.url.replace("/v1", "/metrics")).text
+    flat = {
+        x.split("{")[0]: float(x.split()[-1])
+        for x in text.splitlines()
+        if x.startswith("tokmon_sim:front_end_seconds_")
+    }
+    assert r.returncode == 0, r.stderr
+    n = flat.get("tokmon_sim:front_end_seconds_count", 0.0)
+    front = 1000 * flat.get("tokmon_sim:front_end_seconds_sum", 0.0) / n if n else 0.0
+    return json.loads(out.read_text()), read_recording(str(rec)), front
+
+
+def scripted(per_request: bool) -> SimConfig:
+    return SimConfig(
+        schedule=(QUEUE + PREFILL, 2.0, 1),
+        schedule_queue_ms=QUEUE,
+        front_ms=FRONT,
+        net_delay_s=NET / 1000,
+        request_metrics=per_request,
+        seed=3,
+    )
+
+
+def test_ttft_split_per_request_against_a_known_split(tmp_path):
+    """Per-request metrics: each part within 1 ms of the truth at p50 (the network is
+    the round trip sampled, the 3 ms the server adds to every answer), and the parts add
+    up to the client's TTFT within 1 ms."""
+    s, rec, front = _run(scripted(True), tmp_path, "-c", "2", "-n", "60", "--max-tokens", "8")
+    assert FRONT <= front < FRONT + 1.5  # (the loop wakes up to 1 ms late)
+    t = s["arms"]["default"]["time_split"]["ttft_ms"]
+    assert t["source"] == "per-request" and t["stat"] == "p50" and t["n"] == 60
+    assert t["mismatched"] == 0 and t["front_holds"] == []
+    assert abs(t["queue"] - QUEUE) < 1.0, t
+    assert abs(t["prefill"] - PREFILL) < 1.0, t
+    assert abs(t["network"] - NET) < 1.0, t
+    assert abs(t["front"] - front) < 1.0, (t, front)
+    parts = t["network"] + t["front"] + t["queue"] + t["prefill"]
+    assert abs(parts - t["client"]) < 1.0, t
+    # every request: the remainder is never below zero (a mismatch would be flagged)
+    r = rec.records
+    assert all(x.srv_queue_ms is not None and x.srv_prefill_ms is not None for x in r)
+    rest = [x.ttft_ms - x.srv_queue_ms - x.srv_prefill_ms for x in r]
+    assert min(rest) > NET
+    p = s["arms"]["default"]["time_split"]["tpot_ms"]
+    assert p["source"] == "per-request" and abs(p["server_step"] - 2.0) < 1.0
+    text = render(rec, "text")
+    assert "Where the time goes" in text and "▓queue 30." in text and "█prefill 50." in text
+
+
+def test_ttft_split_from_histograms_alone(tmp_path):
+    """No per-request metrics: the queue and prefill histograms' Δsum/Δcount against the
+    client's mean TTFT, each part within 2 ms."""
+    s, _, front = _run(scripted(False), tmp_path, "-c", "2", "-n", "60", "--max-tokens", "8")
+    t = s["arms"]["default"]["time_split"]["ttft_ms"]
+    assert t["source"] == "histogram" and t["stat"] == "mean"
+    assert abs(t["queue"] - QUEUE) < 2.0, t
+    assert abs(t["prefill"] - PREFILL) < 2.0, t
+    assert abs(t["front"] - front) < 2.0, (t, front)
+
+
+def test_a_negative_remainder_is_flagged_not_shown():
+    """A server whose figures exceed the client's TTFT (another clock, another
+    definition): counted as mismatched, no front end given, never a negative one."""
+    tb = RequestTable.from_lines(
+        [
+            {"id": i, "arm": "a", "o": "ok", "ts": i * 10**9, "te": i * 10**9 + 10**9,
+             "ttft": 50.0, "tpot": 5.0, "sq": 20.0, "sp": 40.0, "si": 5.0, "n": 10}
+            for i in range(20)
+        ],
+        {},
+    )  # fmt: skip
+    red = TimeSplitReducer()
+    red.requests(tb, np.arange(tb.n))
+    t = red.view("a", 1.0).ttft
+    assert t.mismatched == 20 and t.mismatch and t.front is None
+    assert t.queue == 20.0 and t.prefill == 40.0
+    assert ttft_bar(t.to_json())  # the parts still drawn, the front end not
+
+
+@pytest.mark.slow
+def test_tpot_rises_with_the_batch_as_the_model_says(tmp_path):
+    """The simulator's decode step is 24 + 0.12 × running ms: TPOT by batch, from the
+    running gauge sampled during a ladder of 1 and 16 streams, rises with it."""
+    cfg = SimConfig(seed=5, request_metrics=True, time_scale=2.0)
+    s, _, _ = _run(cfg, tmp_path, "--ladder", "concurrency=1,16", "--step-duration", "6s",
+                "--max-tokens", "48", "--step-warmup", "1s")  # fmt: skip
+    bins = s["arms"]["default"]["time_split"]["batch_tpot"]
+    assert len(bins) >= 2, bins
+    first, last = bins[0], bins[-1]
+    assert first[0] == "1" and last[0] in ("9–16", "17–32"), bins
+    # wall ms at 2× speed: 12.06 at one stream, ~12.96 at 16
+    assert 11.5 < first[1] < 13.0 and last[1] > first[1] * 1.03, bins
+
+
+@pytest.mark.slow
+def test_a_speed_up_is_explained_by_tokens_per_step_and_step_speed(tmp_path):
+    """Two simulators, speculative decoding off and on, on code: the decode speed-up
+    is tokens per step (3.5 by the model: α 0.82, k 4) times the step's speed (a
+    verify step costs 31.2 ms against 24.5), and their product is the measured ratio
+    within 5%."""
+    with (
+        SimProcess(SimConfig(seed=1, request_metrics=True, time_scale=4)) as a,
+        SimProcess(SimConfig(seed=2, request_metrics=True, spec=True, time_scale=4)) as b,
+    ):
+        out = tmp_path / "s.json"
+        r = tokmon("run", "--arm", f"plain:url={a.url}", "--arm", f"spec:url={b.url}",
+                   "--alternate", "4s", "-c", "4", "-d", "24s", "--mix", "code=1",
+                   "--headless", "--summary-json", str(out), "--status-interval", "1h",
+                   "--no-gpu", "--ignore-eos")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    c = json.loads(out.read_text())["comparison"]
+    why = c["causes"]
+    measured = c["decode_tokens_per_s"]["ratio"]
+    assert why["step_source"] == "server"
+    assert 3.2 < why["tokens_per_step"][1] < 3.8 and why["tokens_per_step"][0] == 1.0
+    assert 0.72 < why["step_speed_ratio"][0] < 0.84, why
+    assert abs(why["predicted_ratio"] / measured - 1) < 0.05, (why, measured)

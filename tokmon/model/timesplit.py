@@ -1,0 +1,396 @@
+"""Where the time goes: each arm's TTFT split into network, front end, queue and
+prefill; its TPOT into the server's own time per token and the streaming path; TPOT by
+the batch the server was running; and a speed-up explained by tokens per step and the
+cost of a step.
+
+A reducer of the fold: it takes the counted requests and the server's samples as they
+come, keeps only what the split needs, and gives a frozen ``TimeSplit`` per arm. Its
+sources, per docs/METRICS.md, best first:
+
+* **per request** — the server's own account on the final chunk (vLLM
+  ``--enable-per-request-metrics``: ``queue_time_ms``, ``time_to_first_token_ms`` from
+  scheduling, ``mean_itl_ms``; llama.cpp ``timings.prompt_ms``, ``predicted_ms``): each
+  request's remainder ``client TTFT − network − queue − prefill`` is its front end;
+  the figures are medians over requests.
+* **histogram** — the server's ``/metrics`` histograms (vLLM
+  ``request_queue_time_seconds``, ``request_prefill_time_seconds``,
+  ``inter_token_latency_seconds``): Δsum/Δcount over the arm's samples, against the
+  client's mean; the figures are means.
+
+The network is the round trip of a tiny GET on an open connection, sampled during the
+run (it holds the server's HTTP handling of that GET too). A remainder below −1 ms is a
+clock or definition mismatch: the request is counted as such and left out of the front
+end, never shown as a negative figure; over a tenth of the requests, no front end is
+given at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokmon.model.stats import GrowArray, ratio_ci_requests
+from tokmon.model.table import RequestTable
+
+TOL_MS = 1.0  # a remainder this far below zero is a mismatch, not rounding
+MISMATCH_SHARE = 0.1  # above this share of mismatched requests, no front end is given
+MIN_BIN = 3  # requests a batch-size bin needs to be shown
+# batch-size bins: 1, 2, 3–4, 5–8, … (the cost of a step grows with the batch)
+_EDGES = (1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 1 << 30)
+SAMPLE_GAP_S = 5.0  # a running-batch sample further than this from a request: not its batch
+
+
+@dataclass(frozen=True, slots=True)
+class TtftSplit:
+    """One arm's TTFT in parts (ms). ``stat``: "p50" (per-request source: medians over
+    the requests the server reported on) or "mean" (histograms: means over the
+    window). A part is None where it was not reported; ``front_holds`` then names
+    what the remainder holds besides the front end."""
+
+    client: float | None = None
+    network: float | None = None
+    queue: float | None = None
+    prefill: float | None = None
+    front: float | None = None
+    source: str = ""  # "per-request", "histogram" or "" (no server figures)
+    stat: str = "p50"
+    n: int = 0  # requests the split covers
+    mismatched: int = 0  # requests whose remainder was below −1 ms
+    front_holds: tuple[str, ...] = ()  # the parts not reported, inside the remainder
+
+    @property
+    def mismatch(self) -> bool:
+        return self.n > 0 and self.mismatched > MISMATCH_SHARE * self.n
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "client": _r(self.client),
+            "network": _r(self.network),
+            "queue": _r(self.queue),
+            "prefill": _r(self.prefill),
+            "front": _r(self.front),
+            "source": self.source or None,
+            "stat": self.stat,
+            "n": self.n,
+            "mismatched": self.mismatched,
+            "front_holds": list(self.front_holds),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TpotSplit:
+    """One arm's TPOT (ms): the server's own time per token and the rest, the
+    streaming path (detokenisation, SSE framing, the network)."""
+
+    client: float | None = None
+    server_step: float | None = None
+    stream: float | None = None
+    source: str = ""
+    stat: str = "p50"
+    n: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "client": _r(self.client),
+            "server_step": _r(self.server_step),
+            "stream": _r(self.stream),
+            "source": self.source or None,
+            "stat": self.stat,
+            "n": self.n,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchBin:
+    """TPOT p50 of the requests decoded while the server ran ``lo``–``hi`` sequences."""
+
+    lo: int
+    hi: int
+    tpot: float
+    n: int
+
+    @property
+    def label(self) -> str:
+        return str(self.lo) if self.lo == self.hi else f"{self.lo}–{self.hi}"
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSplit:
+    arm: str
+    ttft: TtftSplit = field(default_factory=TtftSplit)
+    tpot: TpotSplit = field(default_factory=TpotSplit)
+    batch: tuple[BatchBin, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ttft_ms": self.ttft.to_json(),
+            "tpot_ms": self.tpot.to_json(),
+            "batch_tpot": [[b.label, _r(b.tpot), b.n] for b in self.batch],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedupCauses:
+    """A decode speed-up of ``other`` over ``base`` as its causes: tokens per step
+    (ratio of medians, other/base) times the inverse cost of a step (base/other), each
+    with its 95% interval; ``product`` is what they predict, to set against the measured
+    ratio."""
+
+    base: str
+    other: str
+    tokens_per_step: tuple[float, float]  # (base, other): medians over requests
+    step_ms: tuple[float, float]  # (base, other): the server's time per step, medians
+    tps_ratio: tuple[float, float, float]  # other/base with its interval
+    step_speed: tuple[float, float, float]  # base step / other step with its interval
+    source: str  # where the step time came from: "server" or "client"
+    n: tuple[int, int]
+
+    @property
+    def product(self) -> float:
+        return self.tps_ratio[0] * self.step_speed[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "other": self.other,
+            "tokens_per_step": [_r(x) for x in self.tokens_per_step],
+            "step_ms": [_r(x) for x in self.step_ms],
+            "tokens_per_step_ratio": [_r(x) for x in self.tps_ratio],
+            "step_speed_ratio": [_r(x) for x in self.step_speed],
+            "predicted_ratio": _r(self.product),
+            "step_source": self.source,
+            "n": list(self.n),
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 3)
+
+
+def _med(x: np.ndarray) -> float | None:
+    return float(np.median(x)) if x.size else None
+
+
+@dataclass
+class _Arm:
+    ttft: GrowArray = field(default_factory=GrowArray)  # every counted TTFT (client)
+    tpot: GrowArray = field(default_factory=GrowArray)
+    # requests the server reported on: client TTFT, queue (NaN: not reported), prefill
+    r_ttft: GrowArray = field(default_factory=GrowArray)
+    r_queue: GrowArray = field(default_factory=GrowArray)
+    r_prefill: GrowArray = field(default_factory=GrowArray)
+    r_tpot: GrowArray = field(default_factory=GrowArray)
+    r_itl: GrowArray = field(default_factory=GrowArray)
+    # tokens per step and the server's time per step, per request (speculative or not)
+    s_tps: GrowArray = field(default_factory=GrowArray)
+    s_step: GrowArray = field(default_factory=GrowArray)
+    s_client_step: GrowArray = field(default_factory=GrowArray)
+    # mid-decode times (s) and TPOTs, for the running batch
+    mid: list[np.ndarray] = field(default_factory=list)
+    mid_tpot: list[np.ndarray] = field(default_factory=list)
+    # histograms: [queue s, n, prefill s, n, per-token s, n] summed over the arm's samples
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(6))
+    # the running batch: (t in s, sequences) of the arm's server
+    run_t: list[float] = field(default_factory=list)
+    run_n: list[float] = field(default_factory=list)
+
+
+class TimeSplitReducer:
+    def __init__(self) -> None:
+        self.arms: dict[str, _Arm] = {}
+
+    def _arm(self, name: str) -> _Arm:
+        a = self.arms.get(name)
+        if a is None:
+            a = self.arms[name] = _Arm()
+        return a
+
+    # ------------------------------------------------------------------ intake
+    def requests(self, tb: RequestTable, ok: np.ndarray) -> None:
+        """The counted requests that ended ok (rows of ``tb``)."""
+        if ok.size == 0:
+            return
+        c = tb.cols
+        arms = c["arm"][ok]
+        for code in np.unique(arms):
+            rows = ok[arms == code]
+            a = self._arm(tb.vocab["arm"][code])
+            ttft, tpot = c["ttft_ms"][rows], c["tpot_ms"][rows]
+            a.ttft.extend(ttft[~np.isnan(ttft)])
+            a.tpot.extend(tpot[~np.isnan(tpot)])
+            q, p = c["srv_queue_ms"][rows], c["srv_prefill_ms"][rows]
+            m = ~np.isnan(ttft) & ~np.isnan(p)
+            a.r_ttft.extend(ttft[m])
+            a.r_queue.extend(q[m])
+            a.r_prefill.extend(p[m])
+            itl = c["srv_itl_ms"][rows]
+            m = ~np.isnan(tpot) & ~np.isnan(itl)
+            a.r_tpot.extend(tpot[m])
+            a.r_itl.extend(itl[m])
+            # tokens per step: 1 + accepted / drafting steps where the server said so;
+            # a plain decode: one token a step
+            sa, sn = c["spec_accepted_tokens"][rows], c["spec_drafts"][rows]
+            tps = np.where((sn > 0) & ~np.isnan(sa), 1.0 + sa / np.where(sn > 0, sn, 1), 1.0)
+            m = ~np.isnan(tpot)
+            a.s_tps.extend(tps[m])
+            a.s_client_step.extend((tpot * tps)[m])
+            a.s_step.extend(np.where(np.isnan(itl), np.nan, itl * tps)[m])
+            ts, te = c["t_sched"][rows], c["t_end"][rows]
+            mid = (ts / 2e9 + ttft / 2000.0 + te / 2e9)[m]  # between first token and end
+            a.mid.append(mid.astype(np.float64))
+            a.mid_tpot.append(tpot[m].astype(np.float64))
+
+    def server(
+        self, t: int, hist_arm: str | None, run_arms: tuple[str, ...], values: dict[str, Any]
+    ) -> None:
+        """A server sample: its histogram deltas belong to ``hist_arm`` (the one arm
+        in force on that server; None where arms share it and the histograms cannot be
+        told apart), its running batch to every arm it serves."""
+        d = values.get("split")
+        if hist_arm is not None and isinstance(d, list) and len(d) == 6:
+            v = np.array([x if isinstance(x, (int, float)) else np.nan for x in d], dtype=float)
+            if np.isfinite(v).all() and (v >= 0).all():
+                self._arm(hist_arm).hist += v
+        r = values.get("running")
+        if isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r < 1e6:
+            for name in run_arms:
+                a = self._arm(name)
+                a.run_t.append(t / 1e9)
+                a.run_n.append(float(r))
+
+    # ------------------------------------------------------------------ views
+    def view(self, arm: str, rtt_ms: float | None) -> TimeSplit:
+        a = self.arms.get(arm)
+        if a is None:
+            return TimeSplit(arm)
+        return TimeSplit(arm, _ttft(a, rtt_ms), _tpot(a), _batch(a))
+
+    def causes(self, base: str, other: str) -> SpeedupCauses | None:
+        """``other``'s decode speed-up over ``base`` as tokens per step × step speed."""
+        a, b = self.arms.get(base), self.arms.get(other)
+        if a is None or b is None:
+            return None
+        sa, sb = a.s_step.values, b.s_step.values
+        source = "server"
+        if np.isnan(sa).all() or np.isnan(sb).all():
+            sa, sb, source = a.s_client_step.values, b.s_client_step.values, "client"
+        sa, sb = sa[~np.isnan(sa)].astype(np.float64), sb[~np.isnan(sb)].astype(np.float64)
+        ta, tb_ = a.s_tps.values.astype(np.float64), b.s_tps.values.astype(np.float64)
+        tps = ratio_ci_requests(ta, tb_) if ta.size >= 10 and tb_.size >= 10 else None
+        step = ratio_ci_requests(sb, sa) if sa.size >= 10 and sb.size >= 10 else None
+        if tps is None or step is None:
+            return None
+        return SpeedupCauses(
+            base=base,
+            other=other,
+            tokens_per_step=(float(np.median(ta)), float(np.median(tb_))),
+            step_ms=(float(np.median(sa)), float(np.median(sb))),
+            tps_ratio=tps,
+            step_speed=step,
+            source=source,
+            n=(int(ta.size), int(tb_.size)),
+        )
+
+
+def _ttft(a: _Arm, rtt: float | None) -> TtftSplit:
+    net = 0.0 if rtt is None else rtt
+    holds = () if rtt is not None else ("network",)
+    n = len(a.r_prefill)
+    if n:
+        tt, q, p = (x.values.astype(np.float64) for x in (a.r_ttft, a.r_queue, a.r_prefill))
+        has_q = ~np.isnan(q)
+        rem = tt - net - np.where(has_q, q, 0.0) - p
+        bad = rem < -TOL_MS
+        good = rem[~bad]
+        split = TtftSplit(
+            client=_med(tt),
+            network=rtt,
+            queue=_med(q[has_q]) if has_q.any() else None,
+            prefill=_med(p),
+            front=None,
+            source="per-request",
+            stat="p50",
+            n=n,
+            mismatched=int(bad.sum()),
+            front_holds=holds + (() if has_q.all() else ("queue",)),
+        )
+        if not split.mismatch and good.size:
+            split = _with_front(split, float(np.median(np.maximum(good, 0.0))))
+        return split
+    h = a.hist
+    tt = a.ttft.values
+    if (h[1] > 0 or h[3] > 0) and tt.size:
+        client = float(np.mean(tt))
+        qh = float(1000.0 * h[0] / h[1]) if h[1] > 0 else None
+        ph = float(1000.0 * h[2] / h[3]) if h[3] > 0 else None
+        remh = client - net - (qh or 0.0) - (ph or 0.0)
+        low = remh < -TOL_MS
+        out = TtftSplit(
+            client=client,
+            network=rtt,
+            queue=qh,
+            prefill=ph,
+            front=None if low else max(remh, 0.0),
+            source="histogram",
+            stat="mean",
+            n=int(tt.size),
+            mismatched=int(tt.size) if low else 0,
+            front_holds=holds
+            + (() if qh is not None else ("queue",))
+            + (() if ph is not None else ("prefill",)),
+        )
+        return out
+    return TtftSplit(client=_med(tt), network=rtt, n=int(tt.size))
+
+
+def _with_front(s: TtftSplit, front: float) -> TtftSplit:
+    return TtftSplit(
+        s.client, s.network, s.queue, s.prefill, front, s.source, s.stat, s.n, s.mismatched,
+        s.front_holds,
+    )  # fmt: skip
+
+
+def _tpot(a: _Arm) -> TpotSplit:
+    n = len(a.r_itl)
+    if n:
+        tp, itl = a.r_tpot.values.astype(np.float64), a.r_itl.values.astype(np.float64)
+        return TpotSplit(
+            client=_med(tp),
+            server_step=_med(itl),
+            stream=_med(tp - itl),
+            source="per-request",
+            stat="p50",
+            n=n,
+        )
+    h = a.hist
+    tp = a.tpot.values
+    if h[5] > 0 and tp.size:
+        client = float(np.mean(tp))
+        srv = 1000.0 * h[4] / h[5]
+        return TpotSplit(client, srv, client - srv, "histogram", "mean", int(tp.size))
+    return TpotSplit(client=_med(tp), n=int(tp.size))
+
+
+def _batch(a: _Arm) -> tuple[BatchBin, ...]:
+    if not a.run_t or not a.mid:
+        return ()
+    st = np.asarray(a.run_t)
+    sn = np.asarray(a.run_n)
+    order = np.argsort(st, kind="stable")
+    st, sn = st[order], sn[order]
+    mid = np.concatenate(a.mid)
+    tpot = np.concatenate(a.mid_tpot)
+    i = np.searchsorted(st, mid, side="right") - 1
+    j = np.clip(i, 0, st.size - 1)
+    near = (i >= 0) & (np.abs(mid - st[j]) <= SAMPLE_GAP_S)
+    if not near.any():
+        return ()
+    batch, tp = sn[j[near]], tpot[near]
+    out = []
+    for lo, hi in zip(_EDGES[:-1], _EDGES[1:], strict=False):
+        m = (batch >= lo) & (batch < hi)
+        if int(m.sum()) >= MIN_BIN:
+            out.append(BatchBin(lo, hi - 1, float(np.median(tp[m])), int(m.sum())))
+    return tuple(out)

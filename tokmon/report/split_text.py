@@ -1,0 +1,141 @@
+"""Where the time goes, as lines of text: the dashboard's ``w`` panel and the reports'
+section, from the summary's ``time_split`` (one shape for live and recorded runs).
+
+Each arm's TTFT is a bar of its parts in the order a request meets them — network ░,
+front end ▒, queue ▓, prefill █ — with each part's ms and share named, so the bar is
+read without colour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tokmon.report.summary_text import fmt_ms
+from tokmon.textsafe import clean_text
+
+PARTS = (("network", "net", "░"), ("front", "front", "▒"), ("queue", "queue", "▓"),
+         ("prefill", "prefill", "█"))  # fmt: skip
+
+
+def ms(v: float | None) -> str:
+    return "—" if v is None else f"{fmt_ms(v)} ms"
+
+
+def _f(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def ttft_bar(t: dict[str, Any], width: int = 24) -> str:
+    """The TTFT's parts as a bar ``width`` wide (each part at least one cell when it is
+    over 0.5% of the TTFT); empty where there is no split."""
+    client = _f(t.get("client"))
+    vals = [(g, _f(t.get(k))) for k, _, g in PARTS]
+    if not client or client <= 0 or all(v is None for _, v in vals):
+        return ""
+    cells = []
+    for g, v in vals:
+        if v is None or v <= 0:
+            continue
+        share = v / client
+        n = max(1, round(share * width)) if share > 0.005 else 0
+        cells.append(g * n)
+    return "".join(cells)[: width + 3]
+
+
+def ttft_parts(t: dict[str, Any]) -> list[str]:
+    """``net 2.5 ms (3%)`` for each part given; what the remainder holds besides."""
+    client = _f(t.get("client"))
+    out = []
+    for key, name, glyph in PARTS:
+        v = _f(t.get(key))
+        if v is None:
+            if key == "front" and t.get("source") and (t.get("mismatched") or 0):
+                out.append(f"front — ({t.get('mismatched')} of {t.get('n')} requests below 0: "
+                           "a clock or definition mismatch)")  # fmt: skip
+            elif key != "front":
+                out.append(f"{name} not reported")
+            continue
+        share = f" ({v / client:.0%})" if client else ""
+        label = name
+        if key == "front" and t.get("front_holds"):
+            label = "front+" + "+".join(str(h) for h in t["front_holds"])
+        out.append(f"{glyph}{label} {ms(v)}{share}")
+    return out
+
+
+def _scope(t: dict[str, Any]) -> str:
+    src = t.get("source")
+    if not src:
+        return "no server figures"
+    return f"{t.get('stat')} · {src} · {t.get('n')} req"
+
+
+def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
+    """One arm's split: its TTFT bar and parts, its TPOT split, TPOT by batch."""
+    t = sp.get("ttft_ms") or {}
+    p = sp.get("tpot_ms") or {}
+    arm = clean_text(str(name), False)[:12]
+    out = [f"{arm} TTFT {ms(_f(t.get('client')))} ({_scope(t)})"]
+    bar = ttft_bar(t, max(8, min(40, width - 4)))
+    if bar:
+        out.append("  " + bar)
+    out += wrap(ttft_parts(t), "  ", width) if t.get("source") else []
+    if p.get("source"):
+        out.append(
+            f"  TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}"
+            f" · stream {ms(_f(p.get('stream')))} ({p.get('stat')} · {p.get('source')})"
+        )
+    bins = sp.get("batch_tpot") or []
+    if bins:
+        out += wrap([f"{b[0]}: {ms(_f(b[1]))}" for b in bins], "  TPOT by batch ", width)
+    return out
+
+
+def causes_line(c: dict[str, Any] | None, measured: float | None = None) -> str | None:
+    """``spec/plain decode ×1.90 = 2.60 tok/step × 0.73 step speed`` with intervals."""
+    if not c:
+        return None
+    tr, sr = c.get("tokens_per_step_ratio") or [], c.get("step_speed_ratio") or []
+    if len(tr) != 3 or len(sr) != 3 or None in tr or None in sr:
+        return None
+    other, base = (
+        clean_text(str(c.get("other")), False)[:8],
+        clean_text(str(c.get("base")), False)[:8],
+    )
+    head = (
+        f"×{measured:.2f}" if measured is not None else f"×{c.get('predicted_ratio'):.2f} predicted"
+    )
+    return (
+        f"{other}/{base} decode {head} = {tr[0]:.2f} tok/step [{tr[1]:.2f}, {tr[2]:.2f}] × "
+        f"{sr[0]:.2f} step speed [{sr[1]:.2f}, {sr[2]:.2f}] ({c.get('step_source')} steps)"
+    )
+
+
+def wrap(parts: Iterable[str], head: str, width: int) -> list[str]:
+    """Parts joined by `` · ``, as many to a line as fit; a part is never cut."""
+    out: list[str] = []
+    cur = head
+    for p in parts:
+        sep = "" if cur in (head, "  ") else " · "
+        if len(cur) + len(sep) + len(p) > width and cur not in (head, "  "):
+            out.append(cur)
+            cur, sep = "  ", ""
+        cur += sep + p
+    out.append(cur)
+    return out
+
+
+def split_lines(summary: dict[str, Any], width: int = 72) -> list[str]:
+    """The report's section: every arm's split, and the speed-up's causes."""
+    out: list[str] = []
+    for name, a in (summary.get("arms") or {}).items():
+        sp = a.get("time_split")
+        if sp:
+            out += arm_lines(name, sp, width)
+    cmp = summary.get("comparison") or {}
+    dec = (cmp.get("decode_tokens_per_s") or {}).get("ratio")
+    line = causes_line(cmp.get("causes"), _f(dec))
+    if line:
+        out += wrap(line.split(" = ", 1), "", width) if len(line) > width else [line]
+    return out
