@@ -62,6 +62,9 @@ def start_vllm(tmp_path_factory, *extra: str):
                 "--max-model-len",
                 "2048",
                 "--enforce-eager",
+                # each request's queue, prefill and generation times on its final chunk
+                # (where tokmon splits TTFT and TPOT)
+                "--enable-per-request-metrics",
                 *extra,
             ],
             stdout=f,
@@ -526,6 +529,35 @@ def test_ab_speedup_is_the_one_the_servers_have(plain, spec, tmp_path):
     # tokmon's figure is a ratio of medians of decode speed, the servers' one of mean TPOTs:
     # the same requests, so within 10% of each other
     assert truth * 0.9 <= got["ratio"] <= truth * 1.1
+    # the speed-up as its causes (tokens per verify step × the speed of a step, both from
+    # the servers' per-request figures) reproduces the measured ratio within 5%
+    why = s["comparison"]["causes"]
+    print(f"causes: {why}")
+    assert why["step_source"] == "server" and why["tokens_per_step"][0] == 1.0
+    assert why["tokens_per_step"][1] > 1.5
+    assert why["predicted_ratio"] == pytest.approx(got["ratio"], rel=0.05)
+
+
+def test_vllm_ttft_split_adds_up_request_by_request(plain, tmp_path):
+    """With --enable-per-request-metrics: every request's queue and prefill from vLLM,
+    the network sampled, and the rest (the API server: HTTP, tokenisation, the chat
+    template, detokenisation) never below zero; the split is per request."""
+    s, rec = run(tmp_path, plain, "-c", "2", "-n", "20", "--max-tokens", "32", "--ignore-eos",
+                 "--net-interval", "0.5s")  # fmt: skip
+    rs = [r for r in rec.records if r.outcome == "ok"]
+    assert len(rs) == 20
+    assert all(r.srv_queue_ms is not None and r.srv_prefill_ms is not None for r in rs)
+    assert all(r.srv_itl_ms is not None for r in rs)
+    t = s["arms"]["default"]["time_split"]["ttft_ms"]
+    print(f"TTFT split: {t}")
+    assert t["source"] == "per-request" and t["n"] == 20 and t["mismatched"] == 0
+    net = t["network"]
+    assert net is not None
+    rest = [r.ttft_ms - net - r.srv_queue_ms - r.srv_prefill_ms for r in rs]
+    assert min(rest) >= -1.0, rest  # never negative (a mismatch would be flagged)
+    assert t["front"] is not None and t["front"] >= 0
+    p = s["arms"]["default"]["time_split"]["tpot_ms"]
+    assert p["source"] == "per-request" and p["server_step"] > 0
 
 
 def test_vllm_environment_as_the_server_reports_it(plain, spec):

@@ -58,6 +58,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     cfg.front_ms = 1000.0 * (dur("--front-delay", args.front_delay) or 0.0)
     cfg.schedule_queue_ms = 1000.0 * (dur("--schedule-queue", args.schedule_queue) or 0.0)
     cfg.request_metrics = bool(args.per_request_metrics)
+    cfg.schedule_capacity = int(args.schedule_capacity)
     cfg.token_bytes = int(args.token_bytes)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None
@@ -158,6 +159,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         None,
         0,
     )
+    for c in (base, spec):
+        # as vLLM with --enable-per-request-metrics behind an API server that takes a few
+        # ms: `w` shows where the time goes, from each request's own figures
+        c.request_metrics, c.front_ms = True, 4.0
     sims = [SimProcess(base), SimProcess(spec)]
     if args.scene == "prefix-cache":
         sims = sims[:1]

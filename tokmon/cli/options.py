@@ -95,6 +95,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--ladder',), 'steps of concurrency=1,2,4,8 / rate=1,2,4 / prompt-tokens=128,1k,4k / max-tokens=…, each for --step-duration, for every arm in turn', metavar='PARAM=V1,V2,…', group='load', text=True),
     Option(('--step-duration',), 'length of one ladder step', default='30s', group='load'),
     Option(('--step-warmup',), 'start of each step kept out of its figures', default='5s', group='load'),
+    Option(('--find-capacity',), 'search the highest load that meets every --slo for --slo-target of the requests (goodput): doubling until a probe fails, then bisecting; each probe runs until its goodput interval is clear of the target (--probe-duration), for every arm in turn', choices=('concurrency', 'rate'), group='load', text=True),
+    Option(('--probe-duration',), 'a capacity probe runs at least MIN and at most MAX after its --step-warmup (then its point decides, and says so)', default='5s,60s', metavar='MIN,MAX', group='load'),
+    Option(('--capacity-at-least',), 'with --find-capacity: exit 1 when the capacity found is below this level (streams or req/s), for CI', type=number(0, 1e9, lo_open=True), group='load'),
     Option(('--ladder-stop',), 'end the ladder when a step passes these (the server is saturated)', metavar='errors=5%,ttft_p95=MS', group='load'),
     # requests
     Option(('--prompt-tokens',), "synthetic prompt length in the server's own prompt tokens (template included; measured before the run): 512, 256:2048 (uniform), normal:512,128", default='128', group='requests'),

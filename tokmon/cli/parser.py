@@ -329,6 +329,14 @@ def build_parser() -> Parser:
         "(the rest as prefill)",
     )
     sim.add_argument(
+        "--schedule-capacity",
+        type=number(0, 100000, integer=True),
+        default=0,
+        metavar="N",
+        help="with --schedule: above N requests in flight each TTFT grows by (in flight / N)² "
+        "(a server whose capacity is known)",
+    )
+    sim.add_argument(
         "--token-bytes",
         type=number(0, 64, integer=True),
         default=0,

@@ -117,6 +117,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             if args.concurrency is not None:
                 raise UsageError("--ladder rate=… and --concurrency exclude each other")
             args.rate = float(ladder.values[0])
+    if getattr(args, "find_capacity", None):
+        ladder = capacity_plan(args, ladder)
     if args.concurrency is not None and args.rate is not None:
         raise UsageError("--concurrency and --rate exclude each other: pick one")
     mode = "rate" if args.rate is not None else "concurrency"
@@ -423,6 +425,46 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def capacity_plan(args: argparse.Namespace, ladder: Any) -> Any:
+    """``--find-capacity``: the search's plan (its start: --concurrency or --rate, else 1)."""
+    from tokmon.model.capacity import CapacityPlan
+
+    param = args.find_capacity
+    if ladder is not None:
+        raise UsageError("--find-capacity and --ladder exclude each other: one schedule of load")
+    if args.requests is not None:
+        raise UsageError("--find-capacity and --requests exclude each other: a search runs by time")
+    if not getattr(args, "slo", None):
+        raise UsageError("--find-capacity needs --slo (e.g. --slo ttft=500,tpot=50): the load "
+                         "is found under it")  # fmt: skip
+    lo_hi = [x.strip() for x in str(args.probe_duration).split(",")]
+    if len(lo_hi) != 2:
+        raise UsageError(
+            f"--probe-duration: expected MIN,MAX (5s,60s), got {args.probe_duration!r}"
+        )
+    lo = dur("--probe-duration", lo_hi[0], allow_zero=False) or 5.0
+    hi = dur("--probe-duration", lo_hi[1], allow_zero=False) or 60.0
+    if hi < lo:
+        raise UsageError("--probe-duration: MAX is below MIN")
+    other = "rate" if param == "concurrency" else "concurrency"
+    if getattr(args, other) is not None:
+        raise UsageError(f"--find-capacity {param} and --{other} exclude each other")
+    start = float(getattr(args, param) or 1)
+    if param == "concurrency":
+        args.concurrency = int(start)
+    else:
+        args.rate = start
+    return CapacityPlan(
+        param=param,
+        goodput=float(args.slo_target),
+        slo=str(args.slo),
+        start=start,
+        min_s=lo,
+        max_s=hi,
+        warm_s=dur("--step-warmup", args.step_warmup) or 0.0,
+    )
+
+
 def load_trace(args: argparse.Namespace, ladder: Any) -> Trace | None:
     """``--trace`` or ``--replay-load``: the load given request by request (None: neither).
     What a trace fixes (times, lengths, kinds, prompts) may not be given again."""
@@ -715,6 +757,14 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
     if getattr(args, "alerts_exit", False) and summary.get("alerts"):
         say(f"tokmon: {len(summary['alerts'])} alert(s) fired", err=True)
         return 3
+    floor = getattr(args, "capacity_at_least", None)
+    if floor is not None:
+        found = [c.get("capacity") for c in (summary.get("capacity_search") or {}).values()]
+        short = [c for c in found if c is None or c < floor]
+        if short or not found:
+            say(f"tokmon: capacity {', '.join(str(c) for c in found) or 'not found'} is below "
+                f"--capacity-at-least {floor:g}", err=True)  # fmt: skip
+            return 1
     if getattr(args, "fail_on_slo", False) and slo.any:
         frac = (summary.get("slo") or {}).get("fraction") or 0.0  # (summary.slo_share)
         if frac < args.slo_target:

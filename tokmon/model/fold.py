@@ -22,6 +22,7 @@ import numpy as np
 
 from tokmon.model.active import ArmTokens, active_spans, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
+from tokmon.model.capacity import CapacityReducer
 from tokmon.model.changepoint import WATCHED, ChangePoint, StepWatch
 from tokmon.model.changepoint import H as CUSUM_H
 from tokmon.model.coerce import integer, number, text
@@ -300,6 +301,7 @@ class Fold:
         # step changes, on the requests themselves, within the regime the user set
         self.watch = StepWatch()
         self.split = TimeSplitReducer()  # where each arm's time goes
+        self.capacity = CapacityReducer()  # --find-capacity: each arm's search
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
         self.causes: SpeedupCauses | None = None
@@ -478,11 +480,21 @@ class Fold:
     def _add_to_steps(self, tb: RequestTable, rows: np.ndarray) -> None:
         c = tb.cols
         ok = c["outcome"] == tb.code("outcome", "ok")
-        for i in rows.tolist():
+        # which met every SLO, and each SLO alone (a capacity probe says which one failed)
+        slo = self.slo
+        met_all = slo.met(tb, rows) if slo.any else None
+        met_each = {name: Slo(**{key: v}).met(tb, rows) for name, key, v in (
+            ("ttft", "ttft_ms", slo.ttft_ms), ("tpot", "tpot_ms", slo.tpot_ms),
+            ("e2e", "e2e_ms", slo.e2e_ms)) if v is not None}  # fmt: skip
+        for j, i in enumerate(rows.tolist()):
             arm = tb.vocab["arm"][c["arm"][i]]
             step = int(c["step"][i])
             for st in reversed(self.steps):
                 if st.step == step and st.arm == arm:
+                    if met_all is not None:
+                        st.good += int(met_all[j])
+                        for name, m in met_each.items():
+                            st.met[name] = st.met.get(name, 0) + int(m[j])
                     if ok[i]:
                         st.ok += 1
                         for lst, name in ((st.ttft, "ttft_ms"), (st.tpot, "tpot_ms"),
@@ -520,7 +532,8 @@ class Fold:
             one = served[0] if len(served) == 1 else None
             if one is None and self.settings.assign == "switch" and self.arm in served:
                 one = self.arm  # arms take turns on this server: the one in force
-            self.split.server(smp.t, one, served, v)
+            cur = self.steps[-1] if self.steps and self.steps[-1].t1 is None else None
+            self.split.server(smp.t, one, served, v, cur.step if cur is not None else -1)
             d = v.get("delta")
             if isinstance(d, list) and len(d) in (3, 5) and all(number(x) is not None for x in d):
                 srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
@@ -634,6 +647,8 @@ class Fold:
             level = number(d.get("value"))
             if param in ("concurrency", "rate") and level is not None:
                 self.level = level
+        elif ev.kind in ("search", "probe", "capacity") and isinstance(arm, str):
+            self.capacity.event(ev.kind, arm, d)
         elif ev.kind == "ladder":
             reason = d.get("reason")
             if self.steps and self.steps[-1].t1 is None:
@@ -902,6 +917,7 @@ class Fold:
             costs=costs,
             price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.gpus),
             time_split=self._time_split_view(now, final),
+            capacity=self.capacity.views(),
             causes=self.causes,
         )
         for kind, msg, data in later:
@@ -979,6 +995,9 @@ class Fold:
                     d["tokens_per_s"], gpu_hour_price=s.gpu_hour_price, gpus=self.gpus, power_w=None
                 ).cost_per_mtok
         arms = list(dict.fromkeys(f.arm for f in figs))
+        for d in steps:  # where each step's time went: the knee's cause
+            sp = self.split.view(d["arm"], self.rtt_ms(d["arm"]), int(d["step"]))
+            d["time_split"] = sp.to_json()
         out: dict[str, Any] = {
             "param": self.ladder_param,
             "steps": steps,
@@ -1076,9 +1095,13 @@ class Fold:
         for sp in self.time_split():
             if sp.arm in out["arms"]:
                 out["arms"][sp.arm]["time_split"] = sp.to_json()
-        if "comparison" in out and len(self.arm_names) >= 2:
-            causes = self.split.causes(self.arm_names[0], self.arm_names[1])
-            out["comparison"]["causes"] = None if causes is None else causes.to_json()
+        if self.capacity.searches:
+            out["capacity_search"] = self.capacity.to_json()
+        cmp = out.get("comparison")
+        for pair in cmp if isinstance(cmp, list) else [cmp] if isinstance(cmp, dict) else []:
+            # each pair's decode speed-up as its causes (tokens per step × step speed)
+            causes = self.split.causes(str(pair.get("baseline")), str(pair.get("other")))
+            pair["causes"] = None if causes is None else causes.to_json()
         if self.managed:
             out["managed_servers"] = {a: dict(m) for a, m in self.managed.items()}
         return out

@@ -106,6 +106,8 @@ class StepTotals:
     prompt: list[float] = field(default_factory=list)
     gpu_mem_max: float | None = None
     kv_max: float | None = None
+    good: int = 0  # requests that met every SLO (with --slo)
+    met: dict[str, int] = field(default_factory=dict)  # per SLO (ttft, tpot, e2e) alone
 
     def figures(self, t_end: int) -> StepFigures:
         dur = ((self.t1 or t_end) - self.t0) / 1e9
@@ -134,10 +136,21 @@ class StepTotals:
         )
 
 
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
 def knee(steps: list[StepFigures]) -> StepFigures | None:
     """Where latency takes off: the last step before TTFT p95 at least doubles (from the
-    first step) while throughput grows by less than 10% a step."""
+    lowest load) while throughput grows by less than 10% a step — the steps taken in the
+    order of their load (a capacity search probes out of order)."""
     pts = [s for s in steps if s.tokens_per_s and s.ttft_p95 is not None]
+    if all(_is_number(s.value) for s in pts):
+        pts.sort(key=lambda s: float(s.value))
     if len(pts) < 3:
         return None
     base = pts[0].ttft_p95

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tokmon.model.alerts import Trend
+from tokmon.model.capacity import CapacityView
 from tokmon.model.history import Point
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.stats import WindowStats
@@ -68,6 +69,7 @@ class Snapshot:
     workers: tuple[EngineStatus, ...] = ()  # each engine's latest status, by worker
     time_split: tuple[TimeSplit, ...] = ()  # where each arm's time goes
     causes: SpeedupCauses | None = None  # the A/B decode speed-up as its causes
+    capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
 
     @property
     def t_start(self) -> int:

@@ -198,13 +198,23 @@ class _Arm:
 
 
 class TimeSplitReducer:
+    """Per arm, and per arm and ladder step (where the knee of a ladder comes from:
+    queueing or prefill)."""
+
     def __init__(self) -> None:
         self.arms: dict[str, _Arm] = {}
+        self.steps: dict[tuple[str, int], _Arm] = {}
 
     def _arm(self, name: str) -> _Arm:
         a = self.arms.get(name)
         if a is None:
             a = self.arms[name] = _Arm()
+        return a
+
+    def _step(self, name: str, step: int) -> _Arm:
+        a = self.steps.get((name, step))
+        if a is None:
+            a = self.steps[(name, step)] = _Arm()
         return a
 
     # ------------------------------------------------------------------ intake
@@ -216,53 +226,42 @@ class TimeSplitReducer:
         arms = c["arm"][ok]
         for code in np.unique(arms):
             rows = ok[arms == code]
-            a = self._arm(tb.vocab["arm"][code])
-            ttft, tpot = c["ttft_ms"][rows], c["tpot_ms"][rows]
-            a.ttft.extend(ttft[~np.isnan(ttft)])
-            a.tpot.extend(tpot[~np.isnan(tpot)])
-            q, p = c["srv_queue_ms"][rows], c["srv_prefill_ms"][rows]
-            m = ~np.isnan(ttft) & ~np.isnan(p)
-            a.r_ttft.extend(ttft[m])
-            a.r_queue.extend(q[m])
-            a.r_prefill.extend(p[m])
-            itl = c["srv_itl_ms"][rows]
-            m = ~np.isnan(tpot) & ~np.isnan(itl)
-            a.r_tpot.extend(tpot[m])
-            a.r_itl.extend(itl[m])
-            # tokens per step: 1 + accepted / drafting steps where the server said so;
-            # a plain decode: one token a step
-            sa, sn = c["spec_accepted_tokens"][rows], c["spec_drafts"][rows]
-            tps = np.where((sn > 0) & ~np.isnan(sa), 1.0 + sa / np.where(sn > 0, sn, 1), 1.0)
-            m = ~np.isnan(tpot)
-            a.s_tps.extend(tps[m])
-            a.s_client_step.extend((tpot * tps)[m])
-            a.s_step.extend(np.where(np.isnan(itl), np.nan, itl * tps)[m])
-            ts, te = c["t_sched"][rows], c["t_end"][rows]
-            mid = (ts / 2e9 + ttft / 2000.0 + te / 2e9)[m]  # between first token and end
-            a.mid.append(mid.astype(np.float64))
-            a.mid_tpot.append(tpot[m].astype(np.float64))
+            name = tb.vocab["arm"][code]
+            _add(self._arm(name), tb, rows)
+            steps = c["step"][rows]
+            for st in np.unique(steps[steps >= 0]):
+                _add(self._step(name, int(st)), tb, rows[steps == st])
 
     def server(
-        self, t: int, hist_arm: str | None, run_arms: tuple[str, ...], values: dict[str, Any]
+        self,
+        t: int,
+        hist_arm: str | None,
+        run_arms: tuple[str, ...],
+        values: dict[str, Any],
+        step: int = -1,
     ) -> None:
         """A server sample: its histogram deltas belong to ``hist_arm`` (the one arm
         in force on that server; None where arms share it and the histograms cannot be
-        told apart), its running batch to every arm it serves."""
+        told apart), its running batch to every arm it serves; both to the ladder
+        ``step`` running then too."""
         d = values.get("split")
         if hist_arm is not None and isinstance(d, list) and len(d) == 6:
             v = np.array([x if isinstance(x, (int, float)) else np.nan for x in d], dtype=float)
             if np.isfinite(v).all() and (v >= 0).all():
                 self._arm(hist_arm).hist += v
+                if step >= 0:
+                    self._step(hist_arm, step).hist += v
         r = values.get("running")
         if isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r < 1e6:
             for name in run_arms:
-                a = self._arm(name)
-                a.run_t.append(t / 1e9)
-                a.run_n.append(float(r))
+                for a in (self._arm(name), *((self._step(name, step),) if step >= 0 else ())):
+                    a.run_t.append(t / 1e9)
+                    a.run_n.append(float(r))
 
     # ------------------------------------------------------------------ views
-    def view(self, arm: str, rtt_ms: float | None) -> TimeSplit:
-        a = self.arms.get(arm)
+    def view(self, arm: str, rtt_ms: float | None, step: int = -1) -> TimeSplit:
+        """``arm``'s split over the run, or over one ladder ``step``."""
+        a = self.arms.get(arm) if step < 0 else self.steps.get((arm, step))
         if a is None:
             return TimeSplit(arm)
         return TimeSplit(arm, _ttft(a, rtt_ms), _tpot(a), _batch(a))
@@ -292,6 +291,34 @@ class TimeSplitReducer:
             source=source,
             n=(int(ta.size), int(tb_.size)),
         )
+
+
+def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:
+    c = tb.cols
+    ttft, tpot = c["ttft_ms"][rows], c["tpot_ms"][rows]
+    a.ttft.extend(ttft[~np.isnan(ttft)])
+    a.tpot.extend(tpot[~np.isnan(tpot)])
+    q, p = c["srv_queue_ms"][rows], c["srv_prefill_ms"][rows]
+    m = ~np.isnan(ttft) & ~np.isnan(p)
+    a.r_ttft.extend(ttft[m])
+    a.r_queue.extend(q[m])
+    a.r_prefill.extend(p[m])
+    itl = c["srv_itl_ms"][rows]
+    m = ~np.isnan(tpot) & ~np.isnan(itl)
+    a.r_tpot.extend(tpot[m])
+    a.r_itl.extend(itl[m])
+    # tokens per step: 1 + accepted / drafting steps where the server said so; a plain
+    # decode: one token a step
+    sa, sn = c["spec_accepted_tokens"][rows], c["spec_drafts"][rows]
+    tps = np.where((sn > 0) & ~np.isnan(sa), 1.0 + sa / np.where(sn > 0, sn, 1), 1.0)
+    m = ~np.isnan(tpot)
+    a.s_tps.extend(tps[m])
+    a.s_client_step.extend((tpot * tps)[m])
+    a.s_step.extend(np.where(np.isnan(itl), np.nan, itl * tps)[m])
+    ts, te = c["t_sched"][rows], c["t_end"][rows]
+    mid = (ts / 2e9 + ttft / 2000.0 + te / 2e9)[m]  # between the first token and the end
+    a.mid.append(mid.astype(np.float64))
+    a.mid_tpot.append(tpot[m].astype(np.float64))
 
 
 def _ttft(a: _Arm, rtt: float | None) -> TtftSplit:

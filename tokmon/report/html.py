@@ -93,6 +93,43 @@ def script_json(obj: object) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def _split_chart(summary: dict[str, Any], go: Any) -> str:
+    """Where the time goes: each arm's TTFT as a stacked bar of its parts (network, front
+    end, queue, prefill), and each ladder step's where the run had a ladder: the knee's
+    cause (queueing or prefill) is the part that grows."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for arm, a in (summary.get("arms") or {}).items():
+        t = (a.get("time_split") or {}).get("ttft_ms") or {}
+        if t.get("source"):
+            rows.append((f"{arm} (run, {t.get('stat')})", t))
+    for st in (summary.get("ladder") or {}).get("steps") or []:
+        t = (st.get("time_split") or {}).get("ttft_ms") or {}
+        if t.get("source"):
+            rows.append((f"{st.get('arm')} @ {st.get('value')} ({t.get('stat')})", t))
+    if not rows:
+        return ""
+    fig = go.Figure()
+    for key, name in (("network", "network"), ("front", "front end"), ("queue", "queue"),
+                      ("prefill", "prefill")):  # fmt: skip
+        fig.add_trace(
+            go.Bar(
+                y=[escape(r[0]) for r in rows],
+                x=[r[1].get(key) for r in rows],
+                name=name,
+                orientation="h",
+                hovertemplate="%{y}: %{x:.1f} ms<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=120 + 28 * len(rows),
+        template="plotly_white",
+        xaxis_title="TTFT (ms)",
+        yaxis={"autorange": "reversed"},
+    )
+    return "<h2>Where the time goes</h2>" + fig.to_html(include_plotlyjs=False, full_html=False)
+
+
 def render_html(rec: Recording, data: dict[str, Any]) -> str:
     try:
         import plotly.graph_objects as go
@@ -227,6 +264,7 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
                 lf.add_annotation(x=k["tokens_per_s"], y=k["ttft_p95"], text="knee", row=1, col=1)
         lf.update_layout(height=450, template="plotly_white")
         chart += "<h2>Ladder</h2>" + lf.to_html(include_plotlyjs=False, full_html=False)
+    chart += _split_chart(data["summary"], go)
     text = render_text(data)
     records = data["environment"].get("records") or ()
     env = ""

@@ -76,15 +76,20 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
     t = sp.get("ttft_ms") or {}
     p = sp.get("tpot_ms") or {}
     arm = clean_text(str(name), False)[:12]
-    out = [f"{arm} TTFT {ms(_f(t.get('client')))} ({_scope(t)})"]
+    out = wrap([f"{arm} TTFT {ms(_f(t.get('client')))}", f"({_scope(t)})"], "", width, " ")
     bar = ttft_bar(t, max(8, min(40, width - 4)))
     if bar:
         out.append("  " + bar)
     out += wrap(ttft_parts(t), "  ", width) if t.get("source") else []
     if p.get("source"):
-        out.append(
-            f"  TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}"
-            f" · stream {ms(_f(p.get('stream')))} ({p.get('stat')} · {p.get('source')})"
+        out += wrap(
+            [
+                f"TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}",
+                f"stream {ms(_f(p.get('stream')))}",
+                f"({p.get('stat')}, {p.get('source')})",
+            ],
+            "  ",
+            width,
         )
     bins = sp.get("batch_tpot") or []
     if bins:
@@ -92,32 +97,37 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
     return out
 
 
-def causes_line(c: dict[str, Any] | None, measured: float | None = None) -> str | None:
-    """``spec/plain decode ×1.90 = 2.60 tok/step × 0.73 step speed`` with intervals."""
+def causes_parts(c: dict[str, Any] | None, measured: float | None = None) -> list[str]:
+    """``spec/plain decode ×1.90``, ``= 2.60 tok/step [2.5, 2.7]``, ``× 0.73 step speed
+    [0.71, 0.75] (server steps)``: the speed-up as its causes, in pieces that wrap whole."""
     if not c:
-        return None
+        return []
     tr, sr = c.get("tokens_per_step_ratio") or [], c.get("step_speed_ratio") or []
     if len(tr) != 3 or len(sr) != 3 or None in tr or None in sr:
-        return None
-    other, base = (
-        clean_text(str(c.get("other")), False)[:8],
-        clean_text(str(c.get("base")), False)[:8],
-    )
+        return []
+    other = clean_text(str(c.get("other")), False)[:8]
+    base = clean_text(str(c.get("base")), False)[:8]
     head = (
         f"×{measured:.2f}" if measured is not None else f"×{c.get('predicted_ratio'):.2f} predicted"
     )
-    return (
-        f"{other}/{base} decode {head} = {tr[0]:.2f} tok/step [{tr[1]:.2f}, {tr[2]:.2f}] × "
-        f"{sr[0]:.2f} step speed [{sr[1]:.2f}, {sr[2]:.2f}] ({c.get('step_source')} steps)"
-    )
+    return [
+        f"{other}/{base} decode {head}",
+        f"= {tr[0]:.2f} tok/step [{tr[1]:.2f}, {tr[2]:.2f}]",
+        f"× {sr[0]:.2f} step speed [{sr[1]:.2f}, {sr[2]:.2f}] ({c.get('step_source')} steps)",
+    ]
 
 
-def wrap(parts: Iterable[str], head: str, width: int) -> list[str]:
-    """Parts joined by `` · ``, as many to a line as fit; a part is never cut."""
+def causes_line(c: dict[str, Any] | None, measured: float | None = None) -> str | None:
+    parts = causes_parts(c, measured)
+    return " ".join(parts) if parts else None
+
+
+def wrap(parts: Iterable[str], head: str, width: int, joiner: str = " · ") -> list[str]:
+    """Parts joined by ``joiner``, as many to a line as fit; a part is never cut."""
     out: list[str] = []
     cur = head
     for p in parts:
-        sep = "" if cur in (head, "  ") else " · "
+        sep = "" if cur in (head, "  ") else joiner
         if len(cur) + len(sep) + len(p) > width and cur not in (head, "  "):
             out.append(cur)
             cur, sep = "  ", ""
@@ -135,7 +145,5 @@ def split_lines(summary: dict[str, Any], width: int = 72) -> list[str]:
             out += arm_lines(name, sp, width)
     cmp = summary.get("comparison") or {}
     dec = (cmp.get("decode_tokens_per_s") or {}).get("ratio")
-    line = causes_line(cmp.get("causes"), _f(dec))
-    if line:
-        out += wrap(line.split(" = ", 1), "", width) if len(line) > width else [line]
-    return out
+    out += wrap(causes_parts(cmp.get("causes"), _f(dec)), "", width, " ")
+    return [x for x in out if x]

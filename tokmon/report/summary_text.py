@@ -7,6 +7,7 @@ from typing import Any
 
 from tokmon.model.stats import MIN_SAMPLES
 from tokmon.model.summary import RATIO_KEYS, describe_output_check
+from tokmon.textsafe import clean_text
 
 
 def fmt_ms(v: float | None) -> str:
@@ -198,8 +199,10 @@ def summary_table(summary: dict[str, Any]) -> str:
                 )
             )
     lad = summary.get("ladder")
+    searched = summary.get("capacity_search") or {}
     if lad:
-        out.append(f"ladder over {lad['param']} (after each step's warm-up):")
+        what = "capacity probes" if searched else "ladder"
+        out.append(f"{what} over {lad['param']} (after each step's warm-up):")
         out.append(
             f"  {'step':>4} {'value':>7} {'arm':<10} {'tok/s':>8} {'TTFT p50':>9} "
             f"{'TTFT p95':>9} {'dec p50':>8} {'err':>6} {'KV max':>7}"
@@ -235,10 +238,45 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
         if lad.get("stopped_early"):
             out.append(f"  ladder stopped early: {lad['stopped_early']}")
+    out += capacity_lines(searched)
     oc = summary.get("output_check")
     if oc:
         out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
+
+
+def capacity_lines(searched: dict[str, Any]) -> list[str]:
+    """Each arm's capacity search: the load it holds under the SLO, why the next level
+    failed, and every probe in the order it ran (✓ passed, ✗ failed, ~ by its point)."""
+    out = []
+    for arm, r in searched.items():
+        param, unit = r.get("param"), "streams" if r.get("param") == "concurrency" else "req/s"
+        cap, fail = r.get("capacity"), r.get("fails_at")
+        head = f"capacity ({clean_text(str(arm), False)}, {param}, {r.get('slo')} for "
+        head += f"{(r.get('goodput_target') or 0):.0%} of requests): "
+        if cap is None:
+            head += "none found" + (f" ({fail:g} {unit} fails)" if fail is not None else "")
+        else:
+            head += f"{cap:g} {unit}"
+            if fail is not None:
+                head += f"; {fail:g} fails" + (
+                    f" ({r['why_next_fails']})" if r.get("why_next_fails") else ""
+                )
+        if r.get("stopped"):
+            head += f"; {r['stopped']}"
+        if not r.get("done"):
+            head += " (search not finished)"
+        at = r.get("at_capacity") or {}
+        if at.get("ci95"):
+            lo, hi = at["ci95"]
+            head += f"; goodput there {at.get('met_slo')}/{at.get('requests')} [{lo:.1%}, {hi:.1%}]"
+        out.append(head)
+        marks = []
+        for p in r.get("probes") or []:
+            sign = "✓" if p.get("verdict") == "pass" else "✗"
+            marks.append(f"{p.get('level'):g}{sign}{'~' if p.get('by_point') else ''}")
+        out.append(f"  probes: {' '.join(marks)} ({r.get('probe_seconds', 0):.1f} probe-s)")
+    return out
 
 
 def stratum_label(m: dict[str, Any]) -> str:

@@ -151,6 +151,9 @@ class SimConfig:
     # Schedule mode: the first part of the schedule's TTFT is reported as waiting in the
     # queue (the rest as prefill): a server whose split is known to the millisecond.
     schedule_queue_ms: float = 0.0
+    # Schedule mode: a server that holds N streams: above N in flight, each TTFT is the
+    # schedule's × (in flight / N)² (a capacity known in advance, for the search's tests)
+    schedule_capacity: int = 0
 
 
 class Metrics:
@@ -345,7 +348,8 @@ class Seq:
     include_usage: bool
     continuous: bool
     stream: bool
-    t_arrival: float
+    t_arrival: float  # reached the engine's queue
+    t_received: float  # reached the API server (its front end starts)
     fault: str | None
     fault_at: int
     rng: random.Random  # the text: greedy output depends on the prompt only
@@ -811,6 +815,9 @@ class SimServer:
         """A fixed schedule: first chunk at ttft, then one chunk every gap, tpc tokens each."""
         assert self.cfg.schedule is not None
         ttft_ms, gap_ms, tpc = self.cfg.schedule
+        cap = self.cfg.schedule_capacity
+        if cap > 0:  # (this request is one of the scheduled tasks)
+            ttft_ms *= max(1.0, (len(self.scheduled) / cap) ** 2)
         loop = asyncio.get_running_loop()
         scale = self.cfg.time_scale
         t0 = loop.time()
@@ -825,8 +832,14 @@ class SimServer:
                 gaps_ms += gap_ms * self.decode_scale()
             target = t0 + (ttft_ms + gaps_ms) / 1000.0 / scale
             delay = target - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            while delay > 0:
+                # a client that went away ends its request here, as a real server aborts
+                # it (else a backlog of the abandoned would load the server on and on)
+                if s.proto.closed:
+                    s.done = True
+                    return
+                await asyncio.sleep(min(delay, 0.05))
+                delay = target - loop.time()
             n = min(tpc, s.max_tokens - s.produced)
             late = max(0.0, loop.time() - target)
             self._emit(s, n, time.monotonic())

@@ -17,10 +17,10 @@ import json
 import math
 from typing import Any
 
-from tokmon.model import alerts, history, records, snapshot, stats, timesplit, views
+from tokmon.model import alerts, capacity, history, records, snapshot, stats, timesplit, views
 
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
-_MODULES = (snapshot, views, history, records, stats, timesplit, alerts)
+_MODULES = (snapshot, views, history, records, stats, timesplit, alerts, capacity)
 
 
 def _registry() -> dict[str, type]:

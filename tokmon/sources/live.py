@@ -21,7 +21,6 @@ from tokmon.model.config import RunConfig
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.fold import Fold, FoldSettings, mix_weights
 from tokmon.model.records import (
-    BeginStep,
     Command,
     EngineBatch,
     EngineFailure,
@@ -196,7 +195,12 @@ class LiveSession:
         if self.check_n and len(self.arm_names) > 1:
             self.start_output_check()
         if self.ladder is not None:
-            threading.Thread(target=self._ladder_run, name="tokmon-ladder", daemon=True).start()
+            # the schedule of the load: a ladder's steps, or a capacity search's probes
+            from tokmon.sources.conductor import conduct
+
+            threading.Thread(
+                target=conduct, args=(self, self.ladder), name="tokmon-conductor", daemon=True
+            ).start()
         elif self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
             threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
         if self.managed is not None:
@@ -253,65 +257,6 @@ class LiveSession:
         threading.Thread(target=run, name="tokmon-outputcheck", daemon=True).start()
         self._event("check", f"output check started: {n} greedy prompts per arm")
         return f"output check: {n} prompts per arm"
-
-    def _ladder_run(self) -> None:
-        """Each step for every arm in turn; stop early when the server is saturated."""
-        from tokmon.model.ladder import stop_reason
-
-        lad = self.ladder
-        n = len(lad.values)
-        per_arm = len(self.arm_names) > 1 and self.cfg.assign == "switch"
-        arms: list[str | None] = list(self.arm_names) if per_arm else [None]
-        for i, v in enumerate(lad.values):
-            for arm in arms:
-                if self.stopping:
-                    return
-                now = perf_counter_ns()
-                with self.lock:
-                    if arm is not None and arm != self.fold.arm:
-                        self._switch_to(arm, now)
-                    a = arm or self.fold.arm
-                    # the step's event is what begins it in the figures (the fold)
-                    self._event(
-                        "step",
-                        f"ladder step {i + 1}/{n}: {lad.param} {v}"
-                        + (f" · arm {a}" if per_arm else ""),
-                        {"step": i, "arm": a, "value": v, "warm_s": lad.warmup_s,
-                         "param": lad.param},
-                        t=now,
-                    )  # fmt: skip
-                self._send(
-                    BeginStep(
-                        step=i,
-                        t=now,
-                        prompt_tokens=v if lad.param == "prompt-tokens" else None,
-                        max_tokens=v if lad.param == "max-tokens" else None,
-                        warm_s=lad.warmup_s,
-                    )
-                )
-                if lad.param in ("concurrency", "rate"):
-                    self._send(SetLevel(float(v)))
-                if self._done.wait(lad.step_s) or self.stopping:
-                    return
-            with self.lock:
-                now = perf_counter_ns() - self.t_start
-                figs = [st.figures(now) for st in self.fold.steps if st.step == i]
-            for f in figs:
-                reason = stop_reason(lad, f)
-                if reason and i + 1 < n:
-                    self._end_ladder(f"saturated at {lad.param} {v} ({f.arm}): {reason}")
-                    return
-        self._end_ladder(None)
-
-    def _end_ladder(self, reason: str | None) -> None:
-        now = perf_counter_ns()
-        self._event(
-            "ladder",
-            "ladder done" if reason is None else f"ladder stopped: {reason}",
-            {"reason": reason},
-            t=now,
-        )
-        self.command("stop")
 
     def _alternator(self) -> None:
         """Switch every --alternate of measuring (a restart's time does not count), and

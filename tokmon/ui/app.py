@@ -26,7 +26,7 @@ from tokmon.model.history import Point, merge
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.model.workload import load_text
-from tokmon.report.split_text import arm_lines, causes_line, wrap
+from tokmon.report.split_text import arm_lines, causes_parts, wrap
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
@@ -717,17 +717,17 @@ class DashboardApp(App[None]):
                              name=f"{sp.arm} split"))  # fmt: skip
         if not s.time_split:
             out.append(Block((Text("no requests yet", style="dim"),)))
-        line = self._causes_line(s)
-        if line is not None:
-            out.append(Block(tuple(Text(x) for x in wrap([line], "", width))))
+        parts = self._causes(s)
+        if parts:
+            out.append(Block(tuple(Text(x) for x in wrap(parts, "", width, " "))))
         return out
 
-    def _causes_line(self, s: Snapshot) -> str | None:
+    def _causes(self, s: Snapshot) -> list[str]:
         c = s.causes
         if c is None:
-            return None
+            return []
         dec = s.comparison.decode if s.comparison is not None else None
-        return causes_line(c.to_json(), None if dec is None else dec.ratio)
+        return causes_parts(c.to_json(), None if dec is None else dec.ratio)
 
     def _compare_blocks(self, s: Snapshot, width: int = 58) -> list[Block]:
         """The comparison panel: the arms, the ladder, the A/B ratios, cost and outputs,
@@ -755,6 +755,13 @@ class DashboardApp(App[None]):
                 detail = (f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
                           f"err {err} · acc {acc}")  # fmt: skip
                 out.append(Block((Text(detail, style="dim"),), fold=4, name="arm details"))
+        for cv in s.capacity:  # --find-capacity: the bracket narrowing, probe by probe
+            probing = "" if cv.done else f" · probing {s.level:g}"
+            marks = " ".join(f"{p.level:g}{'✓' if p.verdict == 'pass' else '✗'}"
+                             for p in cv.probes)  # fmt: skip
+            lines = [Text(f"{clean_text(cv.arm, False)[:10]}: {cv.text}{probing}", style="bold")]
+            lines += _kind_lines(marks.split(" ") if marks else [], "  probes ", width)
+            out.append(Block(tuple(lines)))
         lad = s.ladder
         if lad is not None and lad.done:
             # The curve, point by point: throughput against latency at each step.
@@ -792,9 +799,9 @@ class DashboardApp(App[None]):
                 # always beside the headline: folds to lines of its own, never away
                 lines.extend(_kind_lines([k.text() for k in c.by_kind], "decode by kind: ", width))
             out.append(Block(tuple(lines)))
-            why = self._causes_line(s)
-            if why is not None:  # the speed-up as its causes (w: the whole split)
-                out.append(Block(tuple(Text(x) for x in wrap([why], "", width)), fold=2,
+            why = self._causes(s)
+            if why:  # the speed-up as its causes (w: the whole split)
+                out.append(Block(tuple(Text(x) for x in wrap(why, "", width, " ")), fold=2,
                                  name="causes (w)"))  # fmt: skip
         elif len(s.arms) < 2:
             out.append(Block((Text("one arm: add --arm to compare", style="dim"),), fold=3))

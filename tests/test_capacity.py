@@ -1,0 +1,93 @@
+"""--find-capacity: the highest load that meets the SLO, found by search against a
+server whose capacity is known, in fewer probe-seconds than a ladder over the range."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import tokmon
+
+from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
+from tokmon.recording.play import summary_of
+from tokmon.recording.reader import read_recording
+from tokmon.sim.process import SimProcess
+from tokmon.sim.server import SimConfig
+
+
+def test_wilson_and_the_sequential_verdict():
+    lo, hi = wilson(75, 75)
+    assert 0.951 < lo < 0.952 and hi == 1.0
+    plan = CapacityPlan("concurrency", goodput=0.95, min_s=2, max_s=8)
+    assert judge(plan, 500, 500, 1.0) is None  # before its minimum, never
+    assert judge(plan, 75, 75, 2.0) == ("pass", False)
+    assert judge(plan, 50, 50, 2.0) is None  # [0.93, 1]: not yet clear of 95%
+    assert judge(plan, 40, 10, 2.0) == ("fail", False)
+    assert judge(plan, 50, 48, 8.0) == ("pass", True)  # out of time: its point decides
+
+
+def test_the_search_doubles_then_bisects_to_one_stream():
+    """A server that holds 11 streams: 1, 2, 4, 8, 16 (fails), 12 (fails), 10, 11."""
+    s = CapacitySearch(CapacityPlan("concurrency"))
+    seen = []
+    while (lv := s.next_level()) is not None:
+        seen.append(lv)
+        ok = lv <= 11
+        s.add(Probe(lv, 100, 100 if ok else 0, 0, 0, "pass" if ok else "fail", 2.0))
+    assert seen == [1, 2, 4, 8, 16, 12, 10, 11]
+    assert (s.passed, s.failed, s.done) == (11, 12, True)
+    assert s.verdict_text().startswith("capacity 11 streams (12 streams fails")
+    # failing at the first level: below it, and at one stream the search says so
+    s = CapacitySearch(CapacityPlan("concurrency", start=4))
+    while (lv := s.next_level()) is not None:
+        s.add(Probe(lv, 100, 0, 0, 0, "fail", 2.0))
+    assert s.passed is None and s.stopped == "fails at 1 stream"
+
+
+def test_an_open_loop_search_brackets_to_five_percent():
+    """Rates: doubling from 16, then bisecting until the bracket is within 5%."""
+    s = CapacitySearch(CapacityPlan("rate", start=16))
+    seen = []
+    while (lv := s.next_level()) is not None:
+        seen.append(lv)
+        ok = lv <= 100
+        s.add(Probe(lv, 100, 100 if ok else 0, 0, 0, "pass" if ok else "fail", 2.0))
+    assert seen[:4] == [16, 32, 64, 128] and s.done
+    assert s.passed is not None and s.failed is not None
+    assert 95 <= s.passed <= 100 < s.failed and s.failed - s.passed <= 0.05 * s.passed
+    assert s.verdict_text().startswith(f"capacity {s.passed:.3g} req/s")
+
+
+@pytest.mark.slow
+def test_find_capacity_against_a_server_of_known_capacity(tmp_path):
+    """TTFT × (in flight / 8)² above 8 streams, an SLO of twice the base TTFT: the
+    capacity is ⌊√2·8⌋ = 11 streams, found in fewer probe-seconds than a ladder of
+    1–16 at the probes' minimum; the replay's summary is the live one."""
+    out, rec = tmp_path / "s.json", tmp_path / "r.jsonl"
+    cfg = SimConfig(schedule=(40.0, 2.0, 1), schedule_capacity=8, seed=1)
+    with SimProcess(cfg) as sim:
+        r = tokmon("run", "--url", sim.url, "--find-capacity", "concurrency",
+                   "--slo", "ttft=80", "--max-tokens", "8", "--ignore-eos",
+                   "--probe-duration", "2s,8s", "--step-warmup", "1s", "--headless",
+                   "--summary-json", str(out), "--record", str(rec), "--no-gpu",
+                   "--status-interval", "1h", "--capacity-at-least", "12", timeout=300)  # fmt: skip
+    # 11 found, below the 12 asked: exit 1 for CI, the summary written all the same
+    assert r.returncode == 1 and "capacity 11.0 is below --capacity-at-least 12" in r.stderr
+    s = json.loads(out.read_text())
+    c = s["capacity_search"]["default"]
+    assert c["done"] and c["capacity"] in (10, 11, 12), c  # ⌊√2·8⌋ ± 1
+    assert c["fails_at"] == c["capacity"] + 1
+    assert "ttft met by" in c["why_next_fails"]
+    assert c["probe_seconds"] < 16 * 2.0  # a ladder of 1..16 at 2 s a step: 32 probe-s
+    assert "capacity (default, concurrency, ttft=80 for 95% of requests): " in r.stdout
+    got = summary_of(read_recording(str(rec)))
+    assert got["capacity_search"] == s["capacity_search"]
+
+
+def test_find_capacity_needs_an_slo_and_one_schedule(tmp_path):
+    for extra, says in (([], "--find-capacity needs --slo"),
+                        (["--slo", "ttft=80", "--ladder", "concurrency=1,2"], "exclude each other"),
+                        (["--slo", "ttft=80", "--probe-duration", "9s,2s"], "MAX is below MIN")):  # fmt: skip
+        r = tokmon("run", "--url", "http://127.0.0.1:9/v1", "--find-capacity", "concurrency",
+                   "--headless", *extra)  # fmt: skip
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

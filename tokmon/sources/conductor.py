@@ -1,0 +1,208 @@
+"""The conductor: what load the run asks for, step by step — a ladder's fixed steps, or
+a capacity search's probes, each level chosen from what the last one measured.
+
+It runs in its own thread beside the live session and acts only through the session's
+surface (``Stage``): an event that begins each step (so the fold, live and replayed,
+sees the same steps), the engines' commands, and the fold's figures read under the
+session's lock. The decisions themselves are the model's (``tokmon.model.ladder``,
+``tokmon.model.capacity``); this module only performs them.
+"""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter_ns
+from typing import Any, Protocol
+
+from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
+from tokmon.model.ladder import Ladder, StepTotals, stop_reason
+from tokmon.model.records import BeginStep, Command, SetLevel
+
+POLL_S = 0.25  # how often a running probe's counts are read
+DRAIN_S = 60.0  # the longest an overloaded open-loop probe's backlog is waited for
+
+
+class Stage(Protocol):
+    """What the conductor may use of the live session."""
+
+    lock: Any
+    fold: Any
+    cfg: Any
+    arm_names: list[str]
+    t_start: int
+    stopping: bool
+    _done: threading.Event
+
+    def _event(
+        self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
+    ) -> None: ...
+
+    def _send(self, cmd: Command) -> None: ...
+
+    def _switch_to(self, arm: str, now: int) -> None: ...
+
+    def command(self, name: str, *args: Any) -> str | None: ...
+
+
+def conduct(s: Stage, plan: Ladder | CapacityPlan) -> None:
+    if isinstance(plan, CapacityPlan):
+        find_capacity(s, plan)
+    else:
+        run_ladder(s, plan)
+
+
+def _arms(s: Stage) -> list[str | None]:
+    """Each arm in turn where arms take turns on the run; else the run's one schedule."""
+    per_arm = len(s.arm_names) > 1 and s.cfg.assign == "switch"
+    return list(s.arm_names) if per_arm else [None]
+
+
+def begin_step(
+    s: Stage, i: int, arm: str | None, param: str, value: str, warm_s: float, label: str
+) -> None:
+    """Step ``i`` at ``value``: its event (what begins it in the figures), then the
+    engines' command and, for a load level, the new level."""
+    now = perf_counter_ns()
+    with s.lock:
+        if arm is not None and arm != s.fold.arm:
+            s._switch_to(arm, now)
+        a = arm or s.fold.arm
+        s._event(
+            "step",
+            label + (f" · arm {a}" if arm is not None else ""),
+            {"step": i, "arm": a, "value": value, "warm_s": warm_s, "param": param},
+            t=now,
+        )
+    s._send(
+        BeginStep(
+            step=i,
+            t=now,
+            prompt_tokens=value if param == "prompt-tokens" else None,
+            max_tokens=value if param == "max-tokens" else None,
+            warm_s=warm_s,
+        )
+    )
+    if param in ("concurrency", "rate"):
+        s._send(SetLevel(float(value)))
+
+
+def run_ladder(s: Stage, lad: Ladder) -> None:
+    """Each step for every arm in turn; stop early when the server is saturated."""
+    n = len(lad.values)
+    for i, v in enumerate(lad.values):
+        for arm in _arms(s):
+            if s.stopping:
+                return
+            begin_step(s, i, arm, lad.param, v, lad.warmup_s,
+                       f"ladder step {i + 1}/{n}: {lad.param} {v}")  # fmt: skip
+            if s._done.wait(lad.step_s) or s.stopping:
+                return
+        with s.lock:
+            now = perf_counter_ns() - s.t_start
+            figs = [st.figures(now) for st in s.fold.steps if st.step == i]
+        for f in figs:
+            reason = stop_reason(lad, f)
+            if reason and i + 1 < n:
+                why = f"saturated at {lad.param} {v} ({f.arm}): {reason}"
+                end(s, f"ladder stopped: {why}", why)
+                return
+    end(s, "ladder done", None)
+
+
+def end(s: Stage, message: str, reason: str | None) -> None:
+    """The schedule is over (its event ends the ladder in the figures): the run stops."""
+    s._event("ladder", message, {"reason": reason}, t=perf_counter_ns())
+    s.command("stop")
+
+
+def _step_of(s: Stage, i: int, arm: str | None) -> StepTotals | None:
+    for st in reversed(s.fold.steps):
+        if st.step == i and (arm is None or st.arm == arm):
+            return st
+    return None
+
+
+def _why(plan: CapacityPlan, st: StepTotals, n: int) -> str:
+    """Which SLO a failing probe missed, by the share of its requests that met it."""
+    if not n:
+        return "no request ended"
+    errors = st.failed
+    parts = [f"{name} met by {k / n:.0%}" for name, k in sorted(st.met.items(), key=lambda x: x[1])]
+    if errors:
+        parts.insert(0, f"{errors} failed")
+    return ", ".join(parts[:2]) if parts else f"goodput {st.good / n:.0%}"
+
+
+def find_capacity(s: Stage, plan: CapacityPlan) -> None:
+    """For each arm in turn: double until a probe fails, then bisect, each probe running
+    until its goodput interval clears the target (between its minimum and maximum)."""
+    i = 0
+    for arm in _arms(s):
+        search = CapacitySearch(plan)
+        name = arm or s.arm_names[0]
+        s._event("search", f"capacity search ({name}): {plan.param} at {plan.goodput:.0%} "
+                 f"goodput, {plan.slo}", {"arm": name, "plan": _plan_json(plan)})  # fmt: skip
+        while (level := search.next_level()) is not None:
+            value = f"{level:g}"
+            begin_step(s, i, arm, plan.param, value, plan.warm_s,
+                       f"capacity probe {i + 1}: {plan.param} {value}")  # fmt: skip
+            t0 = perf_counter_ns() + int(plan.warm_s * 1e9)
+            verdict = None
+            while verdict is None:
+                if s._done.wait(POLL_S) or s.stopping:
+                    return
+                with s.lock:
+                    st = _step_of(s, i, arm)
+                    n = 0 if st is None else st.ok + st.failed
+                    good = 0 if st is None else st.good
+                    elapsed = max(0.0, (perf_counter_ns() - t0) / 1e9)
+                    verdict = judge(plan, n, good, elapsed)
+            assert st is not None or n == 0
+            lo, hi = wilson(good, n) if n else (0.0, 0.0)
+            probe = Probe(level, n, good, lo, hi, verdict[0], elapsed, verdict[1],
+                          _why(plan, st, n) if st is not None and verdict[0] == "fail" else "")  # fmt: skip
+            search.add(probe)
+            s._event(
+                "probe",
+                f"probe {plan.fmt(level)} ({name}): {probe.verdict}"
+                + (" by its point" if probe.by_point else "")
+                + f", goodput {good}/{n} [{lo:.0%}, {hi:.0%}]"
+                + (f" — {probe.why}" if probe.why else ""),
+                {"arm": name, "probe": probe.to_json()},
+                t=perf_counter_ns(),
+            )
+            i += 1
+            if probe.verdict == "fail" and plan.param == "rate" and not drain(s, DRAIN_S):
+                return
+        s._event("capacity", f"{name}: {search.verdict_text()}",
+                 {"arm": name, "result": search.to_json()}, t=perf_counter_ns())  # fmt: skip
+    end(s, "capacity search done", None)
+
+
+def drain(s: Stage, limit_s: float) -> bool:
+    """After an open-loop probe that failed: sending paused until the backlog it left
+    has ended (at most ``limit_s``), so the next probe does not inherit it. False: the
+    run is stopping."""
+    with s.lock:
+        if s.fold.paused:
+            return True
+    s.command("pause")
+    t_end = perf_counter_ns() + int(limit_s * 1e9)
+    try:
+        while perf_counter_ns() < t_end:
+            if s._done.wait(POLL_S) or s.stopping:
+                return False
+            with s.lock:
+                if sum(st.in_flight for st in s.fold.statuses.values()) == 0:
+                    break
+    finally:
+        if not s.stopping:
+            s.command("pause")  # resumed
+    return True
+
+
+def _plan_json(p: CapacityPlan) -> dict[str, Any]:
+    return {
+        "param": p.param, "goodput": p.goodput, "slo": p.slo, "start": p.start, "limit": p.limit,
+        "min_s": p.min_s, "max_s": p.max_s, "warm_s": p.warm_s,
+    }  # fmt: skip
