@@ -91,3 +91,64 @@ def test_find_capacity_needs_an_slo_and_one_schedule(tmp_path):
         r = tokmon("run", "--url", "http://127.0.0.1:9/v1", "--find-capacity", "concurrency",
                    "--headless", *extra)  # fmt: skip
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_the_crossover_is_where_the_model_puts_it(tmp_path):
+    """Two simulators, speculative decoding off and on, a ladder of 4–32 streams on a
+    half-code, half-creative mix. By the model a verify step costs 24 + 0.6·b + 4.8 ms
+    against 24 + 0.12·b, so creative text (1.43 tokens a step) stops paying at about 13
+    streams — between the steps 8 and 16 — and costs about 17% at 32; code (3.5 tokens a
+    step) pays at every load."""
+    out = tmp_path / "s.json"
+    with (
+        SimProcess(SimConfig(seed=1, time_scale=5)) as a,
+        SimProcess(SimConfig(seed=2, spec=True, time_scale=5)) as b,
+    ):
+        r = tokmon("run", "--arm", f"plain:url={a.url}", "--arm", f"spec:url={b.url}",
+                   "--ladder", "concurrency=4,8,16,32", "--step-duration", "5s",
+                   "--step-warmup", "1s", "--mix", "code=1,creative=1", "--max-tokens", "64",
+                   "--ignore-eos", "--headless", "--summary-json", str(out), "--no-gpu",
+                   "--status-interval", "1h", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    cross = {c["kind"]: c for c in json.loads(out.read_text())["ladder"]["crossover"]}
+    assert set(cross) == {None, "code", "creative"}, cross
+    assert cross["code"]["crossover_at"] is None  # pays at every load
+    assert cross["creative"]["crossover_at"] in (8.0, 16.0), cross["creative"]
+    assert cross["creative"]["costs_at"] == 32.0 and 0.08 < cross["creative"]["cost"] < 0.26
+    assert "crossover: spec on creative pays" in r.stdout or "crossover: spec on creative does not" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name,extra,headline",
+    [
+        ("chat", ["-d", "4s"], "TTFT and TPOT against the SLO"),
+        ("serve", ["--probe-duration", "1s,3s", "--step-warmup", "0.5s", "--max-tokens", "8"],
+         "capacity and goodput"),
+        ("batch", ["-d", "4s", "--max-tokens", "32"], "output tokens/s and cost"),
+        ("code", ["-d", "4s"], "decode speed-up by task kind"),
+    ],
+)  # fmt: skip
+def test_each_scenario_runs_and_says_what_it_is(tmp_path, name, extra, headline):
+    """A preset is a bundle of options below the user's own: each runs against the
+    simulator, and its summary (and the closing text) names it and its headline."""
+    out = tmp_path / "s.json"
+    cfg = SimConfig(schedule=(20.0, 1.0, 4), schedule_capacity=6, seed=1)
+    with SimProcess(cfg) as sim:
+        r = tokmon("run", "--url", sim.url, "--scenario", name, *extra, "--headless",
+                   "--summary-json", str(out), "--no-gpu", "--status-interval", "1h",
+                   timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    s = json.loads(out.read_text())
+    assert s["scenario"]["name"] == name and headline in s["scenario"]["headline"]
+    assert f"scenario {name}: the headline is" in r.stdout
+    a = s["arms"]["default"]
+    assert a["requests"]["ok"] > 0
+    if name == "serve":
+        c = s["capacity_search"]["default"]
+        assert c["done"] and c["capacity"] is not None
+    if name == "code":
+        assert set(a["by_kind"]) == {"code", "structured"}
+    if name == "chat":
+        assert s["slo"]["fraction"] is not None

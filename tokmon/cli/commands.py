@@ -413,6 +413,23 @@ def main(argv: list[str] | None = None) -> int:
             except UsageError as e:
                 say(f"tokmon run: error: {e}", err=True)
                 return EXIT_USAGE
+        # a --scenario's values come before the config's and the command line's: they win
+        from tokmon.cli import scenarios
+
+        name = scenarios.find(argv)
+        if name is None and "--help-scenario" in argv:
+            say("\n\n".join(scenarios.describe(n) for n in scenarios.NAMES))
+            return 0
+        if name is not None:
+            try:
+                if "--help-scenario" in argv:
+                    say(scenarios.describe(name))
+                    return 0
+                words = scenarios.scenario_argv(parser.run_parser, name, argv[1:])
+                argv = ["run", *words, *argv[1:]]
+            except UsageError as e:
+                say(f"tokmon run: error: {e}", err=True)
+                return EXIT_USAGE
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -425,6 +425,12 @@ def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+def scenario_headline(args: argparse.Namespace) -> str:
+    from tokmon.cli.scenarios import headline
+
+    return headline(getattr(args, "scenario", None))
+
+
 def capacity_plan(args: argparse.Namespace, ladder: Any) -> Any:
     """``--find-capacity``: the search's plan (its start: --concurrency or --rate, else 1)."""
     from tokmon.model.capacity import CapacityPlan
@@ -649,6 +655,7 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
         cycles=getattr(args, "cycles", None),
         prometheus=info.get("prometheus"),
         notes=info.get("notes", ()),
+        scenario=(getattr(args, "scenario", None) or "", scenario_headline(args)),
     )
     headless = args.headless or not sys.stdout.isatty()
     if recorder is not None:

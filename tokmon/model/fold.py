@@ -26,13 +26,21 @@ from tokmon.model.capacity import CapacityReducer
 from tokmon.model.changepoint import WATCHED, ChangePoint, StepWatch
 from tokmon.model.changepoint import H as CUSUM_H
 from tokmon.model.coerce import integer, number, text
+from tokmon.model.crossover import AtLoad, Crossover, crossover
 from tokmon.model.environment import ServerEnv
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.snapshot import ArmView, Snapshot
-from tokmon.model.stats import ArmTotals, Slo, TokenWindow, ratio_ci_requests, window_stats
+from tokmon.model.stats import (
+    MIN_SAMPLES,
+    ArmTotals,
+    Slo,
+    TokenWindow,
+    ratio_ci_requests,
+    window_stats,
+)
 from tokmon.model.summary import alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
 from tokmon.model.timesplit import SpeedupCauses, TimeSplit, TimeSplitReducer
@@ -113,6 +121,9 @@ class FoldSettings:
     environment: tuple[ServerEnv, ...] = ()
     # each arm's server: its URL, or its managed command, short and redacted
     arm_servers: tuple[tuple[str, str], ...] = ()
+    # --scenario: which kind of service the run stands for, and its headline figures
+    scenario: str = ""
+    scenario_headline: str = ""
 
     def server_of(self, arm: str) -> str:
         return dict(self.arm_servers).get(arm) or self.target
@@ -305,6 +316,7 @@ class Fold:
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
         self.causes: SpeedupCauses | None = None
+        self.crossovers: tuple[Crossover, ...] = ()
         self.watch.new_regime(0.0)
         self.regimes: list[float] = [0.0]  # when each regime began (s)
         self.change_points: list[tuple[str, ChangePoint]] = []  # (arm, change), all found
@@ -376,6 +388,36 @@ class Fold:
             dict(s.kind_weights) if s.kind_weights else None,
         )
         self.causes = self.split.causes(self.arm_names[0], self.arm_names[1])
+        self.crossovers = self._crossovers() if self.steps else ()
+
+    def _crossovers(self) -> tuple[Crossover, ...]:
+        """The second arm's decode speed-up over the first at each load both ran (ladder
+        steps, capacity probes), and where it stops paying: over the mix, and per task
+        kind where the mix has several."""
+        a, b = self.arm_names[0], self.arm_names[1]
+        param = self.ladder_param or ""
+        if param not in ("concurrency", "rate"):
+            return ()
+        by: dict[tuple[str, str], StepTotals] = {}
+        for st in self.steps:
+            by[(st.arm, st.value)] = st  # (a level probed twice: its last run)
+        levels = [v for (arm, v) in by if arm == a and (b, v) in by]
+        kinds = sorted({k for st in self.steps for k in st.decode_kind})
+        out = []
+        for kind in ["", *kinds] if len(kinds) > 1 else [""]:
+            pts = []
+            for v in levels:
+                x, y = by[(a, v)], by[(b, v)]
+                da = x.decode if not kind else x.decode_kind.get(kind, [])
+                db = y.decode if not kind else y.decode_kind.get(kind, [])
+                if len(da) < MIN_SAMPLES or len(db) < MIN_SAMPLES:
+                    continue
+                r = ratio_ci_requests(np.asarray(da), np.asarray(db))
+                if r is not None:
+                    pts.append(AtLoad(float(v), r[0], r[1], r[2]))
+            if pts:
+                out.append(crossover(b, a, param, pts, kind))
+        return tuple(out)
 
     def rtt_ms(self, arm: str) -> float | None:
         """The network round trip (p50 of the run's samples) to ``arm``'s server."""
@@ -503,6 +545,10 @@ class Fold:
                             v = float(c[name][i])
                             if v == v:
                                 lst.append(v)
+                        dec = float(c["decode_tps"][i])
+                        kind = tb.vocab["kind"][c["kind"][i]]
+                        if dec == dec and kind:
+                            st.decode_kind.setdefault(kind, []).append(dec)
                     else:
                         st.failed += 1
                     break
@@ -918,6 +964,8 @@ class Fold:
             price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.gpus),
             time_split=self._time_split_view(now, final),
             capacity=self.capacity.views(),
+            crossovers=self.crossovers,
+            scenario=s.scenario,
             causes=self.causes,
         )
         for kind, msg, data in later:
@@ -1024,6 +1072,7 @@ class Fold:
                     }
                 )
             out["speedup"] = speedup
+            out["crossover"] = [c.to_json() for c in self._crossovers()]
         return out
 
     def own_time(self, t: int) -> dict[str, tuple[float, float]]:
@@ -1060,6 +1109,8 @@ class Fold:
         )
         for name, a in out["arms"].items():
             a["server"] = s.server_of(name)
+        if s.scenario:
+            out["scenario"] = {"name": s.scenario, "headline": s.scenario_headline}
         lad = self.ladder_summary(t_end)
         if lad is not None:
             out["ladder"] = lad

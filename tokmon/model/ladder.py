@@ -106,6 +106,7 @@ class StepTotals:
     prompt: list[float] = field(default_factory=list)
     gpu_mem_max: float | None = None
     kv_max: float | None = None
+    decode_kind: dict[str, list[float]] = field(default_factory=dict)  # per task kind
     good: int = 0  # requests that met every SLO (with --slo)
     met: dict[str, int] = field(default_factory=dict)  # per SLO (ttft, tpot, e2e) alone
 

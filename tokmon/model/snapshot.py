@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from tokmon.model.alerts import Trend
 from tokmon.model.capacity import CapacityView
+from tokmon.model.crossover import Crossover
 from tokmon.model.history import Point
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.stats import WindowStats
@@ -70,6 +71,8 @@ class Snapshot:
     time_split: tuple[TimeSplit, ...] = ()  # where each arm's time goes
     causes: SpeedupCauses | None = None  # the A/B decode speed-up as its causes
     capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
+    crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
+    scenario: str = ""  # --scenario: the kind of service the run stands for
 
     @property
     def t_start(self) -> int:

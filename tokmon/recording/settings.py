@@ -76,6 +76,8 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
         wall_start=number(f.get("wall_start")) or 0.0,
         environment=_environment(f.get("environment"), h.get("servers")),
         arm_servers=_arm_servers(f.get("arm_servers"), h.get("settings")),
+        scenario=text(f.get("scenario")),
+        scenario_headline=text(f.get("scenario_headline")),
     )
 
 

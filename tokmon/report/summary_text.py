@@ -77,6 +77,10 @@ def summary_table(summary: dict[str, Any]) -> str:
         "times in ms, decode in tokens/s per request; warm-up excluded",
         *lines,
     ]
+    sc = summary.get("scenario")
+    if sc:  # which kind of service the run stands for, and what to read first
+        out.insert(1, f"scenario {clean_text(str(sc.get('name')), False)}: the headline is "
+                      f"{clean_text(str(sc.get('headline')), False)}")  # fmt: skip
     for name, a in summary["arms"].items():
         by = a["requests"]["by_outcome"]
         fails = {k: v for k, v in by.items() if k != "ok"}
@@ -236,6 +240,8 @@ def summary_table(summary: dict[str, Any]) -> str:
                     else f"×{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
                 )
             )
+        for cr in lad.get("crossover") or []:
+            out.append(f"  crossover: {clean_text(str(cr.get('text')), False)}")
         if lad.get("stopped_early"):
             out.append(f"  ladder stopped early: {lad['stopped_early']}")
     out += capacity_lines(searched)

@@ -17,10 +17,20 @@ import json
 import math
 from typing import Any
 
-from tokmon.model import alerts, capacity, history, records, snapshot, stats, timesplit, views
+from tokmon.model import (
+    alerts,
+    capacity,
+    crossover,
+    history,
+    records,
+    snapshot,
+    stats,
+    timesplit,
+    views,
+)
 
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
-_MODULES = (snapshot, views, history, records, stats, timesplit, alerts, capacity)
+_MODULES = (snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover)
 
 
 def _registry() -> dict[str, type]:

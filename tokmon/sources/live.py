@@ -69,6 +69,7 @@ class LiveSession:
         cycles: int | None = None,
         prometheus: tuple[str, int] | None = None,
         notes: tuple[tuple[str, str], ...] = (),
+        scenario: tuple[str, str] = ("", ""),
     ) -> None:
         self.cfg = cfg
         self.target = target
@@ -103,6 +104,8 @@ class LiveSession:
                 server_metrics=any(getattr(p, "name", "") == "server" for p in self.probes),
                 environment=tuple(environment),
                 arm_servers=tuple((a.name, a.server() or target) for a in cfg.arms),
+                scenario=scenario[0],
+                scenario_headline=scenario[1],
             ),
             derive=True,
         )

@@ -584,12 +584,15 @@ class DashboardApp(App[None]):
         lad = s.ladder
         if lad is not None and lad.running:
             when = "warming up" if lad.since_s < 0 else f"{lad.since_s:.0f} s measured"
+            what = "capacity probe" if s.capacity else "ladder step"
             t.append(
-                f" · ladder step {lad.step + 1}: {lad.param} {lad.value} ({when})",
+                f" · {what} {lad.step + 1}: {lad.param} {lad.value} ({when})",
                 style="bold",
             )
         if s.warming_up:
             t.append(" · warming up", style="italic")
+        if s.scenario:
+            t.append(f" · scenario {clean_text(s.scenario, False)}")
         if s.restarting is not None:
             r = s.restarting
             t.append(
@@ -799,6 +802,9 @@ class DashboardApp(App[None]):
                 # always beside the headline: folds to lines of its own, never away
                 lines.extend(_kind_lines([k.text() for k in c.by_kind], "decode by kind: ", width))
             out.append(Block(tuple(lines)))
+            cross = [x for cr in s.crossovers for x in wrap(cr.text().split(" "), "", width, " ")]
+            if cross:  # where the speed-up stops paying, by load (and by kind)
+                out.append(Block(tuple(Text(x) for x in cross), fold=2, name="crossover"))
             why = self._causes(s)
             if why:  # the speed-up as its causes (w: the whole split)
                 out.append(Block(tuple(Text(x) for x in wrap(why, "", width, " ")), fold=2,
