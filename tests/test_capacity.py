@@ -116,7 +116,10 @@ def test_the_crossover_is_where_the_model_puts_it(tmp_path):
     assert cross["code"]["crossover_at"] is None  # pays at every load
     assert cross["creative"]["crossover_at"] in (8.0, 16.0), cross["creative"]
     assert cross["creative"]["costs_at"] == 32.0 and 0.08 < cross["creative"]["cost"] < 0.26
-    assert "crossover: spec on creative pays" in r.stdout or "crossover: spec on creative does not" in r.stdout
+    assert (
+        "crossover: spec on creative pays" in r.stdout
+        or "crossover: spec on creative does not" in r.stdout
+    )
 
 
 @pytest.mark.slow

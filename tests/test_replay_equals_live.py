@@ -13,14 +13,17 @@ import json
 import re
 import time
 from dataclasses import fields, is_dataclass, replace
+from typing import Any
 
 import pytest
 from fake_nvml import make
 
 from tokmon.model.arms import Arm
+from tokmon.model.capacity import CapacityPlan
 from tokmon.model.config import RunConfig
 from tokmon.model.ladder import parse_ladder
 from tokmon.model.snapshot import Snapshot
+from tokmon.model.stats import Slo
 from tokmon.model.workload import LengthDist
 from tokmon.probes.gpu import NvmlProbe
 from tokmon.probes.host import HostProbe
@@ -109,11 +112,14 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
     cfg = RunConfig(
         arms=arms,
         concurrency=3,
-        duration_s=None if plan == "ladder" else 7.0,
+        duration_s=None if plan in ("ladder", "capacity") else 7.0,
         alternate_s=1.5 if plan == "alternate" else None,
         max_tokens=LengthDist("fixed", 16),
     )
-    ladder = parse_ladder("concurrency=1,3", 1.8, 0.4, None) if plan == "ladder" else None
+    ladder: Any = parse_ladder("concurrency=1,3", 1.8, 0.4, None) if plan == "ladder" else None
+    if plan == "capacity":  # a search that passes 1 and 2 streams and stops at its limit, 4
+        ladder = CapacityPlan("concurrency", goodput=0.5, slo="ttft=1000", limit=4,
+                              min_s=0.6, max_s=1.5, warm_s=0.2)  # fmt: skip
     probes = [
         HostProbe(0.5),
         NvmlProbe(0.5, nvml=make(n=1, power_mw=300_000)),
@@ -130,6 +136,7 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
         probes=probes,
         gpu_hour_price=2.0,
         ladder=ladder,
+        slo=Slo(ttft_ms=1000.0) if plan == "capacity" else None,
     )
     snaps: list[Snapshot] = []
     tick = s._tick
@@ -159,7 +166,7 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("plan", ["ladder", "alternate"])
+@pytest.mark.parametrize("plan", ["ladder", "alternate", "capacity"])
 def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_path, plan):
     sim = make_sim(
         schedule=(2.0, 1.0, 1), faults=Faults(http_500=0.2), seed=4, request_metrics=True,
@@ -170,7 +177,7 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
     assert rec.clocked and not rec.truncated and rec.corrupt == 0
     kinds = {e.kind for e in rec.events}
     assert {"marker", "pause", "arm"} <= kinds and "errors" in kinds  # a burst was raised
-    if plan == "ladder":
+    if plan in ("ladder", "capacity"):
         assert {"step", "ladder"} <= kinds
     assert len(snaps) >= 6
     player = Player(rec)
@@ -188,6 +195,9 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
     # where the time goes, from each request's own figures, the same in the replay
     assert {sp.ttft.source for sp in last.time_split} == {"per-request"}
     assert last.probes.gpu_power_w == 300.0 and last.probes.kv_pct is not None
+    if plan == "capacity":  # each arm searched in turn, the same verdict in the replay
+        assert [(c.arm, c.done) for c in last.capacity] == [("plain", True), ("spec", True)]
+        assert all([p.level for p in c.probes] == [1, 2, 4] for c in last.capacity)
     if plan == "ladder":
         assert last.ladder is not None and len(last.ladder.done) == 4  # 2 steps × 2 arms
         assert last.level == 3.0
