@@ -59,6 +59,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     cfg.schedule_queue_ms = 1000.0 * (dur("--schedule-queue", args.schedule_queue) or 0.0)
     cfg.request_metrics = bool(args.per_request_metrics)
     cfg.schedule_capacity = int(args.schedule_capacity)
+    cfg.wobble = float(args.wobble)
     cfg.token_bytes = int(args.token_bytes)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None
@@ -260,13 +261,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tokmon.recording.reader import read_recording
     from tokmon.report.render import render
 
-    rec = read_recording(args.file)
-    if args.map and not args.compare:
+    files, others = list(args.file), list(args.compare or [])
+    if args.map and not others:
         raise UsageError("--map goes with --compare (it pairs the two runs' arms)")
-    if args.compare:
+    if len(files) > 1 or len(others) > 1:
+        return _report_runs(args, files, others)
+    rec = read_recording(files[0])
+    if others:
         from tokmon.report.text import compare_recordings
 
-        other = read_recording(args.compare)
+        other = read_recording(others[0])
         try:
             text = compare_recordings(rec, other, args.format, args.map)
         except ValueError as e:
@@ -276,17 +280,56 @@ def cmd_report(args: argparse.Namespace) -> int:
         _write_out(args.output, render(rec, args.format, args.target_rate))
         if args.format == "csv":
             _write_events_csv(rec, args.output)
+    _notes(rec, files[0])
+    return 0
+
+
+def _notes(rec: Any, path: str) -> None:
     if rec.truncated:
         say(
-            f"tokmon report: note: {args.file} was cut (the writer did not finish); "
+            f"tokmon report: note: {path} was cut (the writer did not finish); "
             "figures cover the complete lines",
             err=True,
         )
     if rec.corrupt:
-        say(
-            f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped",
-            err=True,
-        )
+        say(f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped", err=True)
+
+
+def _report_runs(args: argparse.Namespace, files: list[str], others: list[str]) -> int:
+    """Several recordings of the same load: the figures over runs; with --compare, two
+    groups of runs against each other, over runs."""
+    from tokmon.model.runs import between_groups, between_runs
+    from tokmon.recording.play import summary_of
+    from tokmon.recording.reader import read_recording
+    from tokmon.report.runs_text import groups_text, runs_text
+    from tokmon.textsafe import dumps
+
+    if args.format not in ("text", "md", "json"):
+        raise UsageError("several recordings: --format text, md or json")
+    if others and (len(files) < 2 or len(others) < 2):
+        raise UsageError("--compare of groups needs at least 2 runs on each side (one run "
+                         "each: report A --compare B compares their requests)")  # fmt: skip
+
+    def summaries(paths: list[str]) -> list[dict[str, Any]]:
+        out = []
+        for p in paths:
+            rec = read_recording(p)
+            _notes(rec, p)
+            out.append(summary_of(rec))
+        return out
+
+    a = summaries(files)
+    if others:
+        data = between_groups(a, summaries(others))
+        text = groups_text(data, files, others)
+    else:
+        data = between_runs(a)
+        text = runs_text(data, files)
+    if args.format == "json":
+        text = dumps(data, indent=2) + "\n"
+    elif args.format == "md":
+        text = "```\n" + text + "```\n"
+    _write_out(args.output, text)
     return 0
 
 

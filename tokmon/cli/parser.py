@@ -154,7 +154,11 @@ def build_parser() -> Parser:
         description="Summary per arm and segment, the A/B comparison, drift, "
         "errors and the environment, from a recording.",
     )
-    rep.add_argument("file")
+    rep.add_argument(
+        "file",
+        nargs="+",
+        help="a recording; several: the same load run again, their figures over runs",
+    )
     rep.add_argument(
         "--format",
         "-F",
@@ -173,9 +177,11 @@ def build_parser() -> Parser:
     rep.add_argument(
         "--compare",
         default=None,
+        nargs="+",
         metavar="OTHER",
         help="a second recording: its arms against this one's (matched by name, by --map, "
-        "or the one arm of each)",
+        "or the one arm of each); with several runs on each side, the groups compared "
+        "over runs",
     )
     rep.add_argument(
         "--map",
@@ -335,6 +341,14 @@ def build_parser() -> Parser:
         metavar="N",
         help="with --schedule: above N requests in flight each TTFT grows by (in flight / N)² "
         "(a server whose capacity is known)",
+    )
+    sim.add_argument(
+        "--wobble",
+        type=number(0, 1),
+        default=0.0,
+        metavar="SIGMA",
+        help="a run-to-run wobble: every cost × one lognormal factor of σ SIGMA drawn at "
+        "start from --seed (e.g. 0.03: runs of the 'same' server differ by about 3%%)",
     )
     sim.add_argument(
         "--token-bytes",

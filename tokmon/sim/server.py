@@ -154,6 +154,10 @@ class SimConfig:
     # Schedule mode: a server that holds N streams: above N in flight, each TTFT is the
     # schedule's × (in flight / N)² (a capacity known in advance, for the search's tests)
     schedule_capacity: int = 0
+    # A run-to-run wobble: every cost of this server multiplied by one lognormal factor
+    # of σ = wobble, drawn once at start from the seed (a second run of the "same"
+    # server is not the same: what --repeat measures)
+    wobble: float = 0.0
 
 
 class Metrics:
@@ -378,6 +382,8 @@ class SimServer:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
+        w = cfg.wobble
+        self.wobble = math.exp(random.Random(cfg.seed).gauss(0.0, w) - w * w / 2) if w else 1.0
         self.metrics = Metrics(cfg.model_name, cfg)
         self.prefix_cache = PrefixCache()
         self.waiting: deque[Seq] = deque()
@@ -424,6 +430,7 @@ class SimServer:
         return (
             (1.0 + f.drift / 100.0 * self.hours())
             * (1.0 + f.slowdown / 100.0)
+            * self.wobble
             / self.cfg.time_scale
         )
 

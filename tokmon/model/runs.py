@@ -1,0 +1,195 @@
+"""Does it reproduce: figures over repeated runs, where the unit of replication is the run.
+
+Each run gives one value per headline figure and arm (its p50 of decode speed, TTFT and
+TPOT, its output tokens/s, its error rate). Over runs: the mean, the between-run
+coefficient of variation, the min–max, and a 95% t interval of the mean; a verdict in
+words. Two groups of runs (two configurations, each run several times) are compared by
+the ratio of their geometric means with a Welch interval over run-level log values:
+the difference counts only where the interval excludes 1, i.e. where it exceeds what the
+runs themselves vary by.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# the 97.5% quantile of Student's t by degrees of freedom (1–30); beyond, the normal's
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+REPRODUCES_PCT = 5.0  # a figure whose runs span less than this (max−min over the mean)
+
+# figure -> (where in an arm's summary, how it reads, higher is better)
+FIGURES: dict[str, tuple[tuple[str, ...], str]] = {
+    "decode_p50": (("decode_tokens_per_s", "p50"), "decode p50 (tok/s)"),
+    "ttft_p50": (("ttft_ms", "p50"), "TTFT p50 (ms)"),
+    "tpot_p50": (("tpot_ms", "p50"), "TPOT p50 (ms)"),
+    "tokens_per_s": (("output_tokens_per_s",), "output tok/s"),
+}
+
+
+def t975(df: float) -> float:
+    if df < 1:
+        return math.inf
+    i = int(df)
+    return _T975[i - 1] if i <= len(_T975) else 1.96
+
+
+def figure(arm: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    v: Any = arm
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One figure over runs."""
+
+    name: str
+    values: tuple[float, ...]
+    mean: float
+    cv: float  # sd / mean
+    lo: float  # the 95% t interval of the mean
+    hi: float
+    span_pct: float  # (max − min) / mean, in %
+
+    @property
+    def reproduces(self) -> bool:
+        return self.span_pct <= REPRODUCES_PCT
+
+    def verdict(self) -> str:
+        n = len(self.values)
+        if n < 2:
+            return f"{self.name}: one run, nothing to compare"
+        half = 100 * (self.hi - self.mean) / self.mean if self.mean else math.inf
+        if self.reproduces:
+            return f"{self.name} reproduces within ±{half:.1f}% over {n} runs"
+        return f"{self.name} varies by {self.span_pct:.0f}% between runs: check the environment"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "values": list(self.values),
+            "mean": self.mean,
+            "cv": self.cv,
+            "ci95": [self.lo, self.hi],
+            "min": min(self.values),
+            "max": max(self.values),
+            "span_pct": self.span_pct,
+            "reproduces": self.reproduces,
+            "verdict": self.verdict(),
+        }
+
+
+def spread(name: str, values: list[float]) -> Spread | None:
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if x.size == 0:
+        return None
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    half = t975(x.size - 1) * sd / math.sqrt(x.size) if x.size > 1 else math.inf
+    span = 100 * float(x.max() - x.min()) / mean if mean else math.inf
+    return Spread(name, tuple(float(v) for v in x), mean, sd / mean if mean else math.inf,
+                  mean - half, mean + half, span)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRatio:
+    """Group B over group A for one figure: the ratio of geometric means of the runs'
+    values with its Welch 95% interval over runs."""
+
+    name: str
+    ratio: float
+    lo: float
+    hi: float
+    n: tuple[int, int]
+
+    @property
+    def differs(self) -> bool:
+        return self.lo > 1.0 or self.hi < 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": self.ratio, "ci95": [self.lo, self.hi], "runs": list(self.n),
+                "differs": self.differs}  # fmt: skip
+
+
+def group_ratio(name: str, a: list[float], b: list[float]) -> GroupRatio | None:
+    """B/A over runs (each group at least 2 runs): Welch's interval on the logs."""
+    xa = np.log([v for v in a if v and v > 0])
+    xb = np.log([v for v in b if v and v > 0])
+    if xa.size < 2 or xb.size < 2:
+        return None
+    va, vb = xa.var(ddof=1) / xa.size, xb.var(ddof=1) / xb.size
+    se = math.sqrt(va + vb)
+    d = float(xb.mean() - xa.mean())
+    if se == 0:
+        return GroupRatio(name, math.exp(d), math.exp(d), math.exp(d), (xa.size, xb.size))
+    # Welch–Satterthwaite degrees of freedom
+    df = (va + vb) ** 2 / (va**2 / (xa.size - 1) + vb**2 / (xb.size - 1))
+    half = t975(df) * se
+    return GroupRatio(name, math.exp(d), math.exp(d - half), math.exp(d + half),
+                      (int(xa.size), int(xb.size)))  # fmt: skip
+
+
+def env_of(summary: dict[str, Any], arm: str) -> dict[str, str]:
+    """What the arm's server said of itself (engine, version, configuration), flat."""
+    a = (summary.get("arms") or {}).get(arm) or {}
+    env = (summary.get("environment") or {}).get(a.get("server") or "") or {}
+    out = {}
+    for k in ("engine", "version"):
+        if env.get(k) is not None:
+            out[k] = str(env[k])
+    for k, v in (env.get("config") or {}).items():
+        out[f"config.{k}"] = str(v)
+    out["tokmon"] = str(summary.get("tokmon_version"))
+    return out
+
+
+def changed_env(summaries: list[dict[str, Any]], arm: str) -> list[str]:
+    """The environment fields that differ between the runs, with their values."""
+    envs = [env_of(s, arm) for s in summaries]
+    keys = sorted({k for e in envs for k in e})
+    out = []
+    for k in keys:
+        vals = [e.get(k, "—") for e in envs]
+        if len(set(vals)) > 1:
+            out.append(f"{k}: {' / '.join(vals)}")
+    return out
+
+
+def between_runs(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The between-run table: per arm in every run, each figure's spread."""
+    arms = [a for a in (summaries[0].get("arms") or {}) if all(a in (s.get("arms") or {})
+                                                              for s in summaries)]  # fmt: skip
+    out: dict[str, Any] = {"runs": len(summaries), "arms": {}}
+    for arm in arms:
+        figs = {}
+        for key, (path, label) in FIGURES.items():
+            sp = spread(label, [figure(s["arms"][arm], path) for s in summaries])  # type: ignore[misc]
+            if sp is not None:
+                figs[key] = sp.to_json()
+        out["arms"][arm] = {"figures": figs, "environment_changed": changed_env(summaries, arm)}
+    return out
+
+
+def between_groups(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+    """Group B against group A, arm by arm (arms in every run of both groups)."""
+    arms = [x for x in (a[0].get("arms") or {})
+            if all(x in (s.get("arms") or {}) for s in [*a, *b])]  # fmt: skip
+    out: dict[str, Any] = {"runs": [len(a), len(b)], "arms": {}}
+    for arm in arms:
+        figs = {}
+        for key, (path, label) in FIGURES.items():
+            va = [figure(s["arms"][arm], path) for s in a]
+            vb = [figure(s["arms"][arm], path) for s in b]
+            r = group_ratio(
+                label, [v for v in va if v is not None], [v for v in vb if v is not None]
+            )
+            if r is not None:
+                figs[key] = r.to_json()
+        out["arms"][arm] = figs
+    return out
