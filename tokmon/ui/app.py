@@ -553,7 +553,7 @@ class DashboardApp(App[None]):
         width = screen.size.width - 2 if screen.narrow() else screen.size.width // 2 - 2
         blocks = self._compare_blocks(snap, width)
         screen.lay_out(need=sum(len(b.lines) for b in blocks))
-        compare = fit_blocks(blocks, screen.room())
+        compare = fit_blocks(blocks, screen.room(), width)
         screen.query_one("#compare", InfoPanel).show(compare)
         # the latest events that fit under the title (the oldest scroll away first)
         room = screen.events_room(len(compare.plain.splitlines()))
@@ -901,7 +901,7 @@ class Block:
     shrinks: bool = False
 
 
-def fit_blocks(blocks: list[Block], room: int) -> Text:
+def fit_blocks(blocks: list[Block], room: int, width: int = 10_000) -> Text:
     """The blocks in their order within ``room`` lines; what had to fold is named on the
     last line with the key that shows it (``b``: the panels over the whole screen)."""
     blocks = list(blocks)
@@ -929,8 +929,19 @@ def fit_blocks(blocks: list[Block], room: int) -> Text:
             t.append_text(line)
             t.append("\n")
     if hidden:
-        t.append(f"more ({', '.join(dict.fromkeys(hidden))}): b", style="dim")
+        t.append(more_line(list(dict.fromkeys(hidden)), width), style="dim")
     return t
+
+
+def more_line(names: list[str], width: int) -> str:
+    """``more (cost, ladder): b`` within ``width``: the names that do not fit are counted
+    (``+2``), so the key that shows them is never cut."""
+    for k in range(len(names), 0, -1):
+        rest = len(names) - k
+        line = f"more ({', '.join(names[:k])}{f', +{rest}' if rest else ''}): b"
+        if len(line) <= width:
+            return line
+    return f"more ({len(names)}): b"
 
 
 def _num(v: float | None) -> str:
