@@ -150,8 +150,15 @@ def test_the_html_report_in_a_browser(make_sim, tmp_path):
         page.goto(Path(html).as_uri())
         page.wait_for_selector(".plotly", timeout=30_000)
         n = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+        # where the time goes: the TTFT's parts as stacked bars (from the histograms here)
+        parts = page.evaluate(
+            "Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            ".flatMap(d => (d.data || []).map(t => t.name))"
+        )
         browser.close()
-    assert n == 1  # the time series (one figure of six charts; a ladder adds one)
+    # the time series (one figure of six charts) and the time split; a ladder adds one
+    assert n == 2
+    assert {"network", "front end", "queue", "prefill"} <= set(parts), parts
     assert not errors, errors
 
 
