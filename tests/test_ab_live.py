@@ -77,7 +77,7 @@ def test_the_live_headline_interval_is_calibrated_tick_by_tick():
     """24 seeded live runs of a half-code, half-creative mix (the simulator's timing
     model, arms alternating every 15 s): at every tick where a whole (not partial)
     headline is shown, its 95% interval holds the weighted truth in 90–99% of ticks
-    (measured: 98.3% over 20 runs) and the point is within 5% of it in ≥ 95%."""
+    (measured: 98.5% over 20 runs) and the point is within 5% of it in ≥ 95%."""
     mix = {"code": 0.5, "creative": 0.5}
     truth = abtick.truth(mix, 8, 0.15)["all"]
     shown = covered = near = 0

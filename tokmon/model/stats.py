@@ -595,14 +595,28 @@ def _boot_segment_medians(
     is widened by √(k/(k−1)). Measured over 20 seeded live runs (tests/abtick.py, ticks
     after the arms alternated twice): the 95% interval held the truth at 83–89% of ticks
     without this, 94–100% with it."""
-    out = np.empty(reps)
     k = len(parts)
     two_stage = k < FEW_SEGMENTS
-    for i in range(reps):
-        chosen = [parts[j] for j in rng.integers(0, k, k)]
-        if two_stage:
-            chosen = [p[rng.integers(0, p.size, p.size)] for p in chosen]
-        out[i] = np.median(np.concatenate(chosen))
+    # the segments as rows of one array (NaN past each one's end), drawn many
+    # replicates at a time: a median per replicate in numpy, not a Python loop
+    sizes = np.array([p.size for p in parts])
+    width = int(sizes.max())
+    rows = np.full((k, width), np.nan)
+    for j, p in enumerate(parts):
+        rows[j, : p.size] = p
+    out = np.empty(reps)
+    per = max(1, (1 << 21) // max(1, k * width))  # ~16 MB of draws at a time
+    col = np.arange(width)
+    for lo in range(0, reps, per):
+        n = min(per, reps - lo)
+        chosen = rng.integers(0, k, (n, k))
+        if two_stage:  # each drawn segment's requests drawn again, as many as it has
+            m = sizes[chosen][..., None]
+            pick = np.minimum((rng.random((n, k, width)) * m).astype(np.int64), m - 1)
+            draws = np.where(col < m, rows[chosen[..., None], pick], np.nan)
+        else:
+            draws = rows[chosen]
+        out[lo : lo + n] = np.nanmedian(draws.reshape(n, -1), axis=1)
     if not two_stage and k > 1:
         with np.errstate(divide="ignore", invalid="ignore"):
             logs = np.log(out)
