@@ -106,7 +106,7 @@ def test_a_negative_remainder_is_flagged_not_shown():
     )  # fmt: skip
     red = TimeSplitReducer()
     red.requests(tb, np.arange(tb.n))
-    t = red.view("a", 1.0).ttft
+    t = red.view("a", 1.0, np.full(20, 50.0), np.full(20, 5.0)).ttft
     assert t.mismatched == 20 and t.mismatch and t.front is None
     assert t.queue == 20.0 and t.prefill == 40.0
     assert ttft_bar(t.to_json())  # the parts still drawn, the front end not

@@ -15,14 +15,16 @@ from collections.abc import Generator
 from typing import IO
 
 from tokmon.model.trace import (
+    IN_ORDER,
     MAX_TRACE,
     MOONCAKE_BLOCK,
     Trace,
     TraceEntry,
     TraceStream,
-    make_trace,
+    check_speed,
     mooncake_entry,
     parse_mooncake,
+    source_of,
     stream_share,
 )
 from tokmon.model.workload import (
@@ -158,10 +160,7 @@ def _scan_mooncake(path: str, speed: float, block: int) -> Trace:
                     e = mooncake_entry(json_object(raw.decode(), at), at)
                     if head and e.t_ms < head[-1].t_ms:
                         raise WorkloadError(
-                            f"{where} line {ln}: timestamp {e.t_ms:g} is before the line "
-                            f"above's; a trace over {STREAM_OVER >> 20} MiB is read as it is "
-                            "sent and must be in time order "
-                            "(sort it: jq -c -s 'sort_by(.timestamp)[]')"
+                            f"{at}: timestamp {e.t_ms:g} is before the line above's; {IN_ORDER}"
                         )
                     head.append(e)
     except UnicodeDecodeError:
@@ -179,8 +178,7 @@ def _scan_mooncake(path: str, speed: float, block: int) -> Trace:
     if end.t_ms < t0:
         raise WorkloadError(f"{where} line {ln}: the last request is before the first")
     stream = TraceStream(path=path, count=count, t0_ms=t0, span_ms=end.t_ms - t0)
-    base = make_trace(head[:1], speed, block, f"trace {path.rsplit('/', 1)[-1]}")
-    return Trace((), base.speed, base.block, base.source, stream)
+    return Trace((), check_speed(speed), block, source_of(path), stream)
 
 
 def read_share(

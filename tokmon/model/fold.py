@@ -427,7 +427,13 @@ class Fold:
         return None
 
     def time_split(self) -> tuple[TimeSplit, ...]:
-        return tuple(self.split.view(a, self.rtt_ms(a)) for a in self.arm_names)
+        out = []
+        for a in self.arm_names:
+            t = self.totals.get(a)
+            none = np.empty(0, dtype=np.float32)
+            ttft, tpot = (none, none) if t is None else (t.ttft.values, t.tpot.values)
+            out.append(self.split.view(a, self.rtt_ms(a), ttft, tpot))
+        return tuple(out)
 
     def _derived(self, out: list[Event], kind: str, msg: str, data: dict[str, Any], t: int) -> None:
         ev = Event(t=t, kind=kind, message=msg, data=data, wall=self.settings.wall_start + t / 1e9)
@@ -525,9 +531,7 @@ class Fold:
         # which met every SLO, and each SLO alone (a capacity probe says which one failed)
         slo = self.slo
         met_all = slo.met(tb, rows) if slo.any else None
-        met_each = {name: Slo(**{key: v}).met(tb, rows) for name, key, v in (
-            ("ttft", "ttft_ms", slo.ttft_ms), ("tpot", "tpot_ms", slo.tpot_ms),
-            ("e2e", "e2e_ms", slo.e2e_ms)) if v is not None}  # fmt: skip
+        met_each = slo.met_each(tb, rows)
         for j, i in enumerate(rows.tolist()):
             arm = tb.vocab["arm"][c["arm"][i]]
             step = int(c["step"][i])
@@ -1043,8 +1047,10 @@ class Fold:
                     d["tokens_per_s"], gpu_hour_price=s.gpu_hour_price, gpus=self.gpus, power_w=None
                 ).cost_per_mtok
         arms = list(dict.fromkeys(f.arm for f in figs))
-        for d in steps:  # where each step's time went: the knee's cause
-            sp = self.split.view(d["arm"], self.rtt_ms(d["arm"]), int(d["step"]))
+        for d, st in zip(steps, self.steps, strict=True):  # each step's time: the knee's cause
+            sp = self.split.view(
+                st.arm, self.rtt_ms(st.arm), np.asarray(st.ttft), np.asarray(st.tpot), st.step
+            )
             d["time_split"] = sp.to_json()
         out: dict[str, Any] = {
             "param": self.ladder_param,

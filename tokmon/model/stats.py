@@ -152,6 +152,13 @@ class Slo:
             m &= c["e2e_ms"][idx] <= self.e2e_ms
         return m
 
+    def met_each(self, tb: RequestTable, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Which rows met each SLO given, alone (``ttft``, ``tpot``, ``e2e``): what a
+        failing capacity probe names as its cause."""
+        given = (("ttft", "ttft_ms", self.ttft_ms), ("tpot", "tpot_ms", self.tpot_ms),
+                 ("e2e", "e2e_ms", self.e2e_ms))  # fmt: skip
+        return {name: Slo(**{key: v}).met(tb, idx) for name, key, v in given if v is not None}
+
 
 def window_stats(
     tb: RequestTable,

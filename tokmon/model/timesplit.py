@@ -26,6 +26,7 @@ given at all.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,8 +176,7 @@ def _med(x: np.ndarray) -> float | None:
 
 @dataclass
 class _Arm:
-    ttft: GrowArray = field(default_factory=GrowArray)  # every counted TTFT (client)
-    tpot: GrowArray = field(default_factory=GrowArray)
+    # (every counted TTFT and TPOT of the client: the fold's totals hold them already)
     # requests the server reported on: client TTFT, queue (NaN: not reported), prefill
     r_ttft: GrowArray = field(default_factory=GrowArray)
     r_queue: GrowArray = field(default_factory=GrowArray)
@@ -259,12 +259,20 @@ class TimeSplitReducer:
                     a.run_n.append(float(r))
 
     # ------------------------------------------------------------------ views
-    def view(self, arm: str, rtt_ms: float | None, step: int = -1) -> TimeSplit:
-        """``arm``'s split over the run, or over one ladder ``step``."""
+    def view(
+        self,
+        arm: str,
+        rtt_ms: float | None,
+        ttft: np.ndarray,
+        tpot: np.ndarray,
+        step: int = -1,
+    ) -> TimeSplit:
+        """``arm``'s split over the run, or over one ladder ``step``; ``ttft`` and
+        ``tpot``: the client's figures of the same counted requests (the fold's totals)."""
         a = self.arms.get(arm) if step < 0 else self.steps.get((arm, step))
         if a is None:
             return TimeSplit(arm)
-        return TimeSplit(arm, _ttft(a, rtt_ms), _tpot(a), _batch(a))
+        return TimeSplit(arm, _ttft(a, rtt_ms, ttft), _tpot(a, tpot), _batch(a))
 
     def causes(self, base: str, other: str) -> SpeedupCauses | None:
         """``other``'s decode speed-up over ``base`` as tokens per step × step speed."""
@@ -296,8 +304,6 @@ class TimeSplitReducer:
 def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:
     c = tb.cols
     ttft, tpot = c["ttft_ms"][rows], c["tpot_ms"][rows]
-    a.ttft.extend(ttft[~np.isnan(ttft)])
-    a.tpot.extend(tpot[~np.isnan(tpot)])
     q, p = c["srv_queue_ms"][rows], c["srv_prefill_ms"][rows]
     m = ~np.isnan(ttft) & ~np.isnan(p)
     a.r_ttft.extend(ttft[m])
@@ -321,7 +327,7 @@ def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:
     a.mid_tpot.append(tpot[m].astype(np.float64))
 
 
-def _ttft(a: _Arm, rtt: float | None) -> TtftSplit:
+def _ttft(a: _Arm, rtt: float | None, tt: np.ndarray) -> TtftSplit:
     net = 0.0 if rtt is None else rtt
     holds = () if rtt is not None else ("network",)
     n = len(a.r_prefill)
@@ -344,10 +350,9 @@ def _ttft(a: _Arm, rtt: float | None) -> TtftSplit:
             front_holds=holds + (() if has_q.all() else ("queue",)),
         )
         if not split.mismatch and good.size:
-            split = _with_front(split, float(np.median(np.maximum(good, 0.0))))
+            split = dataclasses.replace(split, front=float(np.median(np.maximum(good, 0.0))))
         return split
     h = a.hist
-    tt = a.ttft.values
     if (h[1] > 0 or h[3] > 0) and tt.size:
         client = float(np.mean(tt))
         qh = float(1000.0 * h[0] / h[1]) if h[1] > 0 else None
@@ -372,14 +377,7 @@ def _ttft(a: _Arm, rtt: float | None) -> TtftSplit:
     return TtftSplit(client=_med(tt), network=rtt, n=int(tt.size))
 
 
-def _with_front(s: TtftSplit, front: float) -> TtftSplit:
-    return TtftSplit(
-        s.client, s.network, s.queue, s.prefill, front, s.source, s.stat, s.n, s.mismatched,
-        s.front_holds,
-    )  # fmt: skip
-
-
-def _tpot(a: _Arm) -> TpotSplit:
+def _tpot(a: _Arm, tp: np.ndarray) -> TpotSplit:
     n = len(a.r_itl)
     if n:
         tp, itl = a.r_tpot.values.astype(np.float64), a.r_itl.values.astype(np.float64)
@@ -392,7 +390,6 @@ def _tpot(a: _Arm) -> TpotSplit:
             n=n,
         )
     h = a.hist
-    tp = a.tpot.values
     if h[5] > 0 and tp.size:
         client = float(np.mean(tp))
         srv = 1000.0 * h[4] / h[5]

@@ -139,7 +139,7 @@ def parse_mooncake(
         raise WorkloadError(f"--trace: {path} is not UTF-8 text") from None
     if not entries:
         raise WorkloadError(f"--trace: {path} holds no requests")
-    return make_trace(entries, speed, block, f"trace {path.rsplit('/', 1)[-1]}")
+    return make_trace(entries, speed, block, source_of(path))
 
 
 def mooncake_entry(obj: dict[str, object], where: str) -> TraceEntry:
@@ -174,6 +174,11 @@ def mooncake_entry(obj: dict[str, object], where: str) -> TraceEntry:
     )
 
 
+IN_ORDER = (
+    "a trace read as it is sent must be in time order (sort it: jq -c -s 'sort_by(.timestamp)[]')"
+)
+
+
 def stream_share(
     lines: Iterable[str], stream: TraceStream, worker: int, nworkers: int
 ) -> Iterator[tuple[int, TraceEntry]]:
@@ -195,17 +200,26 @@ def stream_share(
         if e.t_ms < last:
             raise WorkloadError(
                 f"{at}: timestamp {e.t_ms:g} is before the one sent before it ({last:g}); "
-                "a trace read as it is sent must be in time order "
-                "(sort it: jq -c -s 'sort_by(.timestamp)[]')"
+                + IN_ORDER
             )
         last = e.t_ms
         yield i, dataclasses.replace(e, t_ms=e.t_ms - stream.t0_ms)
 
 
-def make_trace(entries: list[TraceEntry], speed: float, block: int, source: str) -> Trace:
-    """Entries in time order, the first at 0 ms (a trace's clock may start anywhere)."""
+def check_speed(speed: float) -> float:
     if not (speed > 0 and math.isfinite(speed)):
         raise WorkloadError(f"--trace-speed must be a positive number, got {speed}")
+    return speed
+
+
+def source_of(path: str) -> str:
+    """How the header names a trace file."""
+    return f"trace {path.rsplit('/', 1)[-1]}"
+
+
+def make_trace(entries: list[TraceEntry], speed: float, block: int, source: str) -> Trace:
+    """Entries in time order, the first at 0 ms (a trace's clock may start anywhere)."""
+    check_speed(speed)
     entries = sorted(entries, key=lambda e: e.t_ms)  # (stable: equal times keep their order)
     t0 = entries[0].t_ms
     shifted = tuple(dataclasses.replace(e, t_ms=e.t_ms - t0) for e in entries)

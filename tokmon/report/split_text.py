@@ -68,7 +68,7 @@ def _scope(t: dict[str, Any]) -> str:
     src = t.get("source")
     if not src:
         return "no server figures"
-    return f"{t.get('stat')} · {src} · {t.get('n')} req"
+    return f"whole run {t.get('stat')} · {src} · {t.get('n')} req"
 
 
 def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
@@ -86,14 +86,15 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
             [
                 f"TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}",
                 f"stream {ms(_f(p.get('stream')))}",
-                f"({p.get('stat')}, {p.get('source')})",
+                f"(whole run {p.get('stat')}, {p.get('source')})",
             ],
             "  ",
             width,
         )
     bins = sp.get("batch_tpot") or []
     if bins:
-        out += wrap([f"{b[0]}: {ms(_f(b[1]))}" for b in bins], "  TPOT by batch ", width)
+        out += wrap([f"{b[0]}: {ms(_f(b[1]))} ({b[2]})" for b in bins],
+                    "  TPOT p50 by batch (requests) ", width)  # fmt: skip
     return out
 
 
@@ -111,7 +112,7 @@ def causes_parts(c: dict[str, Any] | None, measured: float | None = None) -> lis
         f"×{measured:.2f}" if measured is not None else f"×{c.get('predicted_ratio'):.2f} predicted"
     )
     return [
-        f"{other}/{base} decode {head}",
+        f"{other}/{base} decode {head} (whole run)",
         f"= {tr[0]:.2f} tok/step [{tr[1]:.2f}, {tr[2]:.2f}]",
         f"× {sr[0]:.2f} step speed [{sr[1]:.2f}, {sr[2]:.2f}] ({c.get('step_source')} steps)",
     ]
