@@ -126,11 +126,11 @@ def test_the_crossover_is_where_the_model_puts_it(tmp_path):
 @pytest.mark.parametrize(
     "name,extra,headline",
     [
-        ("chat", ["-d", "4s"], "TTFT and TPOT against the SLO"),
+        ("chat", ["-d", "3s"], "TTFT and TPOT against the SLO"),
         ("serve", ["--probe-duration", "1s,3s", "--step-warmup", "0.5s", "--max-tokens", "8"],
          "capacity and goodput"),
-        ("batch", ["-d", "4s", "--max-tokens", "32"], "output tokens/s and cost"),
-        ("code", ["-d", "4s"], "decode speed-up by task kind"),
+        ("batch", ["-d", "3s", "--max-tokens", "32"], "output tokens/s and cost"),
+        ("code", ["-d", "3s"], "decode speed-up by task kind"),
     ],
 )  # fmt: skip
 def test_each_scenario_runs_and_says_what_it_is(tmp_path, name, extra, headline):

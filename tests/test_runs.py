@@ -51,7 +51,7 @@ def test_report_over_three_and_three_recordings(tmp_path):
             cfg = SimConfig(profile=prof, seed=10 * i + len(name), time_scale=4, wobble=0.03)
             with SimProcess(cfg) as sim:
                 rec = tmp_path / f"{name}{i}.jsonl"
-                r = tokmon("run", "--url", sim.url, "-c", "1", "-d", "3s", "--max-tokens", "32",
+                r = tokmon("run", "--url", sim.url, "-c", "1", "-d", "2s", "--max-tokens", "32",
                            "--ignore-eos", "--headless", "--record", str(rec), "--no-gpu",
                            "--status-interval", "1h")  # fmt: skip
                 assert r.returncode == 0, r.stderr

@@ -139,7 +139,7 @@ def test_a_speed_up_is_explained_by_tokens_per_step_and_step_speed(tmp_path):
     ):
         out = tmp_path / "s.json"
         r = tokmon("run", "--arm", f"plain:url={a.url}", "--arm", f"spec:url={b.url}",
-                   "--alternate", "4s", "-c", "4", "-d", "24s", "--mix", "code=1",
+                   "--alternate", "4s", "-c", "4", "-d", "16s", "--mix", "code=1",
                    "--headless", "--summary-json", str(out), "--status-interval", "1h",
                    "--no-gpu", "--ignore-eos")  # fmt: skip
         assert r.returncode == 0, r.stderr
