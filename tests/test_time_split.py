@@ -24,9 +24,10 @@ from tokmon.sim.server import SimConfig
 FRONT, QUEUE, PREFILL, NET = 10.0, 30.0, 50.0, 3.0
 
 
-def _run(cfg: SimConfig, tmp_path, *extra: str) -> tuple[dict, object, float]:
-    """The summary, the recording, and the simulator's own mean front-end time (ms):
-    its 10 ms and the event loop's lateness in waking for it."""
+def _run(cfg: SimConfig, tmp_path, *extra: str) -> tuple[dict, object, float, float]:
+    """The summary, the recording, and the simulator's own means (ms): its front-end time
+    (its delay and the event loop's lateness in waking for it) and how late it sent
+    first chunks (what its prefill holds beyond the schedule's)."""
     out, rec = tmp_path / "s.json", tmp_path / "r.jsonl"
     with SimProcess(cfg) as sim:
         r = tokmon("run", "--url", sim.url, "--headless", "--summary-json", str(out),
@@ -34,15 +35,18 @@ def _run(cfg: SimConfig, tmp_path, *extra: str) -> tuple[dict, object, float]:
                    "--metrics-interval", "0.25s", "--net-interval", "0.5s", "--ignore-eos",
                    *extra)  # fmt: skip
         text = httpx.get(sim.url.replace("/v1", "/metrics")).text
-    flat = {
-        x.split("{")[0]: float(x.split()[-1])
-        for x in text.splitlines()
-        if x.startswith("tokmon_sim:front_end_seconds_")
-    }
     assert r.returncode == 0, r.stderr
-    n = flat.get("tokmon_sim:front_end_seconds_count", 0.0)
-    front = 1000 * flat.get("tokmon_sim:front_end_seconds_sum", 0.0) / n if n else 0.0
-    return json.loads(out.read_text()), read_recording(str(rec)), front
+
+    def mean_ms(name: str, label: str = "") -> float:
+        got = {}
+        for x in text.splitlines():
+            if x.startswith(name + "_") and label in x and not x.startswith("#"):
+                got[x.split("{")[0].rsplit("_", 1)[-1]] = float(x.split()[-1])
+        return 1000 * got["sum"] / got["count"] if got.get("count") else 0.0
+
+    front = mean_ms("tokmon_sim:front_end_seconds")
+    late = mean_ms("tokmon_sim:schedule_lateness_seconds", 'chunk="first"')
+    return json.loads(out.read_text()), read_recording(str(rec)), front, late
 
 
 def scripted(per_request: bool) -> SimConfig:
@@ -60,13 +64,15 @@ def test_ttft_split_per_request_against_a_known_split(tmp_path):
     """Per-request metrics: each part within 1 ms of the truth at p50 (the network is
     the round trip sampled, the 3 ms the server adds to every answer), and the parts add
     up to the client's TTFT within 1 ms."""
-    s, rec, front = _run(scripted(True), tmp_path, "-c", "2", "-n", "60", "--max-tokens", "8")
+    s, rec, front, late = _run(scripted(True), tmp_path, "-c", "2", "-n", "60",
+                               "--max-tokens", "8")  # fmt: skip
     assert FRONT <= front < FRONT + 1.5  # (the loop wakes up to 1 ms late)
     t = s["arms"]["default"]["time_split"]["ttft_ms"]
     assert t["source"] == "per-request" and t["stat"] == "p50" and t["n"] == 60
     assert t["mismatched"] == 0 and t["front_holds"] == []
     assert abs(t["queue"] - QUEUE) < 1.0, t
-    assert abs(t["prefill"] - PREFILL) < 1.0, t
+    # (the simulator's prefill: the schedule's 50 ms and how late its timer fired)
+    assert abs(t["prefill"] - (PREFILL + late)) < 1.0, (t, late)
     assert abs(t["network"] - NET) < 1.0, t
     assert abs(t["front"] - front) < 1.0, (t, front)
     parts = t["network"] + t["front"] + t["queue"] + t["prefill"]
@@ -85,11 +91,12 @@ def test_ttft_split_per_request_against_a_known_split(tmp_path):
 def test_ttft_split_from_histograms_alone(tmp_path):
     """No per-request metrics: the queue and prefill histograms' Δsum/Δcount against the
     client's mean TTFT, each part within 2 ms."""
-    s, _, front = _run(scripted(False), tmp_path, "-c", "2", "-n", "60", "--max-tokens", "8")
+    s, _, front, late = _run(scripted(False), tmp_path, "-c", "2", "-n", "60",
+                             "--max-tokens", "8")  # fmt: skip
     t = s["arms"]["default"]["time_split"]["ttft_ms"]
     assert t["source"] == "histogram" and t["stat"] == "mean"
     assert abs(t["queue"] - QUEUE) < 2.0, t
-    assert abs(t["prefill"] - PREFILL) < 2.0, t
+    assert abs(t["prefill"] - (PREFILL + late)) < 2.0, (t, late)
     assert abs(t["front"] - front) < 2.0, (t, front)
 
 
@@ -117,7 +124,7 @@ def test_tpot_rises_with_the_batch_as_the_model_says(tmp_path):
     """The simulator's decode step is 24 + 0.12 × running ms: TPOT by batch, from the
     running gauge sampled during a ladder of 1 and 16 streams, rises with it."""
     cfg = SimConfig(seed=5, request_metrics=True, time_scale=2.0)
-    s, _, _ = _run(cfg, tmp_path, "--ladder", "concurrency=1,16", "--step-duration", "6s",
+    s, _, _, _ = _run(cfg, tmp_path, "--ladder", "concurrency=1,16", "--step-duration", "6s",
                 "--max-tokens", "48", "--step-warmup", "1s")  # fmt: skip
     bins = s["arms"]["default"]["time_split"]["batch_tpot"]
     assert len(bins) >= 2, bins
