@@ -9,6 +9,7 @@ from tokmon.model.history import Point
 from tokmon.model.records import Event
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import WindowStats
+from tokmon.model.timesplit import SpeedupCauses, TimeSplit, TpotSplit, TtftSplit
 from tokmon.model.views import ComparisonView, ProbeView, RatioView
 
 
@@ -44,7 +45,10 @@ class FakeSource:
 
     commands = frozenset({"switch", "pause", "level", "marker", "stop", "record"})
 
-    def __init__(self, seconds: int = 120, in_flight: int = 8, text: str = "") -> None:
+    def __init__(
+        self, seconds: int = 120, in_flight: int = 8, text: str = "", split: bool = False
+    ) -> None:
+        self.split = split  # a time split per arm, and the speed-up's causes
         self.calls: list[tuple[Any, ...]] = []
         self.arm = "baseline"
         self.paused = False
@@ -121,6 +125,28 @@ class FakeSource:
                 kv_pct=70.0, queue=2.0, running=8.0, engine="vllm", gpu_note="no NVML library"
             ),
             done=False,
+            time_split=tuple(
+                TimeSplit(
+                    arm,
+                    TtftSplit(80.0, 2.0, 30.0, 40.0, 8.0, "per-request", "p50", 150),
+                    TpotSplit(25.0 / f, 22.0 / f, 3.0 / f, "per-request", "p50", 150),
+                )
+                for arm, f in (("baseline", 1.0), ("spec", 2.0))
+            )
+            if self.split
+            else (),
+            causes=SpeedupCauses(
+                "baseline",
+                "spec",
+                (1.0, 2.9),
+                (22.0, 27.5),
+                (2.9, 2.8, 3.0),
+                (0.8, 0.78, 0.82),
+                "server",
+                (150, 150),
+            )  # fmt: skip
+            if self.split
+            else None,
         )
 
     def snapshot(self) -> Snapshot:

@@ -87,6 +87,29 @@ async def test_compact_at_80x24():
         assert bottom.region.height >= 4
 
 
+async def test_wide_screens_show_where_the_time_goes_beside_the_comparison():
+    """From 180 columns the split has its own panel between the comparison and the
+    events; `w` puts it in the comparison's place (and the side panel goes); below 180
+    only `w` shows it."""
+    app = DashboardApp(FakeSource(split=True))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.pause(0.3)
+        side = app.screen.query_one("#split")
+        assert side.display and side.region.width >= 60
+        text = str(side.render())
+        assert "where the time goes" in text and "spec TTFT 80.0 ms" in text
+        assert "queue 30.0 ms (38%)" in text and "= 2.90 tok/step" in text
+        assert "×2.31" in str(app.screen.query_one("#compare").render())
+        await pilot.press("w")
+        await pilot.pause(0.3)
+        assert not side.display
+        assert "(w: back to the comparison)" in str(app.screen.query_one("#compare").render())
+        await pilot.resize_terminal(150, 50)
+        await pilot.press("w")
+        await pilot.pause(0.3)
+        assert not side.display
+
+
 @pytest.mark.parametrize("theme", ["tokmon-dark", "tokmon-light", "tokmon-contrast"])
 async def test_themes_load(theme):
     app = DashboardApp(FakeSource(), theme=theme)

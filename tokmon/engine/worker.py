@@ -29,6 +29,7 @@ from tokmon.inputs import read_share
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
 from tokmon.model.records import (
+    Abort,
     BeginStep,
     Command,
     EngineBatch,
@@ -222,6 +223,8 @@ class Engine:
         self.conversations_begun = 0
         self.in_flight: dict[int, tuple[str, int, str, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.open_tasks: set[asyncio.Task[None]] = set()  # open-loop requests in flight
+        self.abort_why = ""  # set while an Abort cancels them: what their records say
         self.records: list[RequestRecord] = []
         self.prompts: list[SentPrompt] = []
         self.events: list[Event] = []
@@ -349,7 +352,7 @@ class Engine:
                     outcome="cancelled",
                     t_sched=t_sched,
                     t_end=perf_counter_ns(),
-                    error="cancelled at stop",
+                    error=self.abort_why or "cancelled at stop",
                     **base,
                 )
             )
@@ -452,6 +455,8 @@ class Engine:
             return False
         t = self._spawn(self.one(t_sched, given=given))
         t.add_done_callback(lambda _t: sem.release())
+        self.open_tasks.add(t)
+        t.add_done_callback(self.open_tasks.discard)
         return True
 
     def _spare(self, next_t: int) -> None:
@@ -534,6 +539,8 @@ class Engine:
         elif isinstance(cmd, StartTrace):
             self.trace_t0 = cmd.t
             self.trace_go.set()
+        elif isinstance(cmd, Abort):
+            self._abort(cmd.why)
         elif isinstance(cmd, Stop):
             self.stopping = True
             self.trace_go.set()
@@ -542,6 +549,21 @@ class Engine:
             self.level_evt.set()
             self.stop_evt.set()
         self.events.append(Event(t=now, kind="engine", message=f"command {type(cmd).__name__}"))
+
+    def _abort(self, why: str) -> None:
+        tasks = list(self.open_tasks)
+        if not tasks:
+            return
+        self.abort_why = f"aborted: {why}"
+        for t in tasks:
+            t.cancel()
+
+        def _done(_: object) -> None:
+            if not any(not t.done() for t in tasks):
+                self.abort_why = ""
+
+        for t in tasks:
+            t.add_done_callback(_done)
 
     async def _lag_probe(self) -> None:
         while True:

@@ -69,9 +69,10 @@ class Crossover:
                     f"×{top.ratio:.2f} [{top.lo:.2f}, {top.hi:.2f}])")  # fmt: skip
         at = next(p for p in self.points if p.level == cross)
         last = self.last_paying
-        head = (f"{who} pays up to {last:g}{unit}; from {cross:g}" if last is not None
-                else f"{who} does not pay at {cross:g}{unit}")  # fmt: skip
-        out = f"{head} it does not (×{at.ratio:.2f} [{at.lo:.2f}, {at.hi:.2f}])"
+        ci = f"(×{at.ratio:.2f} [{at.lo:.2f}, {at.hi:.2f}])"
+        out = (f"{who} pays up to {last:g}{unit}; from {cross:g} it does not {ci}"
+               if last is not None
+               else f"{who} does not pay at {cross:g}{unit}, the least load measured {ci}")  # fmt: skip
         c = self.costs
         if c is not None:
             out += (f"; at {c.level:g}{unit} it costs {1 - c.ratio:.0%} "

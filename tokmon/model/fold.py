@@ -316,6 +316,7 @@ class Fold:
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
         self.causes: SpeedupCauses | None = None
+        self.causes_by_kind: tuple[SpeedupCauses, ...] = ()
         self.crossovers: tuple[Crossover, ...] = ()
         self.watch.new_regime(0.0)
         self.regimes: list[float] = [0.0]  # when each regime began (s)
@@ -388,12 +389,13 @@ class Fold:
             dict(s.kind_weights) if s.kind_weights else None,
         )
         self.causes = self.split.causes(self.arm_names[0], self.arm_names[1])
+        self.causes_by_kind = self.split.causes_by_kind(self.arm_names[0], self.arm_names[1])
         self.crossovers = self._crossovers() if self.steps else ()
 
     def _crossovers(self) -> tuple[Crossover, ...]:
         """The second arm's decode speed-up over the first at each load both ran (ladder
-        steps, capacity probes), and where it stops paying: over the mix, and per task
-        kind where the mix has several."""
+        steps, capacity probes), and where it stops paying: per task kind where the mix
+        has several, else over the whole."""
         a, b = self.arm_names[0], self.arm_names[1]
         param = self.ladder_param or ""
         if param not in ("concurrency", "rate"):
@@ -404,7 +406,9 @@ class Fold:
         levels = [v for (arm, v) in by if arm == a and (b, v) in by]
         kinds = sorted({k for st in self.steps for k in st.decode_kind})
         out = []
-        for kind in ["", *kinds] if len(kinds) > 1 else [""]:
+        # over a mix of kinds, per kind only: a median over code and free text together
+        # is neither's speed-up (and its interval jumps between the two)
+        for kind in kinds if len(kinds) > 1 else [""]:
             pts = []
             for v in levels:
                 x, y = by[(a, v)], by[(b, v)]
@@ -434,6 +438,20 @@ class Fold:
             ttft, tpot = (none, none) if t is None else (t.ttft.values, t.tpot.values)
             out.append(self.split.view(a, self.rtt_ms(a), ttft, tpot))
         return tuple(out)
+
+    def time_split_by_kind(self, arm: str) -> dict[str, TimeSplit]:
+        """``arm``'s split per task kind (the client's figures of each kind picked from
+        the totals by their stratum); {} where the mix had one kind."""
+        t = self.totals.get(arm)
+        if t is None:
+            return {}
+        out = {}
+        for k in self.split.kind_names():
+            ids = [sid for (kind, _), sid in t.strata.items() if kind == k]
+            ttft = t.ttft.values[np.isin(t.st_ttft.values, ids)]
+            tpot = t.tpot.values[np.isin(t.st_tpot.values, ids)]
+            out[k] = self.split.view(arm, self.rtt_ms(arm), ttft, tpot, kind=k)
+        return out
 
     def _derived(self, out: list[Event], kind: str, msg: str, data: dict[str, Any], t: int) -> None:
         ev = Event(t=t, kind=kind, message=msg, data=data, wall=self.settings.wall_start + t / 1e9)
@@ -848,20 +866,24 @@ class Fold:
         # events derived at a tick are folded after its snapshot: the recording holds them
         # after the tick, and a replay must draw the tick as the live run drew it
         later: list[tuple[str, str, dict[str, Any]]] = []
+        # requests the client cancelled (at a stop, or an overloaded probe's backlog
+        # aborted) are no burst of the server's errors
+        bad = win.failed - win.errors.get("cancelled", 0)
         if (
             self.derive
-            and win.failed >= 5
-            and win.failed >= 0.1 * win.ended
+            and bad >= 5
+            and bad >= 0.1 * win.ended
             and now - self._last_burst >= 30_000_000_000
         ):
             self._last_burst = now
-            classes = ", ".join(f"{k} {v}" for k, v in sorted(win.errors.items()))
+            errs = {k: v for k, v in win.errors.items() if k != "cancelled"}
+            classes = ", ".join(f"{k} {v}" for k, v in sorted(errs.items()))
             later.append(
                 (
                     "errors",
-                    f"error burst: {win.failed} of {win.ended} requests failed "
+                    f"error burst: {bad} of {win.ended} requests failed "
                     f"in the last {width:.0f} s ({classes})",
-                    {"errors": dict(win.errors)},
+                    {"errors": errs},
                 )
             )
         n_failed = sum(t.failed for t in self.totals.values())
@@ -971,6 +993,7 @@ class Fold:
             crossovers=self.crossovers,
             scenario=s.scenario,
             causes=self.causes,
+            causes_by_kind=self.causes_by_kind,
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)
@@ -1152,6 +1175,10 @@ class Fold:
         for sp in self.time_split():
             if sp.arm in out["arms"]:
                 out["arms"][sp.arm]["time_split"] = sp.to_json()
+                bk = out["arms"][sp.arm].get("by_kind") or {}
+                for k, ksp in self.time_split_by_kind(sp.arm).items():
+                    if k in bk:
+                        bk[k]["time_split"] = ksp.to_json()
         if self.capacity.searches:
             out["capacity_search"] = self.capacity.to_json()
         cmp = out.get("comparison")
@@ -1159,6 +1186,9 @@ class Fold:
             # each pair's decode speed-up as its causes (tokens per step × step speed)
             causes = self.split.causes(str(pair.get("baseline")), str(pair.get("other")))
             pair["causes"] = None if causes is None else causes.to_json()
+            for why in self.split.causes_by_kind(str(pair.get("baseline")), str(pair.get("other"))):
+                if why.kind in (pair.get("by_kind") or {}):
+                    pair["by_kind"][why.kind]["causes"] = why.to_json()
         if self.managed:
             out["managed_servers"] = {a: dict(m) for a, m in self.managed.items()}
         return out

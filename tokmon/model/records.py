@@ -200,6 +200,14 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
+class Abort:
+    """Parent → engines: cancel the open-loop requests in flight (the backlog an
+    overloaded capacity probe left, already judged), and go on."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class StartTrace:
     """Parent → engines: the trace's time 0, on the monotonic clock all processes share,
     sent once every engine is up (so that the workers' shares keep one schedule)."""
@@ -207,4 +215,4 @@ class StartTrace:
     t: int
 
 
-Command = SwitchArm | BeginStep | Pause | SetLevel | Stop | StartTrace
+Command = SwitchArm | BeginStep | Pause | SetLevel | Stop | StartTrace | Abort

@@ -70,6 +70,7 @@ class Snapshot:
     workers: tuple[EngineStatus, ...] = ()  # each engine's latest status, by worker
     time_split: tuple[TimeSplit, ...] = ()  # where each arm's time goes
     causes: SpeedupCauses | None = None  # the A/B decode speed-up as its causes
+    causes_by_kind: tuple[SpeedupCauses, ...] = ()  # the same per task kind (2+ kinds)
     capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
     crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
     scenario: str = ""  # --scenario: the kind of service the run stands for

@@ -147,6 +147,7 @@ class SpeedupCauses:
     step_speed: tuple[float, float, float]  # base step / other step with its interval
     source: str  # where the step time came from: "server" or "client"
     n: tuple[int, int]
+    kind: str = ""  # the task kind it covers; "" the whole mix
 
     @property
     def product(self) -> float:
@@ -163,6 +164,7 @@ class SpeedupCauses:
             "predicted_ratio": _r(self.product),
             "step_source": self.source,
             "n": list(self.n),
+            **({"kind": self.kind} if self.kind else {}),
         }
 
 
@@ -198,12 +200,14 @@ class _Arm:
 
 
 class TimeSplitReducer:
-    """Per arm, and per arm and ladder step (where the knee of a ladder comes from:
-    queueing or prefill)."""
+    """Per arm, per arm and ladder step (where the knee of a ladder comes from: queueing
+    or prefill), and per arm and task kind (a speed-up's causes differ by kind: a draft
+    guesses code better than free text)."""
 
     def __init__(self) -> None:
         self.arms: dict[str, _Arm] = {}
         self.steps: dict[tuple[str, int], _Arm] = {}
+        self.kinds: dict[tuple[str, str], _Arm] = {}
 
     def _arm(self, name: str) -> _Arm:
         a = self.arms.get(name)
@@ -231,6 +235,19 @@ class TimeSplitReducer:
             steps = c["step"][rows]
             for st in np.unique(steps[steps >= 0]):
                 _add(self._step(name, int(st)), tb, rows[steps == st])
+            kinds = c["kind"][rows]
+            for k in np.unique(kinds):
+                key = (name, str(tb.vocab["kind"][k]))
+                a = self.kinds.get(key)
+                if a is None:
+                    a = self.kinds[key] = _Arm()
+                _add(a, tb, rows[kinds == k])
+
+    def kind_names(self) -> list[str]:
+        """The task kinds met, in order; [] where the mix had one kind (the whole run
+        already says it)."""
+        names = sorted({k for _, k in self.kinds})
+        return names if len(names) > 1 else []
 
     def server(
         self,
@@ -266,17 +283,26 @@ class TimeSplitReducer:
         ttft: np.ndarray,
         tpot: np.ndarray,
         step: int = -1,
+        kind: str = "",
     ) -> TimeSplit:
-        """``arm``'s split over the run, or over one ladder ``step``; ``ttft`` and
-        ``tpot``: the client's figures of the same counted requests (the fold's totals)."""
-        a = self.arms.get(arm) if step < 0 else self.steps.get((arm, step))
+        """``arm``'s split over the run, over one ladder ``step`` or one task ``kind``;
+        ``ttft`` and ``tpot``: the client's figures of the same counted requests (the
+        fold's totals)."""
+        if kind:
+            a = self.kinds.get((arm, kind))
+        else:
+            a = self.arms.get(arm) if step < 0 else self.steps.get((arm, step))
         if a is None:
             return TimeSplit(arm)
         return TimeSplit(arm, _ttft(a, rtt_ms, ttft), _tpot(a, tpot), _batch(a))
 
-    def causes(self, base: str, other: str) -> SpeedupCauses | None:
-        """``other``'s decode speed-up over ``base`` as tokens per step × step speed."""
-        a, b = self.arms.get(base), self.arms.get(other)
+    def causes(self, base: str, other: str, kind: str = "") -> SpeedupCauses | None:
+        """``other``'s decode speed-up over ``base`` as tokens per step × step speed, over
+        the mix or one task ``kind``."""
+        if kind:
+            a, b = self.kinds.get((base, kind)), self.kinds.get((other, kind))
+        else:
+            a, b = self.arms.get(base), self.arms.get(other)
         if a is None or b is None:
             return None
         sa, sb = a.s_step.values, b.s_step.values
@@ -298,7 +324,13 @@ class TimeSplitReducer:
             step_speed=step,
             source=source,
             n=(int(ta.size), int(tb_.size)),
+            kind=kind,
         )
+
+    def causes_by_kind(self, base: str, other: str) -> tuple[SpeedupCauses, ...]:
+        """The causes per task kind, for the kinds with enough requests in both arms."""
+        out = (self.causes(base, other, k) for k in self.kind_names())
+        return tuple(c for c in out if c is not None)
 
 
 def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:

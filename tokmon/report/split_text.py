@@ -98,6 +98,18 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
     return out
 
 
+def kind_line(kind: str, sp: dict[str, Any]) -> str:
+    """One task kind's split on one line: its TTFT parts and its TPOT split."""
+    t = sp.get("ttft_ms") or {}
+    p = sp.get("tpot_ms") or {}
+    head = f"  {clean_text(str(kind), False)[:14]}: TTFT {ms(_f(t.get('client')))}"
+    parts = [x.lstrip("░▒▓█") for x in ttft_parts(t)] if t.get("source") else []
+    tail = f" · TPOT {ms(_f(p.get('client')))}"
+    if p.get("source"):
+        tail += f" (server {ms(_f(p.get('server_step')))})"
+    return head + (" = " + " + ".join(parts) if parts else "") + tail + f" · {t.get('n') or 0} req"
+
+
 def causes_parts(c: dict[str, Any] | None, measured: float | None = None) -> list[str]:
     """``spec/plain decode ×1.90``, ``= 2.60 tok/step [2.5, 2.7]``, ``× 0.73 step speed
     [0.71, 0.75] (server steps)``: the speed-up as its causes, in pieces that wrap whole."""
@@ -111,8 +123,9 @@ def causes_parts(c: dict[str, Any] | None, measured: float | None = None) -> lis
     head = (
         f"×{measured:.2f}" if measured is not None else f"×{c.get('predicted_ratio'):.2f} predicted"
     )
+    kind = clean_text(str(c.get("kind") or ""), False)[:14]
     return [
-        f"{other}/{base} decode {head} (whole run)",
+        f"{kind}: {head}" if kind else f"{other}/{base} decode {head} (whole run)",
         f"= {tr[0]:.2f} tok/step [{tr[1]:.2f}, {tr[2]:.2f}]",
         f"× {sr[0]:.2f} step speed [{sr[1]:.2f}, {sr[2]:.2f}] ({c.get('step_source')} steps)",
     ]
@@ -144,7 +157,28 @@ def split_lines(summary: dict[str, Any], width: int = 72) -> list[str]:
         sp = a.get("time_split")
         if sp:
             out += arm_lines(name, sp, width)
+        kinds = [(k, v["time_split"]) for k, v in (a.get("by_kind") or {}).items()
+                 if isinstance(v, dict) and v.get("time_split")]  # fmt: skip
+        if kinds:
+            out.append(f"  by task kind (whole run p50, {clean_text(str(name), False)[:12]}):")
+            out += [kind_line(k, v) for k, v in kinds]
     cmp = summary.get("comparison") or {}
     dec = (cmp.get("decode_tokens_per_s") or {}).get("ratio")
-    out += wrap(causes_parts(cmp.get("causes"), _f(dec)), "", width, " ")
+    why_kind = by_kind_causes(cmp, width)
+    # over a mix of kinds the pooled medians are not the speed-up's causes (a median of
+    # tokens per step over code and free text is neither): the causes per kind instead
+    out += why_kind or wrap(causes_parts(cmp.get("causes"), _f(dec)), "", width, " ")
     return [x for x in out if x]
+
+
+def by_kind_causes(cmp: dict[str, Any], width: int) -> list[str]:
+    """The speed-up's causes per task kind, each with its own measured ratio."""
+    out: list[str] = []
+    for v in (cmp.get("by_kind") or {}).values():
+        if not isinstance(v, dict) or not v.get("causes"):
+            continue
+        dec = (v.get("decode_tokens_per_s") or {}).get("ratio")
+        out += wrap(causes_parts(v["causes"], _f(dec)), "  ", width, " ")
+    if out:
+        out.insert(0, "  the decode speed-up's causes by task kind (whole run):")
+    return out

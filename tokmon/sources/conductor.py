@@ -20,6 +20,7 @@ from tokmon.model.records import BeginStep, Command, SetLevel
 
 POLL_S = 0.25  # how often a running probe's counts are read
 DRAIN_S = 60.0  # the longest an overloaded open-loop probe's backlog is waited for
+ABORT_WAIT_S = 5.0  # then, for its aborted requests to be counted
 
 
 class Stage(Protocol):
@@ -172,7 +173,8 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
                 t=perf_counter_ns(),
             )
             i += 1
-            if probe.verdict == "fail" and plan.param == "rate" and not drain(s, DRAIN_S):
+            rate_fail = probe.verdict == "fail" and plan.param == "rate"
+            if rate_fail and not drain(s, min(DRAIN_S, plan.max_s)):
                 return
         s._event("capacity", f"{name}: {search.verdict_text()}",
                  {"arm": name, "result": search.to_json()}, t=perf_counter_ns())  # fmt: skip
@@ -181,8 +183,10 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
 
 def drain(s: Stage, limit_s: float) -> bool:
     """After an open-loop probe that failed: sending paused until the backlog it left
-    has ended (at most ``limit_s``), so the next probe does not inherit it. False: the
-    run is stopping."""
+    has ended, so the next probe does not inherit it. A backlog still there after
+    ``limit_s`` (a probe's longest: an overloaded server's queue can take minutes) is
+    aborted, as a client giving up would: its requests are recorded as cancelled, the
+    server frees their slots. False: the run is stopping."""
     with s.lock:
         if s.fold.paused:
             return True
@@ -195,6 +199,15 @@ def drain(s: Stage, limit_s: float) -> bool:
             with s.lock:
                 if sum(st.in_flight for st in s.fold.statuses.values()) == 0:
                     break
+        else:
+            s.command("abort", f"the backlog of a failed probe, after {limit_s:g} s")
+            t_end = perf_counter_ns() + int(ABORT_WAIT_S * 1e9)
+            while perf_counter_ns() < t_end:  # (its records come in with the next flush)
+                if s._done.wait(POLL_S) or s.stopping:
+                    return False
+                with s.lock:
+                    if sum(st.in_flight for st in s.fold.statuses.values()) == 0:
+                        break
     finally:
         if not s.stopping:
             s.command("pause")  # resumed

@@ -21,6 +21,7 @@ from tokmon.model.config import RunConfig
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.fold import Fold, FoldSettings, mix_weights
 from tokmon.model.records import (
+    Abort,
     Command,
     EngineBatch,
     EngineFailure,
@@ -540,6 +541,11 @@ class LiveSession:
                     "stop", "stopping now" if hard else "stopping: draining in-flight requests"
                 )
                 return "stopping"
+            if name == "abort":  # (the conductor's, after an overloaded open-loop probe)
+                why = str(args[0]) if args else "aborted"
+                self._send(Abort(why))
+                self._event("abort", f"in-flight requests aborted: {why}")
+                return "aborted"
             if name == "record":
                 if self.recorder is None:
                     return "start tokmon with --record FILE to record"

@@ -46,6 +46,7 @@ SPARKS = (
 )
 # rows the panels below the charts keep at least (arms, comparison, events)
 BOTTOM_MIN = 10
+WIDE = 180  # columns from which the time split has a panel beside the comparison
 
 HELP = """\
  s       switch arm (A ⇄ B, or cycle)
@@ -149,6 +150,7 @@ class Dashboard(Screen[None]):
 
     need = 0  # lines the comparison would take whole
     panels = False  # `b`: the charts folded away
+    has_split = False  # the run has server figures to split the time by
     _shape: tuple[int, ...] = ()
 
     def on_resize(self, event: Any) -> None:
@@ -161,6 +163,12 @@ class Dashboard(Screen[None]):
         # Narrow terminals: the comparison and the events one above the other, so their
         # lines are whole (side by side at 80 columns each had ~38 characters).
         return self.size.width < 110
+
+    def wide(self) -> bool:
+        # Wide terminals: where the time goes in a panel of its own, beside the
+        # comparison (each of the three panels keeps ~60 characters), once the server
+        # has said something to split the time by.
+        return self.size.width >= WIDE and self.has_split and not self.app.split  # type: ignore[attr-defined]
 
     def chart_rows(self) -> int:
         if self.panels:
@@ -193,7 +201,8 @@ class Dashboard(Screen[None]):
         rows = self.chart_rows()
         narrow = self.narrow()
         label_w = 30 if w < 120 else 38 if w < 180 else 46
-        shape = (rows, label_w, int(narrow), int(self.panels))
+        wide = self.wide()
+        shape = (rows, label_w, int(narrow), int(self.panels), int(wide))
         if shape == self._shape:
             return  # nothing moves: no relayout
         self._shape = shape
@@ -209,6 +218,9 @@ class Dashboard(Screen[None]):
         bottom.styles.layout = "vertical" if narrow else "horizontal"
         compare, events = self.query_one("#compare"), self.query_one("#events")
         compare.styles.width = events.styles.width = "1fr" if not narrow else "100%"
+        side = self.query_one("#split")
+        side.display = wide
+        side.styles.width = "1fr"
         compare.styles.height = "auto" if narrow else "1fr"
         events.styles.height = "1fr"
         events.styles.min_height = 3 if narrow else None
@@ -221,6 +233,7 @@ class Dashboard(Screen[None]):
             yield MarkerRow(id="marks")
         with Horizontal(id="bottom"):
             yield InfoPanel(id="compare")
+            yield InfoPanel(id="split")
             yield InfoPanel(id="events")
         yield Label(id="notice")
         yield Footer()
@@ -419,6 +432,9 @@ class DashboardApp(App[None]):
 
     def action_time_split(self) -> None:
         self.split = not self.split
+        dash = self.get_screen_dashboard()
+        if dash is not None:
+            dash._shape = ()  # the side panel comes or goes
         self.last_snapshot = None  # redraw now
         self.draw()
 
@@ -550,11 +566,17 @@ class DashboardApp(App[None]):
         marks.marks = tuple(p.marks for p in pts)
         span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
         marks.axis = f"{'recent' if self.view == 'recent' else 'whole run'} · {_hms(span)} shown"
-        width = screen.size.width - 2 if screen.narrow() else screen.size.width // 2 - 2
+        screen.has_split = any(sp.ttft.source or sp.tpot.source for sp in snap.time_split)
+        wide = screen.wide()
+        panes = 1 if screen.narrow() else 3 if wide else 2
+        width = screen.size.width // panes - 2
         blocks = self._compare_blocks(snap, width)
         screen.lay_out(need=sum(len(b.lines) for b in blocks))
         compare = fit_blocks(blocks, screen.room(), width)
         screen.query_one("#compare", InfoPanel).show(compare)
+        if wide:
+            side = self._split_blocks(snap, width, "where the time goes")
+            screen.query_one("#split", InfoPanel).show(fit_blocks(side, screen.room(), width))
         # the latest events that fit under the title (the oldest scroll away first)
         room = screen.events_room(len(compare.plain.splitlines()))
         screen.query_one("#events", InfoPanel).show(self._events_text(snap, room))
@@ -710,27 +732,44 @@ class DashboardApp(App[None]):
                     out[key] = (f"{l1} · drift: too short to tell", l2)
         return out
 
-    def _split_blocks(self, s: Snapshot, width: int) -> list[Block]:
-        """`w`: where each arm's time goes (its TTFT in parts, its TPOT split, TPOT by
-        batch) and the A/B speed-up as its causes."""
-        out = [Block((Text("where the time goes (w: back to the comparison)", style="bold"),))]
+    def _split_blocks(
+        self,
+        s: Snapshot,
+        width: int,
+        title: str = "where the time goes (w: back to the comparison)",
+    ) -> list[Block]:
+        """`w` (or beside the comparison on wide screens): where each arm's time goes
+        (its TTFT in parts, its TPOT split, TPOT by batch) and the A/B speed-up as its
+        causes."""
+        out = [Block((Text(title, style="bold"),))]
         for sp in s.time_split:
             lines = arm_lines(sp.arm, sp.to_json(), width)
             out.append(Block(tuple(Text(x) for x in lines), fold=2 if sp.arm != s.arm else 0,
                              name=f"{sp.arm} split"))  # fmt: skip
         if not s.time_split:
             out.append(Block((Text("no requests yet", style="dim"),)))
-        parts = self._causes(s)
-        if parts:
-            out.append(Block(tuple(Text(x) for x in wrap(parts, "", width, " "))))
+        lines = self._causes_lines(s, width)
+        if lines:
+            out.append(Block(tuple(Text(x) for x in lines), fold=3, name="causes"))
         return out
 
-    def _causes(self, s: Snapshot) -> list[str]:
-        c = s.causes
-        if c is None:
+    def _causes_lines(self, s: Snapshot, width: int) -> list[str]:
+        """The decode speed-up as its causes: per task kind where the mix has several
+        (pooled medians over code and free text are neither's causes), else the whole."""
+        cmp = s.comparison
+        if s.causes_by_kind:
+            ratios = {k.kind: k.ratio for k in cmp.by_kind} if cmp is not None else {}
+            lines = ["decode speed-up's causes by task kind (whole run):"]
+            for c in s.causes_by_kind:
+                r = ratios.get(c.kind)
+                lines += wrap(causes_parts(c.to_json(), None if r is None else r.ratio),
+                              "  ", width, " ")  # fmt: skip
+            return lines
+        if s.causes is None:
             return []
-        dec = s.comparison.decode if s.comparison is not None else None
-        return causes_parts(c.to_json(), None if dec is None else dec.ratio)
+        dec = cmp.decode if cmp is not None else None
+        return wrap(causes_parts(s.causes.to_json(), None if dec is None else dec.ratio),
+                    "", width, " ")  # fmt: skip
 
     def _compare_blocks(self, s: Snapshot, width: int = 58) -> list[Block]:
         """The comparison panel: the arms, the ladder, the A/B ratios, cost and outputs,
@@ -805,10 +844,9 @@ class DashboardApp(App[None]):
             cross = [x for cr in s.crossovers for x in wrap(cr.text().split(" "), "", width, " ")]
             if cross:  # where the speed-up stops paying, by load (and by kind)
                 out.append(Block(tuple(Text(x) for x in cross), fold=2, name="crossover"))
-            why = self._causes(s)
+            why = self._causes_lines(s, width)
             if why:  # the speed-up as its causes (w: the whole split)
-                out.append(Block(tuple(Text(x) for x in wrap(why, "", width, " ")), fold=2,
-                                 name="causes (w)"))  # fmt: skip
+                out.append(Block(tuple(Text(x) for x in why), fold=2, name="causes (w)"))
         elif len(s.arms) < 2:
             out.append(Block((Text("one arm: add --arm to compare", style="dim"),), fold=3))
         if any(
