@@ -58,6 +58,32 @@ def test_an_open_loop_search_brackets_to_five_percent():
     assert s.verdict_text().startswith(f"capacity {s.passed:.3g} req/s")
 
 
+def test_two_arms_capacities_give_their_ratio_with_the_bracket_left_open():
+    """Plain holds 8 streams (9 fails), spec 12 (13 fails): ×1.5, and since each true
+    capacity lies in [capacity, fails_at), the ratio lies in [12/9, 13/8]; what each
+    serves there comes from its probe's step."""
+    from tokmon.model.fold import capacity_summary
+    from tokmon.report.summary_text import capacity_lines
+
+    searches = {
+        "plain": {"param": "concurrency", "capacity": 8.0, "fails_at": 9.0, "done": True},
+        "spec": {"param": "concurrency", "capacity": 12.0, "fails_at": 13.0, "done": True},
+    }
+    steps = [
+        {"arm": "plain", "value": "8", "tokens_per_s": 400.0, "cost_per_million_tokens": 1.5,
+         "ttft_p95": 90.0, "tpot_p50": 20.0},
+        {"arm": "spec", "value": "12", "tokens_per_s": 900.0, "cost_per_million_tokens": None,
+         "ttft_p95": 95.0, "tpot_p50": 12.0},
+    ]  # fmt: skip
+    out = capacity_summary(searches, steps)
+    assert out["spec"]["ratio_to"] == {"baseline": "plain", "ratio": 1.5,
+                                       "bracket": [round(12 / 9, 4), round(13 / 8, 4)]}  # fmt: skip
+    assert out["plain"]["serves"]["tokens_per_s"] == 400.0 and "ratio_to" not in out["plain"]
+    text = "\n".join(capacity_lines(out))
+    assert "there it serves 400.0 tok/s at 1.5/Mtok, TTFT p95 90" in text
+    assert "capacity spec/plain ×1.50 (the searches' brackets allow 1.33 to 1.62)" in text
+
+
 @pytest.mark.slow
 def test_find_capacity_against_a_server_of_known_capacity(tmp_path):
     """TTFT × (in flight / 8)² above 8 streams, an SLO of twice the base TTFT: the
@@ -80,6 +106,7 @@ def test_find_capacity_against_a_server_of_known_capacity(tmp_path):
     assert "ttft met by" in c["why_next_fails"]
     assert c["probe_seconds"] < 16 * 2.0  # a ladder of 1..16 at 2 s a step: 32 probe-s
     assert "capacity (default, concurrency, ttft=80 for 95% of requests): " in r.stdout
+    assert c["serves"]["tokens_per_s"] > 0 and "there it serves" in r.stdout
     got = summary_of(read_recording(str(rec)))
     assert got["capacity_search"] == s["capacity_search"]
 

@@ -277,6 +277,22 @@ def capacity_lines(searched: dict[str, Any]) -> list[str]:
             lo, hi = at["ci95"]
             head += f"; goodput there {at.get('met_slo')}/{at.get('requests')} [{lo:.1%}, {hi:.1%}]"
         out.append(head)
+        sv = r.get("serves") or {}
+        if sv.get("tokens_per_s") is not None:
+            cost = sv.get("cost_per_million_tokens")
+            out.append(
+                f"  there it serves {sv['tokens_per_s']:.1f} tok/s"
+                + ("" if cost is None else f" at {cost:.3g}/Mtok")
+                + f", TTFT p95 {fmt_ms(sv.get('ttft_p95'))} ms, TPOT p50 {fmt_ms(sv.get('tpot_p50'))} ms"
+            )
+        rt = r.get("ratio_to")
+        if rt:
+            lo, hi = rt.get("bracket") or [None, None]
+            out.append(
+                f"  capacity {clean_text(str(arm), False)}/{clean_text(str(rt['baseline']), False)}"
+                f" ×{rt['ratio']:.2f} (the searches' brackets allow "
+                f"{'—' if lo is None else format(lo, '.2f')} to {'—' if hi is None else format(hi, '.2f')})"
+            )
         marks = []
         for p in r.get("probes") or []:
             sign = "✓" if p.get("verdict") == "pass" else "✗"
