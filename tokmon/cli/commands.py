@@ -61,6 +61,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     cfg.schedule_capacity = int(args.schedule_capacity)
     cfg.wobble = float(args.wobble)
     cfg.token_bytes = int(args.token_bytes)
+    cfg.wrong = wrong_rates(args.wrong)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None
         if not cfg.api_key:
@@ -81,6 +82,28 @@ def cmd_sim(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def wrong_rates(text: str | None) -> dict[str, float]:
+    """``--wrong arith=0.1,json=0.05``: the answer model's error rate per task."""
+    from tokmon.model.quality import TASKS
+
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        k, _, v = part.partition("=")
+        k = k.strip()
+        if k not in TASKS:
+            raise UsageError(f"--wrong: no task {k!r} (tasks: {', '.join(TASKS)})")
+        try:
+            r = float(v)
+        except ValueError:
+            raise UsageError(f"--wrong: {k}: expected a rate in [0, 1], got {v!r}") from None
+        if not (0 <= r <= 1):
+            raise UsageError(f"--wrong: {k}: expected a rate in [0, 1], got {v!r}")
+        out[k] = r
+    return out
 
 
 def sim_config(

@@ -109,6 +109,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--think-time',), 'pause between the turns of a conversation', default='0s', group='requests'),
     Option(('--followup-tokens',), 'length of each later user message in a conversation', default=64, type=number(1, 100000, integer=True), group='requests'),
     Option(('--conversations',), 'conversations from a file (JSON Lines of turns or messages, or ShareGPT JSON): each stream runs the next one, turn by turn; recorded replies go into the history as written', metavar='FILE', group='requests', text=True),
+    Option(('--quality-probes',), "mix questions with known answers into the load at this share of requests (5%, or 0.05): arithmetic, counting, reversing, sorting, extraction into JSON; each answer is read (never run) and checked, and each arm's accuracy shown with its interval", metavar='SHARE', group='requests'),
     Option(('--tokenizer',), "the model's tokenizer.json (or its folder), for exact prompt lengths on a server without /tokenize (TGI, Ollama, TensorRT-LLM…); needs pip install 'tokmon-live[tokenizer]'", metavar='PATH', group='requests', text=True),
     Option(('--approx-prompt-tokens',), 'skip measuring the server before the run: prompts of about one word a token', action="store_true", group='requests'),
     Option(('--max-tokens',), 'output length, same syntax', default='256', group='requests'),

@@ -359,6 +359,13 @@ def build_parser() -> Parser:
         "token); 0: the word rule",
     )
     sim.add_argument(
+        "--wrong",
+        metavar="TASK=RATE,...",
+        help="the answer model: answer quality probes wrongly at these rates per task "
+        "(arith, count, reverse, sort, json), e.g. arith=0.1 for a quantised model; right "
+        "otherwise",
+    )
+    sim.add_argument(
         "--alter-outputs",
         type=number(0, 1),
         default=0.0,

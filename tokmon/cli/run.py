@@ -50,6 +50,24 @@ def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
     return v
 
 
+def quality_share(text: str | None) -> float:
+    """``--quality-probes``: 5%, or 0.05; above 0 and at most 1."""
+    if not text:
+        return 0.0
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UsageError(
+            f"--quality-probes: expected a share such as 5% or 0.05, got {text!r}"
+        ) from None
+    if not (0 < v <= 1):  # (NaN fails this too)
+        raise UsageError(
+            f"--quality-probes: the share must be above 0 and at most 100%, got {text!r}"
+        )
+    return v
+
+
 def parse_slo(text: str | None) -> Any:
     from tokmon.model.stats import Slo
 
@@ -79,6 +97,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
     from tokmon.model.config import RunConfig, Timeouts, redact_header
     from tokmon.model.workload import LengthDist, WorkloadError, parse_mix
+
+    qshare = quality_share(args.quality_probes)  # (checked before any server is asked)
 
     url = args.url or os.environ.get("TOKMON_URL")
     share_with_group(bool(getattr(args, "group_readable", False)))
@@ -316,6 +336,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         requests=budget,
         trace=trace,
         record_prompts=bool(getattr(args, "record_prompts", False)),
+        quality_share=qshare,
         prompt_tokens=ptoks,
         shared_prefix=shared,
         conversations=conversations,

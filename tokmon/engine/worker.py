@@ -28,6 +28,7 @@ from tokmon.engine.measure import NS_PER_MS
 from tokmon.inputs import read_share
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
+from tokmon.model.quality import QUALITY_MAX_TOKENS, QUALITY_SET, builtin_items, is_correct
 from tokmon.model.records import (
     Abort,
     BeginStep,
@@ -207,6 +208,11 @@ class Engine:
         seed = cfg.seed if cfg.seed is not None else int(time.time_ns() % 2**31)
         self.rng = np.random.default_rng(seed + 7919 * worker)
         self.pyrng = random.Random(seed + worker)
+        # quality probes: the built-in questions, drawn in turn (each worker from its own
+        # place), at the share asked; their own generator, so the load's draws stay the same
+        self.q_items = builtin_items(QUALITY_SET, seed) if cfg.quality_share > 0 else ()
+        self.q_rng = random.Random(seed * 31 + worker + 17)
+        self.q_next = worker * 7
         self.mix_kinds = [k for k, _ in cfg.mix]
         self.mix_w = np.array([w for _, w in cfg.mix], dtype=float)
         self.mode = cfg.mode
@@ -299,10 +305,16 @@ class Engine:
         rid = n * self.nworkers + self.worker
         arm_name = self._pick_arm(n)
         arm = self.arms[arm_name]
+        item = None
         if given is not None:
             prompt, max_tokens = given
+        elif chat is None and self.q_items and self.q_rng.random() < self.cfg.quality_share:
+            item = self.q_items[self.q_next % len(self.q_items)]
+            self.q_next += 1
+            prompt, max_tokens = item.prompt, QUALITY_MAX_TOKENS
         else:
             prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
+        answer: list[str] = []
         if self.cfg.record_prompts:
             self.prompts.append(SentPrompt(rid, prompt.messages, prompt.text))
         body = json.dumps(build_body(self.cfg, arm, prompt, max_tokens)).encode()
@@ -341,9 +353,13 @@ class Engine:
                 stall_ms=self.cfg.stall_ms,
                 base=base,
                 request_id=request_id(self.cfg.run_id, rid),
-                keep_text=chat is not None,
-                on_text=None if chat is None else chat.reply,
+                keep_text=chat is not None or item is not None,
+                on_text=answer.append if item is not None else None if chat is None else chat.reply,
             )
+            if item is not None and rec.outcome == "ok":
+                # read, never run: the answer is checked as text (model/quality.py)
+                ok = is_correct(item.check, item.answer, answer[0] if answer else "")
+                rec = replace(rec, quality=1.0 if ok else 0.0)
         except asyncio.CancelledError:
             self.records.append(
                 RequestRecord(

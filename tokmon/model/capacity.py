@@ -19,17 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-Z95 = 1.959964
+from tokmon.model.stats import wilson
+
 MIN_REQUESTS = 10  # a probe decides on no fewer
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a share k/n (n > 0)."""
-    p = k / n
-    d = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / d
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, mid - half), min(1.0, mid + half)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,9 @@ class RunConfig:
     trace: Trace | None = None
     # write every prompt sent into the recording (--record-prompts), to replay it verbatim
     record_prompts: bool = False
+    # questions with known answers mixed into the load (--quality-probes: the share of
+    # requests), each answer checked by the engine (model/quality.py)
+    quality_share: float = 0.0
     max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)

@@ -31,6 +31,7 @@ from tokmon.model.environment import ServerEnv
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
+from tokmon.model.quality import KIND_PREFIX, QualityReducer
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import (
@@ -345,6 +346,7 @@ class Fold:
         # step changes, on the requests themselves, within the regime the user set
         self.watch = StepWatch()
         self.split = TimeSplitReducer()  # where each arm's time goes
+        self.quality = QualityReducer()  # quality probes' answers, per arm and task
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
@@ -437,7 +439,8 @@ class Fold:
         for st in self.steps:
             by[(st.arm, st.value)] = st  # (a level probed twice: its last run)
         levels = [v for (arm, v) in by if arm == a and (b, v) in by]
-        kinds = sorted({k for st in self.steps for k in st.decode_kind})
+        kinds = sorted({k for st in self.steps for k in st.decode_kind
+                        if not k.startswith(KIND_PREFIX)})  # fmt: skip
         out = []
         # over a mix of kinds, per kind only: a median over code and free text together
         # is neither's speed-up (and its interval jumps between the two)
@@ -507,6 +510,14 @@ class Fold:
         counted = rows[~c["warmup"] & ~c["settle"]]
         ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
         self.split.requests(tb, ok)
+        # every answer checked (warm-up included: a timing warms up, correctness does not)
+        q = rows[~np.isnan(c["quality"])]
+        for code, kcode in {
+            (int(a), int(k)) for a, k in zip(c["arm"][q], c["kind"][q], strict=True)
+        }:
+            sel = q[(c["arm"][q] == code) & (c["kind"][q] == kcode)]
+            task = str(tb.vocab["kind"][kcode]).removeprefix(KIND_PREFIX)
+            self.quality.add(tb.vocab["arm"][code], task, c["quality"][sel])
         if ok.size:
             arm_ok = c["arm"][ok]
             for code in np.unique(arm_ok):
@@ -1027,6 +1038,10 @@ class Fold:
             scenario=s.scenario,
             causes=self.causes,
             causes_by_kind=self.causes_by_kind,
+            quality=self.quality.views(),
+            quality_diff=self.quality.diff(self.arm_names[0], self.arm_names[1])
+            if len(self.arm_names) >= 2
+            else None,
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)
@@ -1212,6 +1227,8 @@ class Fold:
                 for k, ksp in self.time_split_by_kind(sp.arm).items():
                     if k in bk:
                         bk[k]["time_split"] = ksp.to_json()
+        if self.quality.counts:
+            out["quality"] = self.quality.to_json(list(self.arm_names))
         if self.capacity.searches:
             out["capacity_search"] = capacity_summary(
                 self.capacity.to_json(), (out.get("ladder") or {}).get("steps") or []

@@ -70,6 +70,7 @@ class RequestRecord:
     # the server's own account of the request (vLLM per-request metrics, llama.cpp
     # timings): waiting for a batch slot, scheduled → first token, its time per token
     srv_queue_ms: float | None = None
+    quality: float | None = None  # a quality probe's answer: 1 correct, 0 not (None: no probe)
     srv_prefill_ms: float | None = None
     srv_itl_ms: float | None = None
 

@@ -9,6 +9,7 @@ from tokmon.model.alerts import Trend
 from tokmon.model.capacity import CapacityView
 from tokmon.model.crossover import Crossover
 from tokmon.model.history import Point
+from tokmon.model.quality import Accuracy, QualityDiff
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.stats import WindowStats
 from tokmon.model.timesplit import SpeedupCauses, TimeSplit
@@ -71,6 +72,8 @@ class Snapshot:
     time_split: tuple[TimeSplit, ...] = ()  # where each arm's time goes
     causes: SpeedupCauses | None = None  # the A/B decode speed-up as its causes
     causes_by_kind: tuple[SpeedupCauses, ...] = ()  # the same per task kind (2+ kinds)
+    quality: tuple[Accuracy, ...] = ()  # each arm's quality probes, answers checked
+    quality_diff: QualityDiff | None = None  # the second arm's accuracy minus the first's
     capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
     crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
     scenario: str = ""  # --scenario: the kind of service the run stands for

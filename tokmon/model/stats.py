@@ -670,3 +670,15 @@ class TokenWindow:
             if t0 <= t < t1:
                 out[arm] = out.get(arm, 0) + n
         return out
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score 95% interval of a share k/n ((0, 1) where n is 0): sound at small
+    n and at 0% or 100%, where the normal approximation is not."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    d = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, mid - half), min(1.0, mid + half)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
+from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.stats import (
     MIN_SAMPLES,
     ArmTotals,
@@ -201,19 +202,24 @@ def compare(
     for kind in kind_weights or {}:
         if kind not in seen_kinds:
             keys.extend((kind, step) for step in steps)
-    expected = tuple(range(len(keys)))
+    # quality probes load the server like any request, but they are not the workload
+    # being compared: their strata are left out of the speed-up (their answers are judged
+    # in ``quality``), so they neither dilute it nor make it partial
+    probes = [i for i, (kind, _) in enumerate(keys) if kind.startswith(KIND_PREFIX)]
+    expected = tuple(i for i in range(len(keys)) if i not in probes)
     weights = _stratum_weights(keys, base, other, kind_weights)
     for key, attr, seg_attr in COMPARED:
         st_attr = "st_" + attr
         a_st = _renumber(getattr(base, st_attr).values, base.strata, keys)
         b_st = _renumber(getattr(other, st_attr).values, other.strata, keys)
+        am, bm = ~np.isin(a_st, probes), ~np.isin(b_st, probes)
         res = ratio_ci_stratified(
-            getattr(base, attr).values,
-            getattr(base, seg_attr).values,
-            a_st,
-            getattr(other, attr).values,
-            getattr(other, seg_attr).values,
-            b_st,
+            getattr(base, attr).values[am],
+            getattr(base, seg_attr).values[am],
+            a_st[am],
+            getattr(other, attr).values[bm],
+            getattr(other, seg_attr).values[bm],
+            b_st[bm],
             segments=method == "segments",
             weights=weights,
             expected=expected,
@@ -236,7 +242,10 @@ def compare(
                 ],
             }
         )
-    kinds = sorted(set(base.kinds) | set(other.kinds) | set(kind_weights or ()))
+    kinds = sorted(
+        k for k in set(base.kinds) | set(other.kinds) | set(kind_weights or ())
+        if not k.startswith(KIND_PREFIX)
+    )  # fmt: skip
     if kinds:
         # The speed-up per kind of task: speculative decoding's gain is conditional.
         # Every kind of the workload is listed, with its requests in each arm, so that

@@ -68,6 +68,7 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "srv_queue_ms": ("sq", "f", None),
     "srv_prefill_ms": ("sp", "f", None),
     "srv_itl_ms": ("si", "f", None),
+    "quality": ("q", "n", None),
 }
 # RequestRecord field -> short key in a recording (the columns' table is the one list).
 REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.stats import GrowArray, ratio_ci_requests
 from tokmon.model.table import RequestTable
 
@@ -246,8 +247,8 @@ class TimeSplitReducer:
     def kind_names(self) -> list[str]:
         """The task kinds met, in order; [] where the mix had one kind (the whole run
         already says it)."""
-        names = sorted({k for _, k in self.kinds})
-        return names if len(names) > 1 else []
+        names = sorted({k for _, k in self.kinds if not k.startswith(KIND_PREFIX)})
+        return names if len(names) > 1 else []  # (quality probes: not the workload)
 
     def server(
         self,

@@ -245,10 +245,36 @@ def summary_table(summary: dict[str, Any]) -> str:
         if lad.get("stopped_early"):
             out.append(f"  ladder stopped early: {lad['stopped_early']}")
     out += capacity_lines(searched)
+    out += quality_lines(summary.get("quality"))
     oc = summary.get("output_check")
     if oc:
         out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
+
+
+def quality_lines(q: dict[str, Any] | None) -> list[str]:
+    """Each arm's answers checked (quality probes), per task, and the difference between
+    the first two arms with its interval: a quality cost where it lies below 0."""
+    if not q:
+        return []
+    out = ["quality probes (answers checked, whole run; 95% Wilson intervals):"]
+    for arm, a in (q.get("arms") or {}).items():
+        lo, hi = a.get("ci95") or [0.0, 1.0]
+        tasks = " · ".join(
+            f"{clean_text(str(t), False)} {v.get('correct')}/{v.get('n')}"
+            for t, v in (a.get("by_task") or {}).items()
+        )
+        out.append(f"  {clean_text(str(arm), False)}: {a.get('correct')}/{a.get('n')} correct "
+                   f"[{lo:.0%}, {hi:.0%}]" + (f" ({tasks})" if tasks else ""))  # fmt: skip
+    d = q.get("difference")
+    if d:
+        lo, hi = d.get("ci95") or [0.0, 0.0]
+        out.append(
+            f"  quality cost {clean_text(str(d.get('other')), False)} − "
+            f"{clean_text(str(d.get('base')), False)}: {100 * d.get('diff', 0):+.1f} points "
+            f"[{100 * lo:+.1f}, {100 * hi:+.1f}]: {d.get('verdict')}"
+        )
+    return out
 
 
 def capacity_lines(searched: dict[str, Any]) -> list[str]:

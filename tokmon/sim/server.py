@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from tokmon import __version__
+from tokmon.model.quality import solve, wrong
 from tokmon.sim.faults import Faults
 from tokmon.sim.model import ALPHA, PROFILES, Profile, classify_prompt
 from tokmon.sim.prefix import PrefixCache
@@ -130,6 +131,9 @@ class SimConfig:
     # batching model: a server with a known token schedule, for timing-fidelity tests.
     schedule: tuple[float, float, int] | None = None
     alter_outputs: float = 0.0  # share of greedy outputs changed (an arm that alters text)
+    # the answer model: quality probes (model/quality.py) are answered right, except at
+    # this rate per task (a "quantised" arm: {"arith": 0.1})
+    wrong: dict[str, float] = field(default_factory=dict)
     # Like vLLM's --api-key: /v1/* needs "Authorization: Bearer KEY"; /health, /version
     # and /metrics stay open (as they do on vLLM).
     api_key: str | None = None
@@ -338,6 +342,7 @@ class Seq:
         "accepted",
         "future",
         "acc_rng",
+        "script",
     )
     rid: int
     proto: HttpProtocol
@@ -358,6 +363,7 @@ class Seq:
     fault_at: int
     rng: random.Random  # the text: greedy output depends on the prompt only
     acc_rng: random.Random  # acceptance draws: apart, so speculation never changes the text
+    script: list[str]  # the first tokens, as said (a quality probe's answer); [] none
     kv_need: int
     cid: str
 
@@ -510,6 +516,13 @@ class SimServer:
         self.metrics.prefix_hits.labels(**self.metrics.lv).inc(s.cached)
         s.kind = classify_prompt(prompt)
         s.alpha = ALPHA.get(s.kind, 0.5)
+        s.script = []
+        qa = solve(prompt)
+        if qa is not None:  # a question with a known answer: said first, then the usual text
+            task, ans = qa
+            if self.rng.random() < cfg.wrong.get(task, 0.0):
+                ans = wrong(task, ans)
+            s.script = [" " + w for w in f"The answer is {ans}.".split(" ")]
         spec = cfg.spec
         if body.get("speculative") is False or body.get("speculative.n_max") == 0:
             spec = False
@@ -657,7 +670,11 @@ class SimServer:
         s.produced += n
         self.metrics.n_gen += n
         rng = s.rng
-        text = "".join(TOKENS[rng.randrange(len(TOKENS))] for _ in range(n))
+        script = s.script
+        text = "".join(
+            script[i] if i < len(script) else TOKENS[rng.randrange(len(TOKENS))]
+            for i in range(start, start + n)
+        )
         if self.cfg.alter_outputs and start == 0 and rng.random() < self.cfg.alter_outputs:
             text = " altered" + text  # this arm's greedy output differs from the other's
         last = s.produced >= s.max_tokens

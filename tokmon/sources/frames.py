@@ -22,6 +22,7 @@ from tokmon.model import (
     capacity,
     crossover,
     history,
+    quality,
     records,
     snapshot,
     stats,
@@ -30,7 +31,9 @@ from tokmon.model import (
 )
 
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
-_MODULES = (snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover)
+_MODULES = (
+    snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover, quality
+)  # fmt: skip
 
 
 def _registry() -> dict[str, type]:

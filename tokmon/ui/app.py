@@ -871,6 +871,14 @@ class DashboardApp(App[None]):
                                        f"  {name[:8]} by kind (/Mtok): ", width)  # fmt: skip
                     out.append(Block(tuple(Text(r.plain, style="dim") for r in rows),
                                      fold=3, name="cost by kind"))  # fmt: skip
+        if s.quality:  # beside speed: whether the answers are still right
+            parts = [f"{clean_text(a.arm, False)[:8]} {a.text()}" for a in s.quality]
+            qlines = [Text(x) for x in wrap(parts, "quality (answers checked): ", width)]
+            d = s.quality_diff
+            if d is not None:
+                qlines.append(Text(f"  quality cost: {clean_text(d.text(), False)}",
+                                   style="bold red" if d.verdict == "worse" else ""))  # fmt: skip
+            out.append(Block(tuple(qlines), fold=1, name="quality"))
         oc = s.output_check
         if oc is not None:
             lines = []

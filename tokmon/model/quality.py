@@ -1,0 +1,368 @@
+"""Answers checked for correctness: prompts whose answers are known, how an answer is
+read from a model's text, and each arm's accuracy with its interval.
+
+Speed is not quality: a quantised model, another draft or sampling at temperature > 0
+gives texts that differ by design, and what matters is whether the answers are still
+right. The built-in set is generated here, deterministic with a seed; its tasks have one
+checkable answer each (arithmetic, counting, reversing, sorting, extraction into JSON).
+A model's output is only ever read, never run.
+
+Reading an answer is tolerant, and the same for every arm:
+
+* ``number``: the number in a ``\\boxed{}``, else the last number in the text (commas
+  between digit groups allowed); equal to the answer within 1e-6.
+* ``exact``: the text, its first line or a ``\\boxed{}``, stripped of spaces, quotes and a
+  final full stop, equal to the answer (case-insensitive).
+* ``contains``: the answer appears in the text as whole words (case-insensitive).
+* ``json``: the first balanced ``{…}`` that parses as a JSON object holds every key of
+  the answer with an equal value (numbers compared as numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokmon.model.stats import wilson
+from tokmon.model.workload import Prompt
+
+CHECKS = ("number", "exact", "contains", "json")
+TASKS = ("arith", "count", "reverse", "sort", "json")
+QUALITY_SET = 500  # built-in questions drawn in turn (then again from the first)
+QUALITY_MAX_TOKENS = 96  # a probe's answer is short: room for a sentence around it
+KIND_PREFIX = "qa:"  # a probe's task kind: qa:arith, qa:json, … (qa:own from a file)
+
+_NAMES = ("Maria", "Kenji", "Amara", "Lars", "Priya", "Tomas", "Ines", "Omar", "Yuki", "Ada")
+_CITIES = ("Lisbon", "Osaka", "Accra", "Oslo", "Pune", "Brno", "Quito", "Tunis", "Perth")
+_FRUIT = ("apples", "pears", "plums", "lemons", "melons", "figs")
+_WORDS = ("river", "copper", "lantern", "maple", "orbit", "velvet", "harbor", "quartz",
+          "meadow", "signal", "tundra", "falcon", "ember", "glacier", "cobalt", "willow")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class QualityItem:
+    """One question with its answer and the rule that checks it."""
+
+    task: str  # arith, count, reverse, sort, json, or own (a user's file)
+    prompt: Prompt
+    answer: str  # as text; a json answer is a JSON object's text
+    check: str  # one of CHECKS
+
+    @property
+    def kind(self) -> str:
+        return KIND_PREFIX + self.task
+
+
+def _ask(task: str, question: str, answer: str, check: str) -> QualityItem:
+    return QualityItem(task, Prompt(KIND_PREFIX + task, (("user", question),)), answer, check)
+
+
+def make_item(task: str, rng: random.Random) -> QualityItem:
+    """One question of a built-in task, drawn with ``rng``."""
+    if task == "arith":
+        fruit = rng.choice(_FRUIT)
+        a, b, c = rng.randint(12, 89), rng.randint(11, 60), rng.randint(3, 11)
+        q = (f"A market stall has {a} {fruit}. It buys {b} more, then sells {c}. How many "
+             f"{fruit} does it have now? Answer with the number.")  # fmt: skip
+        return _ask(task, q, str(a + b - c), "number")
+    if task == "count":
+        w = "".join(rng.choice("abcde") for _ in range(rng.randint(9, 15)))
+        ch = rng.choice("abc")
+        q = f"How many times does the letter '{ch}' appear in '{w}'? Answer with the number."
+        return _ask(task, q, str(w.count(ch)), "number")
+    if task == "reverse":
+        w = "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(rng.randint(5, 8)))
+        q = f"Reverse the letters of '{w}'. Answer with the reversed letters only."
+        return _ask(task, q, w[::-1], "contains")
+    if task == "sort":
+        ws = rng.sample(_WORDS, rng.randint(4, 6))
+        q = (f"Sort these words alphabetically: {', '.join(ws)}. Answer with the words in "
+             "order, separated by spaces.")  # fmt: skip
+        return _ask(task, q, " ".join(sorted(ws)), "contains")
+    if task == "json":
+        name, city, age = rng.choice(_NAMES), rng.choice(_CITIES), rng.randint(19, 77)
+        q = (f"{name} is {age} years old and lives in {city}. Extract the person as JSON with "
+             'the keys "name", "age" and "city". Answer with the JSON object only.')  # fmt: skip
+        return _ask(task, q, json.dumps({"name": name, "age": age, "city": city}), "json")
+    raise ValueError(f"no built-in task {task!r}")
+
+
+def builtin_items(n: int, seed: int = 0) -> tuple[QualityItem, ...]:
+    """``n`` questions, the tasks in turn, the same for the same seed (every arm is asked
+    the same questions in the same order)."""
+    rng = random.Random(seed * 7919 + 104729)
+    return tuple(make_item(TASKS[i % len(TASKS)], rng) for i in range(n))
+
+
+# ------------------------------------------------------------------ the simulator's side
+
+_SOLVERS = (
+    ("arith", re.compile(r"has (\d+) \w+\. It buys (\d+) more, then sells (\d+)\.")),
+    ("count", re.compile(r"the letter '(\w)' appear in '(\w+)'\?")),
+    ("reverse", re.compile(r"Reverse the letters of '(\w+)'\.")),
+    ("sort", re.compile(r"Sort these words alphabetically: ([\w, ]+)\. Answer")),
+    ("json", re.compile(r"(\w+) is (\d+) years old and lives in (\w+)\. Extract")),
+)
+
+
+def solve(prompt: str) -> tuple[str, str] | None:
+    """(task, answer text) of a built-in question, from its text alone (what the
+    simulator answers); None for any other prompt."""
+    for task, rx in _SOLVERS:
+        m = rx.search(prompt)
+        if m is None:
+            continue
+        g = m.groups()
+        if task == "arith":
+            return task, str(int(g[0]) + int(g[1]) - int(g[2]))
+        if task == "count":
+            return task, str(g[1].count(g[0]))
+        if task == "reverse":
+            return task, g[0][::-1]
+        if task == "sort":
+            return task, " ".join(sorted(w.strip() for w in g[0].split(",")))
+        return task, json.dumps({"name": g[0], "age": int(g[1]), "city": g[2]})
+    return None
+
+
+def wrong(task: str, answer: str) -> str:
+    """A plausible wrong answer (the simulator's errors): off by one, or one letter or
+    word out of place, or one field changed."""
+    if task in ("arith", "count"):
+        return str(int(answer) + 1)
+    if task == "json":
+        d = json.loads(answer)
+        d["age"] = int(d["age"]) + 1
+        return json.dumps(d)
+    if task == "sort":
+        ws = answer.split()
+        return " ".join([ws[1], ws[0], *ws[2:]]) if len(ws) > 1 else answer + "s"
+    return answer[1:] + answer[0] if len(answer) > 1 else answer + "x"
+
+
+# ------------------------------------------------------------------ reading an answer
+
+_NUM = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def _number(s: str) -> float | None:
+    try:
+        return float(s.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def read_number(text: str) -> float | None:
+    b = _BOXED.findall(text)
+    for cand in reversed(b):
+        m = _NUM.findall(cand)
+        if m:
+            return _number(m[-1])
+    m = _NUM.findall(text)
+    return _number(m[-1]) if m else None
+
+
+def first_json_object(text: str) -> dict[str, Any] | None:
+    """The first balanced ``{…}`` in the text that parses as a JSON object."""
+    i = text.find("{")
+    while i >= 0:
+        depth, in_str, esc = 0, False, False
+        for j in range(i, min(len(text), i + 20_000)):
+            ch = text[j]
+            if in_str:
+                esc = (not esc) and ch == "\\"
+                if ch == '"' and not esc:
+                    in_str = False
+                continue
+            if ch == '"':
+                in_str = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        v = json.loads(text[i : j + 1])
+                    except ValueError:
+                        break
+                    return v if isinstance(v, dict) else None
+        i = text.find("{", i + 1)
+    return None
+
+
+def _norm(s: str) -> str:
+    # spaces, a final full stop and quotes around, in either order: 'Paris'. or 'Paris.'
+    return s.strip().rstrip(".").strip("`'\" ").rstrip(".").strip().lower()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return not isinstance(a, bool) and abs(float(a) - float(b)) < 1e-6
+    if isinstance(a, str) and isinstance(b, str):
+        return _norm(a) == _norm(b)
+    return bool(a == b)
+
+
+def is_correct(check: str, answer: str, text: str) -> bool:
+    """Whether ``text`` gives ``answer`` by the rule ``check`` (see the module's text)."""
+    if check == "number":
+        got, want = read_number(text), _number(answer)
+        return got is not None and want is not None and abs(got - want) < 1e-6
+    if check == "exact":
+        cands = [text, text.strip().split("\n")[0], *_BOXED.findall(text)]
+        return any(_norm(c) == _norm(answer) for c in cands)
+    if check == "contains":
+        words = " ".join(re.findall(r"\w+", answer.lower()))
+        return bool(words) and re.search(rf"\b{re.escape(words)}\b",
+                                         " ".join(re.findall(r"\w+", text.lower()))) is not None  # fmt: skip
+    if check == "json":
+        obj = first_json_object(text)
+        try:
+            want = json.loads(answer)
+        except ValueError:
+            return False
+        if obj is None or not isinstance(want, dict):
+            return False
+        return all(k in obj and _same(obj[k], v) for k, v in want.items())
+    raise ValueError(f"no check {check!r}")
+
+
+# ------------------------------------------------------------------ accuracy
+
+
+def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float, float]:
+    """p2 − p1 with its 95% interval (Newcombe's hybrid score interval, method 10: the
+    two Wilson intervals combined; sound at small n and at 0% or 100%)."""
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson(k1, n1)
+    l2, u2 = wilson(k2, n2)
+    d = p2 - p1
+    lo = d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2)
+    hi = d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+    return d, max(-1.0, lo), min(1.0, hi)
+
+
+@dataclass(frozen=True, slots=True)
+class Accuracy:
+    """Answers checked of one arm (or one task of it): ``correct`` of ``n``, with the
+    Wilson 95% interval."""
+
+    arm: str
+    n: int
+    correct: int
+    lo: float
+    hi: float
+    task: str = ""  # "" all tasks
+
+    @property
+    def rate(self) -> float | None:
+        return self.correct / self.n if self.n else None
+
+    def text(self) -> str:
+        return f"{self.correct}/{self.n} correct [{self.lo:.0%}, {self.hi:.0%}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "correct": self.correct,
+            "accuracy": None if self.rate is None else round(self.rate, 4),
+            "ci95": [round(self.lo, 4), round(self.hi, 4)],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QualityDiff:
+    """``other``'s accuracy minus ``base``'s, with its 95% interval: a quality cost where
+    the interval lies below 0."""
+
+    base: str
+    other: str
+    diff: float
+    lo: float
+    hi: float
+
+    @property
+    def verdict(self) -> str:
+        if self.hi < 0:
+            return "worse"
+        if self.lo > 0:
+            return "better"
+        return "no difference shown"
+
+    def text(self) -> str:
+        return (f"{self.other} − {self.base} {100 * self.diff:+.1f} points "
+                f"[{100 * self.lo:+.1f}, {100 * self.hi:+.1f}]: {self.verdict}")  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "other": self.other,
+            "diff": round(self.diff, 4),
+            "ci95": [round(self.lo, 4), round(self.hi, 4)],
+            "verdict": self.verdict,
+        }
+
+
+@dataclass
+class QualityReducer:
+    """Per arm and task: answers checked and those correct (counted requests that ended
+    ok; a probe that failed gave no answer and is an error, not a wrong answer)."""
+
+    counts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+    def add(self, arm: str, task: str, verdicts: np.ndarray) -> None:
+        c = self.counts.setdefault((arm, task), [0, 0])
+        c[0] += int(verdicts.size)
+        c[1] += int((verdicts > 0.5).sum())
+
+    def arms(self) -> list[str]:
+        return list(dict.fromkeys(a for a, _ in self.counts))
+
+    def accuracy(self, arm: str, task: str = "") -> Accuracy | None:
+        keys = [k for k in self.counts if k[0] == arm and (not task or k[1] == task)]
+        n = sum(self.counts[k][0] for k in keys)
+        if not n:
+            return None
+        ok = sum(self.counts[k][1] for k in keys)
+        lo, hi = wilson(ok, n)
+        return Accuracy(arm, n, ok, lo, hi, task)
+
+    def tasks(self, arm: str) -> list[str]:
+        return sorted(t for a, t in self.counts if a == arm)
+
+    def diff(self, base: str, other: str) -> QualityDiff | None:
+        a, b = self.accuracy(base), self.accuracy(other)
+        if a is None or b is None:
+            return None
+        d, lo, hi = newcombe(a.correct, a.n, b.correct, b.n)
+        return QualityDiff(base, other, d, lo, hi)
+
+    def views(self) -> tuple[Accuracy, ...]:
+        out = [self.accuracy(a) for a in self.arms()]
+        return tuple(x for x in out if x is not None)
+
+    def to_json(self, order: list[str]) -> dict[str, Any]:
+        arms = {}
+        for a in [x for x in order if x in self.arms()]:
+            acc = self.accuracy(a)
+            assert acc is not None
+            d = acc.to_json()
+            d["by_task"] = {}
+            for t in self.tasks(a):
+                at = self.accuracy(a, t)
+                if at is not None:
+                    d["by_task"][t] = at.to_json()
+            arms[a] = d
+        out: dict[str, Any] = {"arms": arms}
+        names = list(arms)
+        if len(names) >= 2:
+            diff = self.diff(names[0], names[1])
+            out["difference"] = None if diff is None else diff.to_json()
+        return out
