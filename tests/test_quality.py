@@ -107,6 +107,11 @@ def test_quality_probes_per_arm_against_simulators_with_a_known_answer_model(tmp
         "quality probes (answers checked" in r.stdout and "quality cost quant − plain" in r.stdout
     )
     assert summary_of(read_recording(str(rec)))["quality"] == q
+    # worse beyond the interval: an alert, once, live and in the summary
+    alerts = [x for x in s["alerts"] if x.get("alert") == "quality"]
+    if d["ci95"][1] < 0:
+        assert len(alerts) == 1 and alerts[0]["arm"] == "quant", s["alerts"]
+        assert "ALERT" in r.stderr and "quality: quant − plain" in r.stderr
     assert f"quant: {quant['correct']}/{quant['n']} correct" in render(
         read_recording(str(rec)), "text"
     )

@@ -347,6 +347,7 @@ class Fold:
         self.watch = StepWatch()
         self.split = TimeSplitReducer()  # where each arm's time goes
         self.quality = QualityReducer()  # quality probes' answers, per arm and task
+        self._quality_alerted = False
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
@@ -930,6 +931,14 @@ class Fold:
                     {"errors": errs},
                 )
             )
+        if self.derive and not self._quality_alerted and len(self.arm_names) >= 2:
+            # an arm whose answers are worse beyond the interval: once, as an alert
+            qd = self.quality.diff(self.arm_names[0], self.arm_names[1])
+            if qd is not None and qd.verdict == "worse":
+                self._quality_alerted = True
+                later.append(("alert", f"quality: {qd.text()}",
+                              {"alert": "quality", "metric": "accuracy", "arm": qd.other,
+                               "diff": round(qd.diff, 4), "ci95": [round(qd.lo, 4), round(qd.hi, 4)]}))  # fmt: skip
         n_failed = sum(t.failed for t in self.totals.values())
         new_err = n_failed - self._last_errors
         self._last_errors = n_failed
