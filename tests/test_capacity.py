@@ -119,14 +119,14 @@ def test_find_capacity_over_rate_against_a_server_of_known_capacity(tmp_path):
     SLO of twice the base. The overloaded probes' backlogs are aborted after a probe's
     longest (recorded as cancelled, no error burst), so the probes below them start
     clean and the search converges within 5%."""
-    out = tmp_path / "s.json"
+    out, rec = tmp_path / "s.json", tmp_path / "r.jsonl"
     cfg = SimConfig(schedule=(100.0, 2.0, 1), schedule_capacity=4, seed=1)
     with SimProcess(cfg) as sim:
         r = tokmon("run", "--url", sim.url, "--find-capacity", "rate", "--arrival", "constant",
                    "--slo", "ttft=200", "--max-tokens", "64", "--ignore-eos",
                    "--probe-duration", "1s,3s", "--step-warmup", "0.5s", "--headless",
-                   "--summary-json", str(out), "--no-gpu", "--status-interval", "1h",
-                   timeout=300)  # fmt: skip
+                   "--summary-json", str(out), "--record", str(rec), "--no-gpu",
+                   "--status-interval", "1h", timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     s = json.loads(out.read_text())
     c = s["capacity_search"]["default"]
@@ -137,6 +137,10 @@ def test_find_capacity_over_rate_against_a_server_of_known_capacity(tmp_path):
     kinds = [e["kind"] for e in s["events"]]
     assert "abort" in kinds and "errors" not in kinds, s["events"]
     assert s["arms"]["default"]["requests"]["by_outcome"]["cancelled"] > 0
+    tb = read_recording(str(rec)).requests  # each aborted request says why
+    why = {tb.vocab["error"][e] for o, e in zip(tb.cols["outcome"], tb.cols["error"], strict=True)
+           if tb.vocab["outcome"][o] == "cancelled"}  # fmt: skip
+    assert why == {"aborted: the backlog of a failed probe, after 3 s"}, why
 
 
 def test_find_capacity_needs_an_slo_and_one_schedule(tmp_path):

@@ -122,8 +122,8 @@ def test_bad_quality_options_are_one_line():
                         "--quality-probes: the share must be above 0"),
                        (["run", "--url", "http://127.0.0.1:9/v1", "--quality-probes", "some"],
                         "--quality-probes: expected a share"),
-                       (["sim", "--wrong", "poetry=0.1"], "--wrong: no task 'poetry'"),
-                       (["sim", "--wrong", "arith=2"], "--wrong: arith: expected a rate")):  # fmt: skip
+                       (["sim", "--wrong", "poetry=0.1"], "--wrong: unknown task 'poetry'"),
+                       (["sim", "--wrong", "arith=2"], "--wrong: rate of arith must be in [0, 1]")):  # fmt: skip
         r = tokmon(*args, "--headless") if args[0] == "run" else tokmon(*args)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
 

@@ -87,23 +87,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def wrong_rates(text: str | None) -> dict[str, float]:
     """``--wrong arith=0.1,json=0.05``: the answer model's error rate per task."""
     from tokmon.model.quality import TASKS
+    from tokmon.model.workload import WorkloadError, key_numbers
 
-    out: dict[str, float] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        k, _, v = part.partition("=")
-        k = k.strip()
-        if k not in TASKS:
-            raise UsageError(f"--wrong: no task {k!r} (tasks: {', '.join(TASKS)})")
-        try:
-            r = float(v)
-        except ValueError:
-            raise UsageError(f"--wrong: {k}: expected a rate in [0, 1], got {v!r}") from None
-        if not (0 <= r <= 1):
-            raise UsageError(f"--wrong: {k}: expected a rate in [0, 1], got {v!r}")
-        out[k] = r
-    return out
+    try:
+        return key_numbers(text or "", "--wrong", TASKS, "task", "rate", hi=1.0)
+    except WorkloadError as e:
+        raise UsageError(str(e)) from None
 
 
 def sim_config(

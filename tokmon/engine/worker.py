@@ -230,7 +230,6 @@ class Engine:
         self.in_flight: dict[int, tuple[str, int, str, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.open_tasks: set[asyncio.Task[None]] = set()  # open-loop requests in flight
-        self.abort_why = ""  # set while an Abort cancels them: what their records say
         self.records: list[RequestRecord] = []
         self.prompts: list[SentPrompt] = []
         self.events: list[Event] = []
@@ -354,13 +353,13 @@ class Engine:
                 base=base,
                 request_id=request_id(self.cfg.run_id, rid),
                 keep_text=chat is not None or item is not None,
-                on_text=answer.append if item is not None else None if chat is None else chat.reply,
+                on_text=answer.append if item is not None else chat.reply if chat else None,
             )
             if item is not None and rec.outcome == "ok":
                 # read, never run: the answer is checked as text (model/quality.py)
                 ok = is_correct(item.check, item.answer, answer[0] if answer else "")
                 rec = replace(rec, quality=1.0 if ok else 0.0)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as e:
             self.records.append(
                 RequestRecord(
                     rid=rid,
@@ -368,7 +367,8 @@ class Engine:
                     outcome="cancelled",
                     t_sched=t_sched,
                     t_end=perf_counter_ns(),
-                    error=self.abort_why or "cancelled at stop",
+                    # (an Abort cancels with its reason; a stop without one)
+                    error=str(e.args[0]) if e.args else "cancelled at stop",
                     **base,
                 )
             )
@@ -567,19 +567,8 @@ class Engine:
         self.events.append(Event(t=now, kind="engine", message=f"command {type(cmd).__name__}"))
 
     def _abort(self, why: str) -> None:
-        tasks = list(self.open_tasks)
-        if not tasks:
-            return
-        self.abort_why = f"aborted: {why}"
-        for t in tasks:
-            t.cancel()
-
-        def _done(_: object) -> None:
-            if not any(not t.done() for t in tasks):
-                self.abort_why = ""
-
-        for t in tasks:
-            t.add_done_callback(_done)
+        for t in list(self.open_tasks):
+            t.cancel(f"aborted: {why}")  # (the request's record says why)
 
     async def _lag_probe(self) -> None:
         while True:

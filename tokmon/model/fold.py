@@ -931,14 +931,13 @@ class Fold:
                     {"errors": errs},
                 )
             )
-        if self.derive and not self._quality_alerted and len(self.arm_names) >= 2:
-            # an arm whose answers are worse beyond the interval: once, as an alert
-            qd = self.quality.diff(self.arm_names[0], self.arm_names[1])
-            if qd is not None and qd.verdict == "worse":
-                self._quality_alerted = True
-                later.append(("alert", f"quality: {qd.text()}",
-                              {"alert": "quality", "metric": "accuracy", "arm": qd.other,
-                               "diff": round(qd.diff, 4), "ci95": [round(qd.lo, 4), round(qd.hi, 4)]}))  # fmt: skip
+        qd = self.quality.diff(*self.arm_names[:2]) if len(self.arm_names) >= 2 else None
+        # an arm whose answers are worse beyond the interval: once, as an alert
+        if self.derive and not self._quality_alerted and qd is not None and qd.verdict == "worse":
+            self._quality_alerted = True
+            later.append(("alert", f"quality: {qd.text()}",
+                          {"alert": "quality", "metric": "accuracy", "arm": qd.other,
+                           "diff": round(qd.diff, 4), "ci95": [round(qd.lo, 4), round(qd.hi, 4)]}))  # fmt: skip
         n_failed = sum(t.failed for t in self.totals.values())
         new_err = n_failed - self._last_errors
         self._last_errors = n_failed
@@ -1048,9 +1047,7 @@ class Fold:
             causes=self.causes,
             causes_by_kind=self.causes_by_kind,
             quality=self.quality.views(),
-            quality_diff=self.quality.diff(self.arm_names[0], self.arm_names[1])
-            if len(self.arm_names) >= 2
-            else None,
+            quality_diff=qd,
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)

@@ -545,25 +545,35 @@ def parse_conversations(raw: str, path: str) -> tuple[Script, ...]:
     return tuple(out)
 
 
-def parse_mix(text: str) -> dict[str, float]:
-    """``code=0.3,chat=0.5,creative=0.2`` -> normalised weights."""
-    weights: dict[str, float] = {}
+def key_numbers(
+    text: str, option: str, known: tuple[str, ...], noun: str, value: str, hi: float = math.inf
+) -> dict[str, float]:
+    """``a=0.3,b=0.5``: a number in [0, ``hi``] for each of the ``known`` names (``--mix``
+    weights, the simulator's ``--wrong`` rates), each fault named in one line."""
+    out: dict[str, float] = {}
     for part in text.split(","):
         if not part.strip():
             continue
         if "=" not in part:
-            raise WorkloadError(f"--mix: expected KIND=WEIGHT, got {part!r}")
+            raise WorkloadError(f"{option}: expected {noun.upper()}={value.upper()}, got {part!r}")
         k, v = part.split("=", 1)
         k = k.strip()
-        if k not in KINDS:
-            raise WorkloadError(f"--mix: unknown kind {k!r} (kinds: {', '.join(KINDS)})")
+        if k not in known:
+            raise WorkloadError(f"{option}: unknown {noun} {k!r} ({noun}s: {', '.join(known)})")
         try:
             w = float(v)
         except ValueError:
-            raise WorkloadError(f"--mix: weight of {k} is not a number: {v!r}") from None
-        if w < 0 or not math.isfinite(w):
-            raise WorkloadError(f"--mix: weight of {k} must be >= 0")
-        weights[k] = w
+            raise WorkloadError(f"{option}: {value} of {k} is not a number: {v!r}") from None
+        if not (0 <= w <= hi and math.isfinite(w)):  # (NaN fails this too)
+            bound = "must be >= 0" if hi == math.inf else f"must be in [0, {hi:g}]"
+            raise WorkloadError(f"{option}: {value} of {k} {bound}")
+        out[k] = w
+    return out
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``code=0.3,chat=0.5,creative=0.2`` -> normalised weights."""
+    weights = key_numbers(text, "--mix", KINDS, "kind", "weight")
     total = sum(weights.values())
     if total <= 0:
         raise WorkloadError("--mix: weights must sum to a positive number")

@@ -43,8 +43,9 @@ def ttft_bar(t: dict[str, Any], width: int = 24) -> str:
     return "".join(cells)[: width + 3]
 
 
-def ttft_parts(t: dict[str, Any]) -> list[str]:
-    """``net 2.5 ms (3%)`` for each part given; what the remainder holds besides."""
+def ttft_parts(t: dict[str, Any], glyphs: bool = True) -> list[str]:
+    """``net 2.5 ms (3%)`` for each part given (after its bar's glyph); what the
+    remainder holds besides."""
     client = _f(t.get("client"))
     out = []
     for key, name, glyph in PARTS:
@@ -60,7 +61,7 @@ def ttft_parts(t: dict[str, Any]) -> list[str]:
         label = name
         if key == "front" and t.get("front_holds"):
             label = "front+" + "+".join(str(h) for h in t["front_holds"])
-        out.append(f"{glyph}{label} {ms(v)}{share}")
+        out.append(f"{glyph if glyphs else ''}{label} {ms(v)}{share}")
     return out
 
 
@@ -103,7 +104,7 @@ def kind_line(kind: str, sp: dict[str, Any]) -> str:
     t = sp.get("ttft_ms") or {}
     p = sp.get("tpot_ms") or {}
     head = f"  {clean_text(str(kind), False)[:14]}: TTFT {ms(_f(t.get('client')))}"
-    parts = [x.lstrip("░▒▓█") for x in ttft_parts(t)] if t.get("source") else []
+    parts = ttft_parts(t, glyphs=False) if t.get("source") else []
     tail = f" · TPOT {ms(_f(p.get('client')))}"
     if p.get("source"):
         tail += f" (server {ms(_f(p.get('server_step')))})"

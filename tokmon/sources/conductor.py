@@ -181,6 +181,19 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
     end(s, "capacity search done", None)
 
 
+def _until_idle(s: Stage, limit_s: float) -> bool | None:
+    """Wait until no request is in flight (True), the run stops (False), or ``limit_s``
+    passes (None)."""
+    t_end = perf_counter_ns() + int(limit_s * 1e9)
+    while perf_counter_ns() < t_end:
+        if s._done.wait(POLL_S) or s.stopping:
+            return False
+        with s.lock:
+            if sum(st.in_flight for st in s.fold.statuses.values()) == 0:
+                return True
+    return None
+
+
 def drain(s: Stage, limit_s: float) -> bool:
     """After an open-loop probe that failed: sending paused until the backlog it left
     has ended, so the next probe does not inherit it. A backlog still there after
@@ -191,23 +204,13 @@ def drain(s: Stage, limit_s: float) -> bool:
         if s.fold.paused:
             return True
     s.command("pause")
-    t_end = perf_counter_ns() + int(limit_s * 1e9)
     try:
-        while perf_counter_ns() < t_end:
-            if s._done.wait(POLL_S) or s.stopping:
-                return False
-            with s.lock:
-                if sum(st.in_flight for st in s.fold.statuses.values()) == 0:
-                    break
-        else:
+        ended = _until_idle(s, limit_s)
+        if ended is None:
             s.command("abort", f"the backlog of a failed probe, after {limit_s:g} s")
-            t_end = perf_counter_ns() + int(ABORT_WAIT_S * 1e9)
-            while perf_counter_ns() < t_end:  # (its records come in with the next flush)
-                if s._done.wait(POLL_S) or s.stopping:
-                    return False
-                with s.lock:
-                    if sum(st.in_flight for st in s.fold.statuses.values()) == 0:
-                        break
+            ended = _until_idle(s, ABORT_WAIT_S)  # (its records come with the next flush)
+        if ended is False:
+            return False
     finally:
         if not s.stopping:
             s.command("pause")  # resumed

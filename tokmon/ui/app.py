@@ -873,7 +873,7 @@ class DashboardApp(App[None]):
                                      fold=3, name="cost by kind"))  # fmt: skip
         if s.quality:  # beside speed: whether the answers are still right
             parts = [f"{clean_text(a.arm, False)[:8]} {a.text()}" for a in s.quality]
-            qlines = [Text(x) for x in wrap(parts, "quality (answers checked): ", width)]
+            qlines = [Text(x) for x in wrap(parts, "quality (answers checked, whole run): ", width)]
             d = s.quality_diff
             if d is not None:
                 qlines.append(Text(f"  quality cost: {clean_text(d.text(), False)}",
