@@ -11,11 +11,13 @@ import numpy as np
 from helpers import tokmon
 
 from tokmon.model.quality import (
+    QUALITY_PASS,
     TASKS,
     builtin_items,
     first_json_object,
     is_correct,
     newcombe,
+    parse_items,
     read_number,
     solve,
     wrong,
@@ -33,7 +35,7 @@ def test_every_builtin_question_has_one_checkable_answer():
     one (off by one, a letter or word out of place, a field changed) does not."""
     items = builtin_items(50, seed=3)
     assert items == builtin_items(50, seed=3) and items != builtin_items(50, seed=4)
-    assert [it.task for it in items[:5]] == list(TASKS)
+    assert [it.task for it in items[: len(TASKS)]] == list(TASKS)
     for it in items:
         q = it.prompt.messages[0][1]
         assert solve(q) == (it.task, it.answer)
@@ -133,3 +135,107 @@ def test_the_same_questions_for_the_same_seed_whatever_the_rng_state():
     a = builtin_items(5, seed=9)
     random.seed(2)
     assert builtin_items(5, seed=9) == a
+
+
+def test_a_short_program_is_answered_by_tokmon_not_by_running_text():
+    """The code task's answer is computed by tokmon's own loop: x = 3, three doublings
+    less i·2 each: 3 → 6 → 10 → 16."""
+    it = next(i for i in builtin_items(12, seed=1) if i.task == "code")
+    assert "print(x)" in it.prompt.messages[0][1] and it.check == "number"
+    q = (
+        "What does this Python program print?\n\nx = 3\nfor i in range(3):\n"
+        "    x = x * 2 - i * 2\nprint(x)\n\nAnswer with the number."
+    )
+    assert solve(q) == ("code", "16")
+
+
+def test_a_teams_own_questions_from_a_file(tmp_path):
+    """--quality-file: its questions replace the built-in set, each checked by its own
+    rule and counted under its own task; --quality N asks N of each arm on their own
+    (the arms take turns request by request) and stops."""
+    arith = (
+        "A market stall has 40 pears. It buys 12 more, then sells 2. How many pears "
+        "does it have now? Answer with the number."
+    )
+    lines = [
+        {"prompt": arith, "answer": 50, "check": "number", "task": "ledger"},
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": arith},
+            ],
+            "answer": "51",
+            "check": "number",
+            "task": "trap",
+        },
+        {"prompt": "Say the magic word.", "answer": "xyzzy", "check": "contains", "task": "magic"},
+    ]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    items = parse_items(qa.read_text(), "qa.jsonl")
+    assert [i.kind for i in items] == ["qa:ledger", "qa:trap", "qa:magic"]
+    assert items[1].prompt.messages[0] == ("system", "Be brief.")
+    out = tmp_path / "s.json"
+    with SimProcess(SimConfig(seed=1, schedule=(20.0, 2.0, 1))) as a:
+        r = tokmon("run", "--arm", f"x:url={a.url}", "--arm", f"y:url={a.url}",
+                   "--quality", "9", "--quality-file", str(qa), "-c", "3", "--headless",
+                   "--summary-json", str(out), "--status-interval", "1h", "--no-gpu")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    q = json.loads(out.read_text())["quality"]["arms"]
+    for arm in ("x", "y"):
+        by = q[arm]["by_task"]
+        assert q[arm]["n"] == 9 and set(by) == {"ledger", "trap", "magic"}, q[arm]
+        assert by["ledger"]["correct"] == by["ledger"]["n"] > 0
+        assert by["trap"]["correct"] == 0 and by["magic"]["correct"] == 0
+
+
+def test_bad_quality_files_and_options_are_one_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    url = ["run", "--url", "http://127.0.0.1:9/v1", "--headless"]
+    for text, says in (('{"prompt": "hi", "answer": 1, "check": "number"}\nnot json\n',
+                        "line 2: not a JSON object"),
+                       ('{"prompt": "hi", "answer": "x", "check": "regex"}', "line 1: \"check\""),
+                       ('{"prompt": "hi", "answer": "seven", "check": "number"}',
+                        "must be a number"),
+                       ('{"prompt": "hi", "answer": [1], "check": "json"}', "a JSON object"),
+                       ('{"answer": 1, "check": "number"}', "give \"prompt\" or \"messages\""),
+                       ('{"prompt": "hi", "answer": 1, "check": "number", "task": "A B"}',
+                        "\"task\" must be"),
+                       ("\n\n", "no questions in it")):  # fmt: skip
+        bad.write_text(text)
+        r = tokmon(*url, "--quality", "5", "--quality-file", str(bad))
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (
+            text,
+            r.stderr,
+        )
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    for args, says in ((["--quality-file", str(bad)], "--quality-file asks its questions"),
+                       (["--quality", "5", "--requests", "9"], "--quality N and --requests"),
+                       (["--quality", "5", "--quality-probes", "5%"], "exclude each other"),
+                       (["--quality-file", str(tmp_path / "none.jsonl"), "--quality", "3"],
+                        "cannot read")):  # fmt: skip
+        r = tokmon(*url, *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_quality_pass_on_demand():
+    """`o` on the dashboard (the session's "check" command): the next QUALITY_PASS
+    requests of the arm receiving load are probes, in a run that had none; the output
+    check needs a second arm and is not started with one."""
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
+    from tokmon.sources.live import LiveSession
+
+    with SimProcess(SimConfig(seed=3, schedule=(10.0, 1.0, 1), time_scale=8)) as sim:
+        cfg = RunConfig(arms=(Arm("a", url=sim.url, model="sim-27b"),), concurrency=4,
+                        requests=QUALITY_PASS + 200, max_tokens=LengthDist("fixed", 8))  # fmt: skip
+        s = LiveSession(cfg, target=sim.url, model="sim-27b")
+        s.start()
+        said = s.command("check")
+        assert said == f"quality pass: {QUALITY_PASS} questions", said
+        assert s.wait(60)
+        s.close()
+    acc = s.fold.quality.accuracy("a")
+    assert acc is not None and acc.n == QUALITY_PASS and acc.correct == QUALITY_PASS
+    assert any(e.kind == "quality" and "quality pass" in e.message for e in s.fold.events)

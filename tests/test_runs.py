@@ -71,3 +71,51 @@ def test_report_over_three_and_three_recordings(tmp_path):
     assert 0.003 < cv < 0.12, cv  # the 3% wobble, seen through 3 runs
     r = tokmon("report", paths["base"][0], "--compare", *paths["fast"])
     assert r.returncode == 2 and "at least 2 runs on each side" in r.stderr
+
+
+@pytest.mark.slow
+def test_repeat_five_runs_with_a_seeded_wobble(tmp_path):
+    """--repeat 5 over a managed simulator whose seed is the run's number ({run}), with a
+    5% run-to-run wobble: five recordings, the between-run CV of decode p50 near the CV
+    of the five factors the simulator drew (and σ = 5% inside the CV's χ² interval), and
+    the server option that changed between runs named."""
+    import math
+    import random
+
+    w = 0.05
+    factors = [math.exp(random.Random(i).gauss(0.0, w) - w * w / 2) for i in range(1, 6)]
+    speeds = np.array([1 / f for f in factors])  # decode speed goes as 1 / cost
+    true_cv = float(speeds.std(ddof=1) / speeds.mean())
+    rec, out = tmp_path / "r.jsonl", tmp_path / "s.json"
+    r = tokmon("run", "--arm", f"a:serve=tokmon sim --port {{port}} --seed {{run}} --wobble {w} "
+               "--time-scale 4", "-c", "1", "-d", "2s", "--max-tokens", "32", "--ignore-eos",
+               "--repeat", "5", "--headless", "--record", str(rec), "--summary-json", str(out),
+               "--no-gpu", "--status-interval", "1h", timeout=240)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.glob("r-*.jsonl")) == [
+        f"r-{i}.jsonl" for i in range(1, 6)
+    ]
+    data = json.loads(out.read_text())
+    arm = data["arms"]["a"]
+    cv = arm["figures"]["decode_p50"]["cv"]
+    assert abs(cv - true_cv) <= 0.4 * true_cv + 0.01, (cv, true_cv)
+    # σ's 95% interval from a sample CV over 5 runs (χ² with 4 degrees of freedom)
+    assert cv * math.sqrt(4 / 11.143) <= w <= cv * math.sqrt(4 / 0.4844), cv
+    assert arm["environment_changed"] == ["command --seed: 1 / 2 / 3 / 4 / 5"], arm
+    assert "5 runs: r-1.jsonl · r-2.jsonl" in r.stdout and "command --seed: 1 / 2" in r.stdout
+    # the same table from the files, later
+    r2 = tokmon("report", *(str(tmp_path / f"r-{i}.jsonl") for i in range(1, 6)), "-F", "json")
+    assert json.loads(r2.stdout)["arms"]["a"]["figures"]["decode_p50"]["cv"] == cv
+
+
+def test_bad_repeat_options_are_one_line():
+    url = ["run", "--url", "http://127.0.0.1:9/v1", "--headless"]
+    for args, says in ((["--between", "restart"], "--between says what happens between runs"),
+                       (["--repeat", "3"], "each run must end by itself"),
+                       (["--repeat", "3", "-d", "1s", "--between", "restart"],
+                        "there are none (use cooldown=DURATION"),
+                       (["--repeat", "3", "-d", "1s", "--between", "nap"],
+                        "--between: expected restart or cooldown=DURATION"),
+                       (["--repeat", "0", "-d", "1s"], "--repeat")):  # fmt: skip
+        r = tokmon(*url, *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

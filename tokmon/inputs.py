@@ -14,6 +14,7 @@ import stat
 from collections.abc import Generator
 from typing import IO
 
+from tokmon.model.quality import QualityItem, parse_items
 from tokmon.model.trace import (
     IN_ORDER,
     MAX_TRACE,
@@ -43,6 +44,7 @@ CAPS = {
     "--conversations": 512 * MiB,
     "--trace": 2048 * MiB,
     "--config": 1 * MiB,
+    "--quality-file": 256 * MiB,
     "--tokenizer": 512 * MiB,
 }
 
@@ -106,6 +108,15 @@ def load_prompt_file(path: str) -> list[Prompt]:
     try:
         return parse_prompt_file(read_input(path, "--prompts"), path)
     except InputError as e:
+        raise WorkloadError(str(e)) from None
+
+
+def load_quality_file(path: str) -> tuple[QualityItem, ...]:
+    """A user's own questions with their answers (model/quality.py parse_items)."""
+    try:
+        return parse_items(read_input(path, "--quality-file", CAPS["--quality-file"]),
+                           f"--quality-file: {path}")  # fmt: skip
+    except ValueError as e:
         raise WorkloadError(str(e)) from None
 
 

@@ -501,6 +501,12 @@ def main(argv: list[str] | None = None) -> int:
             except ThemeError as e:
                 raise UsageError(f"--theme: {e}") from None
         if args.command == "run":
+            if (args.repeat or 1) > 1:
+                from tokmon.cli.repeat import run_repeated
+
+                return run_repeated(args, file_arms)
+            if args.between:
+                raise UsageError("--between says what happens between runs: with --repeat N")
             cfg, info = build_run(args, file_arms)
             return run_session(args, cfg, info)
         if args.command == "demo":

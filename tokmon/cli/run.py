@@ -12,6 +12,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,45 @@ def quality_share(text: str | None) -> float:
     return v
 
 
+def quality_items(args: argparse.Namespace, share: float) -> tuple[Any, ...]:
+    """``--quality-file``: a team's own questions, asked instead of the built-in set."""
+    from tokmon.inputs import load_quality_file
+    from tokmon.model.workload import WorkloadError
+
+    if args.quality is not None and share:
+        raise UsageError("--quality N (a run of probes only) and --quality-probes (a share "
+                         "of the load) exclude each other")  # fmt: skip
+    if not args.quality_file:
+        return ()
+    if not share and args.quality is None:
+        raise UsageError("--quality-file asks its questions with --quality-probes SHARE "
+                         "(mixed into the load) or --quality N (on their own)")  # fmt: skip
+    try:
+        return load_quality_file(args.quality_file)
+    except WorkloadError as e:
+        raise UsageError(str(e)) from None
+
+
+def quality_run(args: argparse.Namespace, arms: list[Any]) -> tuple[float, int, str]:
+    """``--quality N``: every request a probe, N per arm, then stop. Several arms take
+    turns request by request (each asked the same questions in the same order); arms
+    with serve= take turns on one GPU, so they cannot."""
+    n = args.quality
+    for opt, given in (("--requests", args.requests), ("--ladder", getattr(args, "ladder", None)),
+                       ("--find-capacity", getattr(args, "find_capacity", None)),
+                       ("--trace", getattr(args, "trace", None))):  # fmt: skip
+        if given:
+            raise UsageError(f"--quality N and {opt} exclude each other (it asks N questions "
+                             "of each arm, then stops)")  # fmt: skip
+    assign = args.assign
+    if len(arms) > 1 and assign == "switch":
+        if any(a.serve for a in arms):
+            raise UsageError("--quality N over serve= arms: they take turns on one GPU; use "
+                             "--quality-probes 100% --alternate DURATION instead")  # fmt: skip
+        assign = "alternate"
+    return 1.0, n * (len(arms) if assign != "switch" else 1), assign
+
+
 def parse_slo(text: str | None) -> Any:
     from tokmon.model.stats import Slo
 
@@ -99,6 +139,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     from tokmon.model.workload import LengthDist, WorkloadError, parse_mix
 
     qshare = quality_share(args.quality_probes)  # (checked before any server is asked)
+    qitems = quality_items(args, qshare)
 
     url = args.url or os.environ.get("TOKMON_URL")
     share_with_group(bool(getattr(args, "group_readable", False)))
@@ -245,6 +286,9 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             add_secret(sec)  # scrubbed from every output, a server's log included
     if not arms:
         arms = [Arm(name="default")]
+    assign, budget = args.assign, args.requests
+    if args.quality is not None:
+        qshare, budget, assign = quality_run(args, arms)
     for i, a in enumerate(arms):
         if a.url:
             clean, basic = split_credentials(a.url)
@@ -320,8 +364,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
     )
     ray_opts = ray_options(args)
     alternate = dur("--alternate", args.alternate, allow_zero=False) if args.alternate else None
-    budget = args.requests  # (a trace is sent once: -n cuts it to its first N requests)
-    if trace is not None:
+    if trace is not None:  # (a trace is sent once: -n cuts it to its first N requests)
         budget = min(args.requests or trace.count, trace.count)
     cfg = RunConfig(
         run_id=secrets.token_hex(4),
@@ -337,6 +380,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         trace=trace,
         record_prompts=bool(getattr(args, "record_prompts", False)),
         quality_share=qshare,
+        quality_items=qitems,
         prompt_tokens=ptoks,
         shared_prefix=shared,
         conversations=conversations,
@@ -353,7 +397,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         warmup_requests=warm_req,
         warmup_s=warm_s,
         settle_s=dur("--settle", args.settle) or 0.0,
-        assign=args.assign,
+        assign=assign,
         alternate_s=alternate,
         stall_ms=(dur("--stall-threshold", args.stall_threshold, False) or 1.0) * 1000,
         timeouts=timeouts,
@@ -649,7 +693,12 @@ def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, 
     return managed
 
 
-def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int:
+def run_session(
+    args: argparse.Namespace,
+    cfg: Any,
+    info: dict[str, Any],
+    on_summary: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
     from tokmon.sources.live import LiveSession
 
     slo = parse_slo(getattr(args, "slo", None))
@@ -738,6 +787,8 @@ def run_session(args: argparse.Namespace, cfg: Any, info: dict[str, Any]) -> int
             web.close()
         session.close()
     summary = session.final or session.summary()
+    if on_summary is not None:
+        on_summary(summary)
     say(_summary_text(summary))
     code = 0
     if args.summary_json and not written:

@@ -38,6 +38,7 @@ from tokmon.model.records import (
     EngineStatus,
     Event,
     Pause,
+    QualityPass,
     RequestRecord,
     SentPrompt,
     SetLevel,
@@ -210,9 +211,12 @@ class Engine:
         self.pyrng = random.Random(seed + worker)
         # quality probes: the built-in questions, drawn in turn (each worker from its own
         # place), at the share asked; their own generator, so the load's draws stay the same
-        self.q_items = builtin_items(QUALITY_SET, seed) if cfg.quality_share > 0 else ()
+        # (every arm asked the same questions in the same order: a place per arm; a
+        # quality pass, `o`, may ask them of a run with no share set)
+        self.q_items = cfg.quality_items or builtin_items(QUALITY_SET, seed)
         self.q_rng = random.Random(seed * 31 + worker + 17)
-        self.q_next = worker * 7
+        self.q_next = {a.name: worker * 7 for a in cfg.arms}
+        self.q_pass = 0  # probes still to send of a quality pass (QualityPass)
         self.mix_kinds = [k for k, _ in cfg.mix]
         self.mix_w = np.array([w for _, w in cfg.mix], dtype=float)
         self.mode = cfg.mode
@@ -307,9 +311,10 @@ class Engine:
         item = None
         if given is not None:
             prompt, max_tokens = given
-        elif chat is None and self.q_items and self.q_rng.random() < self.cfg.quality_share:
-            item = self.q_items[self.q_next % len(self.q_items)]
-            self.q_next += 1
+        elif chat is None and (self.q_pass > 0 or self.q_rng.random() < self.cfg.quality_share):
+            self.q_pass = max(0, self.q_pass - 1)
+            item = self.q_items[self.q_next[arm_name] % len(self.q_items)]
+            self.q_next[arm_name] += 1
             prompt, max_tokens = item.prompt, QUALITY_MAX_TOKENS
         else:
             prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
@@ -557,6 +562,8 @@ class Engine:
             self.trace_go.set()
         elif isinstance(cmd, Abort):
             self._abort(cmd.why)
+        elif isinstance(cmd, QualityPass):
+            self.q_pass += split_share(cmd.n, self.worker, self.nworkers)
         elif isinstance(cmd, Stop):
             self.stopping = True
             self.trace_go.set()

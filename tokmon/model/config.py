@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tokmon.model.arms import Arm
+from tokmon.model.quality import QualityItem
 from tokmon.model.redact import redact_argv
 from tokmon.model.trace import Trace
 from tokmon.model.workload import Conversations, LengthDist, Prompt, PromptShape, SharedPrefix
@@ -45,6 +46,8 @@ class RunConfig:
     # questions with known answers mixed into the load (--quality-probes: the share of
     # requests), each answer checked by the engine (model/quality.py)
     quality_share: float = 0.0
+    # a user's own questions (--quality-file), asked instead of the built-in set
+    quality_items: tuple[QualityItem, ...] = ()
     max_tokens: LengthDist = field(default_factory=lambda: LengthDist("fixed", 256))
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
@@ -99,6 +102,10 @@ class RunConfig:
             d["conversations"]["scripts"] = f"<{len(conv.scripts)} conversations>"
         d["api_key"] = "<set>" if self.api_key else None
         d["prompts"] = f"<{len(self.prompts)} prompts>" if self.prompts else None
+        # (a team's own questions and answers are its data: counted, not copied)
+        d["quality_items"] = (
+            f"<{len(self.quality_items)} questions>" if self.quality_items else None
+        )
         shown = self.shown_headers
         d["headers"] = {k: redact_header(k, v, shown) for k, v in self.headers.items()}
         for a in d["arms"]:

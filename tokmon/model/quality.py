@@ -4,8 +4,10 @@ read from a model's text, and each arm's accuracy with its interval.
 Speed is not quality: a quantised model, another draft or sampling at temperature > 0
 gives texts that differ by design, and what matters is whether the answers are still
 right. The built-in set is generated here, deterministic with a seed; its tasks have one
-checkable answer each (arithmetic, counting, reversing, sorting, extraction into JSON).
-A model's output is only ever read, never run.
+checkable answer each (arithmetic, counting, reversing, sorting, extraction into JSON, and
+what a short program prints — computed here by tokmon, never by running the model's
+text). A model's output is only ever read, never run. A user's own set comes from a
+JSON-lines file (``parse_items``).
 
 Reading an answer is tolerant, and the same for every arm:
 
@@ -20,6 +22,7 @@ Reading an answer is tolerant, and the same for every arm:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -33,8 +36,9 @@ from tokmon.model.stats import wilson
 from tokmon.model.workload import Prompt
 
 CHECKS = ("number", "exact", "contains", "json")
-TASKS = ("arith", "count", "reverse", "sort", "json")
+TASKS = ("arith", "count", "reverse", "sort", "json", "code")
 QUALITY_SET = 500  # built-in questions drawn in turn (then again from the first)
+QUALITY_PASS = 50  # questions per arm of a quality pass (`o` on the dashboard)
 QUALITY_MAX_TOKENS = 96  # a probe's answer is short: room for a sentence around it
 KIND_PREFIX = "qa:"  # a probe's task kind: qa:arith, qa:json, … (qa:own from a file)
 
@@ -90,7 +94,20 @@ def make_item(task: str, rng: random.Random) -> QualityItem:
         q = (f"{name} is {age} years old and lives in {city}. Extract the person as JSON with "
              'the keys "name", "age" and "city". Answer with the JSON object only.')  # fmt: skip
         return _ask(task, q, json.dumps({"name": name, "age": age, "city": city}), "json")
+    if task == "code":
+        a, n, k = rng.randint(2, 9), rng.randint(3, 6), rng.randint(1, 4)
+        q = (f"What does this Python program print?\n\nx = {a}\nfor i in range({n}):\n"
+             f"    x = x * 2 - i * {k}\nprint(x)\n\nAnswer with the number.")  # fmt: skip
+        return _ask(task, q, str(_program(a, n, k)), "number")
     raise ValueError(f"no built-in task {task!r}")
+
+
+def _program(a: int, n: int, k: int) -> int:
+    """What the ``code`` task's program prints, computed here (never by running text)."""
+    x = a
+    for i in range(n):
+        x = x * 2 - i * k
+    return x
 
 
 def builtin_items(n: int, seed: int = 0) -> tuple[QualityItem, ...]:
@@ -98,6 +115,76 @@ def builtin_items(n: int, seed: int = 0) -> tuple[QualityItem, ...]:
     the same questions in the same order)."""
     rng = random.Random(seed * 7919 + 104729)
     return tuple(make_item(TASKS[i % len(TASKS)], rng) for i in range(n))
+
+
+_TASK_NAME = re.compile(r"[a-z0-9_-]{1,24}")
+_ROLES = ("system", "user", "assistant")
+
+
+def parse_items(text: str, source: str) -> tuple[QualityItem, ...]:
+    """A user's own set (``--quality-file``): one JSON object a line,
+    ``{"prompt": "…" | "messages": [{"role", "content"}…], "answer": …, "check":
+    "number|exact|json|contains", "task": "name"}`` (task optional: ``own``; blank lines
+    skipped). A line that is not one raises ValueError naming the line and what is wrong.
+    """
+    items = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{source} line {no}"
+        try:
+            d = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{where}: not a JSON object") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: not a JSON object")
+        check = d.get("check")
+        if check not in CHECKS:
+            raise ValueError(f'{where}: "check" must be one of {", ".join(CHECKS)}')
+        task = d.get("task", "own")
+        if not isinstance(task, str) or not _TASK_NAME.fullmatch(task):
+            raise ValueError(f'{where}: "task" must be 1-24 of a-z, 0-9, _ and -')
+        if ("prompt" in d) == ("messages" in d):
+            raise ValueError(f'{where}: give "prompt" or "messages", one of them')
+        if "prompt" in d:
+            if not isinstance(d["prompt"], str) or not d["prompt"].strip():
+                raise ValueError(f'{where}: "prompt" must be a non-empty string')
+            messages: tuple[tuple[str, str], ...] = (("user", d["prompt"]),)
+        else:
+            ms = d["messages"]
+            ok = isinstance(ms, list) and ms and all(
+                isinstance(m, dict) and m.get("role") in _ROLES
+                and isinstance(m.get("content"), str) for m in ms)  # fmt: skip
+            if not ok:
+                raise ValueError(f"{where}: \"messages\" must be a non-empty list of "
+                                 '{"role": system|user|assistant, "content": "…"}')  # fmt: skip
+            messages = tuple((m["role"], m["content"]) for m in ms)
+        items.append(QualityItem(task, Prompt(KIND_PREFIX + task, messages),
+                                 _answer(d.get("answer"), check, where), check))  # fmt: skip
+    if not items:
+        raise ValueError(f"{source}: no questions in it")
+    return tuple(items)
+
+
+def _answer(a: Any, check: str, where: str) -> str:
+    """An answer as the check reads it: a number's text, a JSON object's text, a string."""
+    if check == "json":
+        if isinstance(a, str):
+            with contextlib.suppress(ValueError):
+                a = json.loads(a)
+        if not isinstance(a, dict) or not a:
+            raise ValueError(f'{where}: a json check\'s "answer" must be a JSON object')
+        return json.dumps(a)
+    if check == "number":
+        v = _number(a) if isinstance(a, str) else a
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ValueError(f'{where}: a number check\'s "answer" must be a number')
+        return str(a)
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return str(a)
+    if not isinstance(a, str) or not a.strip():
+        raise ValueError(f'{where}: "answer" must be a non-empty string')
+    return a
 
 
 # ------------------------------------------------------------------ the simulator's side
@@ -108,6 +195,7 @@ _SOLVERS = (
     ("reverse", re.compile(r"Reverse the letters of '(\w+)'\.")),
     ("sort", re.compile(r"Sort these words alphabetically: ([\w, ]+)\. Answer")),
     ("json", re.compile(r"(\w+) is (\d+) years old and lives in (\w+)\. Extract")),
+    ("code", re.compile(r"x = (\d+)\nfor i in range\((\d+)\):\n    x = x \* 2 - i \* (\d+)\n")),
 )
 
 
@@ -127,6 +215,8 @@ def solve(prompt: str) -> tuple[str, str] | None:
             return task, g[0][::-1]
         if task == "sort":
             return task, " ".join(sorted(w.strip() for w in g[0].split(",")))
+        if task == "code":
+            return task, str(_program(int(g[0]), int(g[1]), int(g[2])))
         return task, json.dumps({"name": g[0], "age": int(g[1]), "city": g[2]})
     return None
 
@@ -134,7 +224,7 @@ def solve(prompt: str) -> tuple[str, str] | None:
 def wrong(task: str, answer: str) -> str:
     """A plausible wrong answer (the simulator's errors): off by one, or one letter or
     word out of place, or one field changed."""
-    if task in ("arith", "count"):
+    if task in ("arith", "count", "code"):
         return str(int(answer) + 1)
     if task == "json":
         d = json.loads(answer)

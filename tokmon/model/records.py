@@ -209,6 +209,14 @@ class Abort:
 
 
 @dataclass(frozen=True, slots=True)
+class QualityPass:
+    """Parent → engines: the next ``n`` requests (all engines together) are quality
+    probes, asked of whichever arm each goes to (`o` on the dashboard)."""
+
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
 class StartTrace:
     """Parent → engines: the trace's time 0, on the monotonic clock all processes share,
     sent once every engine is up (so that the workers' shares keep one schedule)."""
@@ -216,4 +224,4 @@ class StartTrace:
     t: int
 
 
-Command = SwitchArm | BeginStep | Pause | SetLevel | Stop | StartTrace | Abort
+Command = SwitchArm | BeginStep | Pause | SetLevel | Stop | StartTrace | Abort | QualityPass

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -136,10 +137,20 @@ def group_ratio(name: str, a: list[float], b: list[float]) -> GroupRatio | None:
 
 
 def env_of(summary: dict[str, Any], arm: str) -> dict[str, str]:
-    """What the arm's server said of itself (engine, version, configuration), flat."""
+    """What the arm's server said of itself (engine, version, configuration), flat; for a
+    server tokmon started, its command too (the port it picked put back as {port})."""
     a = (summary.get("arms") or {}).get(arm) or {}
-    env = (summary.get("environment") or {}).get(a.get("server") or "") or {}
+    managed = (summary.get("managed_servers") or {}).get(arm) or {}
+    env = managed.get("env") or (summary.get("environment") or {}).get(a.get("server") or "") or {}
     out = {}
+    if isinstance(managed.get("command"), list):
+        try:
+            port = str(urlsplit(str(env.get("url") or "")).port or "")
+        except ValueError:  # (a recording is untrusted: a port that is no number)
+            port = ""
+        out["command"] = " ".join(
+            "{port}" if str(w) == port else str(w) for w in managed["command"]
+        )
     for k in ("engine", "version"):
         if env.get(k) is not None:
             out[k] = str(env[k])
@@ -156,8 +167,18 @@ def changed_env(summaries: list[dict[str, Any]], arm: str) -> list[str]:
     out = []
     for k in keys:
         vals = [e.get(k, "—") for e in envs]
-        if len(set(vals)) > 1:
-            out.append(f"{k}: {' / '.join(vals)}")
+        if len(set(vals)) < 2:
+            continue
+        words = [v.split() for v in vals]
+        if k == "command" and len({len(w) for w in words}) == 1:
+            # a command line: only the words that differ, each after the one before it
+            for j in range(len(words[0])):
+                col = [w[j] for w in words]
+                if len(set(col)) > 1:
+                    out.append(f"command {words[0][j - 1] if j else ''}".rstrip()
+                               + f": {' / '.join(col)}")  # fmt: skip
+            continue
+        out.append(f"{k}: {' / '.join(vals)}")
     return out
 
 

@@ -20,6 +20,7 @@ from tokmon.engine.worker import engine_main
 from tokmon.model.config import RunConfig
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.fold import Fold, FoldSettings, mix_weights
+from tokmon.model.quality import QUALITY_PASS
 from tokmon.model.records import (
     Abort,
     Command,
@@ -28,6 +29,7 @@ from tokmon.model.records import (
     EngineStatus,
     Event,
     Pause,
+    QualityPass,
     SetLevel,
     StartTrace,
     Stop,
@@ -233,6 +235,16 @@ class LiveSession:
 
     def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
         self._feed(Sample(t - self.t_start, src, _plain(values)))
+
+    def start_quality_pass(self) -> str:
+        """`o`: the next QUALITY_PASS requests of each arm receiving load ask questions
+        with known answers (in the engine, as part of the load: their speed counts too)."""
+        arms = [self.fold.arm] if self.cfg.assign == "switch" else list(self.arm_names)
+        n = QUALITY_PASS * len(arms)
+        self._send(QualityPass(n))
+        self._event("quality", f"quality pass: the next {n} requests ask questions with known "
+                    f"answers ({', '.join(arms)})", {"n": n})  # fmt: skip
+        return f"quality pass: {n} questions"
 
     def start_output_check(self) -> str:
         """Greedy outputs of every arm compared, in a thread (never in the engine)."""
@@ -556,7 +568,10 @@ class LiveSession:
                 self._event("recording", "recording resumed")
                 return out
             if name == "check":
-                return self.start_output_check()
+                said = [self.start_quality_pass()]
+                if len(self.arm_names) > 1:  # (one arm: nothing to compare outputs with)
+                    said.append(self.start_output_check())
+                return " · ".join(said)
         return None
 
     def _engine_died(self, worker: int, why: str) -> None:

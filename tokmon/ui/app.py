@@ -59,7 +59,8 @@ HELP = """\
  w       where the time goes: each arm's TTFT in parts (network, front
          end, queue, prefill), its TPOT split, TPOT by batch, and the
          A/B speed-up as tokens per step × step speed
- o       output check: greedy outputs of every arm compared
+ o       quality pass: 50 questions with known answers per arm, and
+         (two arms) the greedy outputs of every arm compared
  ?       this help
  q       quit (drains in-flight requests)
  ctrl+p  command palette: the same actions, and the themes
@@ -256,7 +257,7 @@ class DashboardApp(App[None]):
         Binding("z", "zoom", "view"),
         Binding("b", "panels", "panels"),
         Binding("w", "time_split", "split"),
-        Binding("o", "check_outputs", "outputs"),
+        Binding("o", "check_outputs", "check"),
         Binding("space", "play", "play/pause"),
         Binding("left", "seek(-10)", "-10s", key_display="←"),
         Binding("right", "seek(10)", "+10s", key_display="→"),

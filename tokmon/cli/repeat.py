@@ -1,0 +1,132 @@
+"""``tokmon run --repeat N``: the same load N times, each a run of its own, then the
+figures over runs (the unit of replication is the run: ``model/runs.py``).
+
+Each run is whole: it starts its own managed servers (``serve=`` arms), warms up, and
+writes its own files — ``--record r.jsonl`` becomes ``r-1.jsonl`` … ``r-N.jsonl`` (each
+one an ordinary recording, so ``tokmon report r-*.jsonl`` gives the same table later) and
+``--summary-json s.json`` becomes ``s-1.json`` … with ``s.json`` holding the table over
+runs. Every run sends the same prompts (one seed for all, printed). ``{run}`` in a serve
+command is the run's number, for a server option that should differ by run (a seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tokmon.cli.parser import UsageError
+from tokmon.cli.run import build_run, dur, run_session
+from tokmon.textsafe import dumps, say, write_text
+
+RUN = "{run}"  # in a serve command: the run's number (1…N)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Between:
+    """What happens between two runs: servers restarted (every run starts its own, so
+    this only says so) and a wait."""
+
+    restart: bool
+    cooldown_s: float
+
+
+def parse_between(text: str | None, managed: bool) -> Between:
+    """``restart``, ``cooldown=30s``, or both (``restart,cooldown=30s``). Without it:
+    restart where there are serve= arms, else no wait."""
+    if not text:
+        return Between(managed, 0.0)
+    restart, cool = False, 0.0
+    for part in (p.strip() for p in text.split(",")):
+        if part == "restart":
+            restart = True
+        elif part.startswith("cooldown="):
+            cool = dur("--between cooldown", part.partition("=")[2]) or 0.0
+        else:
+            raise UsageError(f"--between: expected restart or cooldown=DURATION, got {part!r}")
+    if restart and not managed:
+        raise UsageError("--between restart restarts the servers of serve= arms; there are "
+                         "none (use cooldown=DURATION to wait between runs)")  # fmt: skip
+    return Between(restart, cool)
+
+
+def numbered(path: str | None, i: int) -> str | None:
+    """``r.jsonl.gz`` → ``r-3.jsonl.gz``: the run's number before the first suffix."""
+    if not path:
+        return None
+    p = Path(path)
+    stem, dot, suffix = p.name.partition(".")
+    return str(p.with_name(f"{stem}-{i}{dot}{suffix}"))
+
+
+def _ends_by_itself(args: argparse.Namespace) -> bool:
+    return any(getattr(args, k, None) for k in ("duration", "requests", "quality", "ladder",
+                                                "cycles", "trace", "find_capacity"))  # fmt: skip
+
+
+def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
+    from tokmon.model.runs import between_runs
+    from tokmon.report.runs_text import runs_text
+
+    n = int(args.repeat)
+    managed = any("serve=" in a for a in args.arm) or any(a.serve for a in file_arms)
+    between = parse_between(args.between, managed)
+    if not (args.headless or not sys.stdout.isatty()):
+        raise UsageError("--repeat runs headless (the dashboard watches one run): add --headless")
+    if not _ends_by_itself(args):
+        raise UsageError("--repeat: each run must end by itself: give --duration or --requests")
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    say(f"tokmon: {n} runs of the same load (seed {seed})"
+        + (f", {between.cooldown_s:g} s apart" if between.cooldown_s else "")
+        + (", each starting its own servers" if managed else ""), err=True, flush=True)  # fmt: skip
+    summaries: list[dict[str, Any]] = []
+    names: list[str] = []
+    codes: list[int] = []
+    for i in range(1, n + 1):
+        a = copy.copy(args)
+        a.seed = seed
+        a.record = numbered(args.record, i)
+        a.summary_json = numbered(args.summary_json, i)
+        a.arm = [x.replace(RUN, str(i)) for x in args.arm]
+        arms = [dataclasses.replace(x, serve=tuple(w.replace(RUN, str(i)) for w in x.serve))
+                for x in file_arms]  # fmt: skip
+        say(f"tokmon: run {i} of {n}", err=True, flush=True)
+        got: list[dict[str, Any]] = []
+        cfg, info = build_run(a, arms)
+        code = run_session(a, cfg, info, on_summary=got.append)
+        codes.append(code)
+        if got:
+            summaries.append(got[0])
+            names.append(Path(a.record).name if a.record else f"run {i}")
+        if code == 130:  # interrupted: the runs done are still reported
+            say(f"tokmon: stopped after run {i} of {n}", err=True)
+            break
+        if i < n and between.cooldown_s:
+            say(f"tokmon: cooling down for {between.cooldown_s:g} s", err=True, flush=True)
+            try:
+                time.sleep(between.cooldown_s)
+            except KeyboardInterrupt:
+                codes.append(130)
+                break
+    if len(summaries) >= 2:
+        data = between_runs(summaries)
+        data["seed"] = seed
+        data["files"] = names
+        say("")
+        say(runs_text(data, names).rstrip("\n"))
+        if args.summary_json:
+            try:
+                write_text(args.summary_json, dumps(data, indent=2) + "\n")
+            except OSError as e:
+                say(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", err=True)
+                return 1
+    else:
+        say(f"tokmon: {len(summaries)} run(s) finished: nothing to compare over runs", err=True)
+    if 130 in codes:
+        return 130
+    return max(codes) if any(codes) else 0
