@@ -647,14 +647,14 @@ def test_vllm_prefix_cache_hits_what_the_workload_shares(plain, tmp_path):
 def test_vllm_answers_the_quality_probes_end_to_end(plain, tmp_path):
     """The built-in questions against a tiny model with random weights: every one asked,
     answered and read (each task), none counted correct (accuracy 0, its Wilson interval
-    [0, 12%] over 30), no crash; the answers are only ever read."""
+    [0, 24%] over 12), no crash; the answers are only ever read."""
     from tokmon.model.quality import TASKS
 
-    s, rec = run(tmp_path, plain, "--quality", "30", "-c", "4", name="quality")
+    s, rec = run(tmp_path, plain, "--quality", "12", "-c", "4", name="quality")
     q = s["quality"]["arms"]["default"]
     print(q)
-    assert q["n"] == 30 and q["correct"] == 0 and set(q["by_task"]) == set(TASKS)
-    assert q["ci95"][0] == 0.0 and 0.09 < q["ci95"][1] < 0.13
+    assert q["n"] == 12 and q["correct"] == 0 and set(q["by_task"]) == set(TASKS)
+    assert q["ci95"][0] == 0.0 and 0.2 < q["ci95"][1] < 0.3
     assert all(r.quality == 0.0 for r in rec.records if r.outcome == "ok")
 
 

@@ -11,6 +11,8 @@ from tokmon.textsafe import clean_text
 
 
 def fmt_ms(v: float | None) -> str:
+    if v is not None and abs(v) < 0.05:
+        v = 0.0  # (a difference that rounds to nothing is 0.0, never "-0.0")
     return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
 
 
@@ -77,6 +79,10 @@ def summary_table(summary: dict[str, Any]) -> str:
         "times in ms, decode in tokens/s per request; warm-up excluded",
         *lines,
     ]
+    warm = [(n, a["requests"].get("warmup") or 0) for n, a in summary["arms"].items()]
+    if any(w for _, w in warm):  # (ok counts every request; the figures leave these out)
+        out.append("warm-up, counted in ok and left out of every figure: "
+                   + " · ".join(f"{clean_text(n, False)} {w}" for n, w in warm if w))  # fmt: skip
     sc = summary.get("scenario")
     if sc:  # which kind of service the run stands for, and what to read first
         out.insert(1, f"scenario {clean_text(str(sc.get('name')), False)}: the headline is "
