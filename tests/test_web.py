@@ -131,34 +131,55 @@ def test_the_dashboard_in_a_browser_and_a_key_through_the_page(make_sim, tmp_pat
 
 @pytest.mark.slow
 def test_the_html_report_in_a_browser(make_sim, tmp_path):
+    """A two-arm run's HTML report in Chromium: the verdict (the speed-up in words and as
+    a forest plot) in the first viewport, each arm's own line in the charts, the
+    environment once, and where the time goes."""
     exe = chromium()
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    sim = make_sim(time_scale=4)
+    a, b = make_sim(time_scale=4), make_sim(time_scale=4, spec=True)
     rec, html = tmp_path / "r.jsonl", tmp_path / "r.html"
     from helpers import tokmon
 
-    r = tokmon("run", "--url", sim.url, "-n", "20", "-c", "2", "--headless", "--no-gpu",
-               "--record", str(rec))  # fmt: skip
+    r = tokmon("run", "--arm", f"plain:url={a.url}", "--arm", f"spec:url={b.url}",
+               "--assign", "alternate", "-n", "40", "-c", "4", "--max-tokens", "32",
+               "--headless", "--no-gpu", "--record", str(rec))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert tokmon("report", str(rec), "-F", "html", "-o", str(html)).returncode == 0
     errors: list[str] = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(Path(html).as_uri())
         page.wait_for_selector(".plotly", timeout=30_000)
         n = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
-        # where the time goes: the TTFT's parts as stacked bars (from the histograms here)
-        parts = page.evaluate(
+        names = page.evaluate(
             "Array.from(document.querySelectorAll('.js-plotly-plot'))"
             ".flatMap(d => (d.data || []).map(t => t.name))"
         )
+        verdict = page.evaluate(
+            "(() => { const v = document.querySelector('#verdict .verdict');"
+            " const r = v.getBoundingClientRect();"
+            " return [v.textContent, r.top >= 0 && r.bottom <= window.innerHeight]; })()"
+        )
+        forest_top = page.evaluate(
+            "document.querySelector('#verdict .js-plotly-plot').getBoundingClientRect().top"
+        )
+        envs = page.evaluate(
+            "Array.from(document.querySelectorAll('h2')).filter(h => h.textContent === "
+            "'Environment').length"
+        )
+        page.screenshot(path=str(tmp_path / "top.png"))
         browser.close()
-    # the time series (one figure of six charts) and the time split; a ladder adds one
-    assert n == 2
-    assert {"network", "front end", "queue", "prefill"} <= set(parts), parts
+    # the verdict, the time series (one figure of six charts) and the time split
+    assert n == 3, names
+    assert verdict[1] and "spec / plain decode speed ×" in verdict[0], verdict
+    assert forest_top < 800, forest_top  # the forest plot starts in the first viewport
+    for arm in ("plain", "spec"):
+        assert {f"{arm} tokens/s", f"{arm} TTFT p50", f"{arm} TPOT p50"} <= set(names), names
+    assert {"network", "front end", "queue", "prefill"} <= set(names), names
+    assert envs == 1
     assert not errors, errors
 
 

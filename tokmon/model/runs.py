@@ -1,7 +1,7 @@
 """Does it reproduce: figures over repeated runs, where the unit of replication is the run.
 
 Each run gives one value per headline figure and arm (its p50 of decode speed, TTFT and
-TPOT, its output tokens/s, its error rate). Over runs: the mean, the between-run
+TPOT, and its output tokens/s). Over runs: the mean, the between-run
 coefficient of variation, the min–max, and a 95% t interval of the mean; a verdict in
 words. Two groups of runs (two configurations, each run several times) are compared by
 the ratio of their geometric means with a Welch interval over run-level log values:

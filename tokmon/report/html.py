@@ -4,49 +4,75 @@ labelled markers, and writes standalone HTML without a browser or a server."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from tokmon.recording.reader import Recording
+from tokmon.report.html_verdict import arm_colour, verdict_html
 from tokmon.report.text import escape, groups, render_text
 from tokmon.textsafe import dumps
 
 
-def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:
-    """Windowed series over the run, one point per window."""
+def resolution(end_s: float) -> float:
+    """Seconds a chart point covers: one second up to 10 minutes, then as many as keep
+    the run to about 600 points (a day: 2.4 minutes a point)."""
+    return 1.0 if end_s <= 600 else float(math.ceil(end_s / 600))
+
+
+def _series(rec: Recording, arms: list[str], width_s: float) -> dict[str, Any]:
+    """Windowed series over the run, one point per window, per arm: tokens that arrived,
+    the percentiles of the requests that ended in the window, the failures. A window in
+    which an arm sent nothing is a gap in its line, never a zero."""
     end = rec.t_end if rec.t_end is not None else rec.last_t
     n = max(1, int(end / 1e9 // width_s) + 1)
     t = [(i + 1) * width_s for i in range(n)]
-    tok = np.zeros(n)
-    for ts, _arm, k in rec.ticks:
+    tok = {a: np.zeros(n) for a in arms}
+    for ts, arm, k in rec.ticks:
         i = int(ts / 1e9 // width_s)
-        if 0 <= i < n:
-            tok[i] += k
+        if 0 <= i < n and arm in tok:
+            tok[arm][i] += k
     tb = rec.requests
     c = tb.cols
     win = np.minimum(n - 1, np.maximum(0, c["t_end"] / 1e9 // width_s)).astype(np.int64)
     ok = c["outcome"] == tb.code("outcome", "ok")
-    errs = np.bincount(win[~ok], minlength=n).astype(float)
-    by_win = groups(win, np.flatnonzero(ok & ~c["warmup"] & ~c["settle"]))
+    # the windows each arm was sending in: from its requests' scheduled to ended times
+    sending = {a: np.zeros(n, dtype=bool) for a in arms}
+    per: dict[str, dict[str, Any]] = {}
+    for a in arms:
+        code = tb.code("arm", a)
+        mine = c["arm"] == code
+        w0 = np.maximum(0, c["t_sched"][mine] / 1e9 // width_s).astype(np.int64)
+        w1 = win[mine]
+        for lo, hi in zip(w0, w1, strict=True):
+            sending[a][lo : min(n, hi + 1)] = True
+        by_win = groups(win, np.flatnonzero(mine & ok & ~c["warmup"] & ~c["settle"]))
 
-    def pct(col: str, q: float) -> list[float | None]:
-        out: list[float | None] = [None] * n
-        for i, rows in by_win.items():
-            v = c[col][rows]
-            v = v[~np.isnan(v)]
-            if v.size:
-                out[i] = float(np.percentile(v, q))
-        return out
+        def pct(col: str, q: float, by_win: dict[int, np.ndarray] = by_win) -> list[float | None]:
+            out: list[float | None] = [None] * n
+            for i, rows in by_win.items():
+                v = c[col][rows]
+                v = v[~np.isnan(v)]
+                if v.size:
+                    out[i] = float(np.percentile(v, q))
+            return out
 
+        per[a] = {
+            "ttft_p50": pct("ttft_ms", 50),
+            "ttft_p95": pct("ttft_ms", 95),
+            "tpot_p50": pct("tpot_ms", 50),
+            "tpot_p95": pct("tpot_ms", 95),
+            "errors": np.bincount(win[mine & ~ok], minlength=n).astype(float).tolist(),
+        }
     # acceptance per server: a sample without a rate (its arm not running) is a gap in
     # the line, never a straight line drawn across the other arm's period
     acc: dict[str, tuple[list[float], list[float | None]]] = {}
     gpu_t, gpu = [], []
     for ts, src, v in rec.samples:
         if src == "server":
-            arms = v.get("arms")
-            name = ", ".join(map(str, arms)) if isinstance(arms, list) and arms else "server"
+            names = v.get("arms")
+            name = ", ".join(map(str, names)) if isinstance(names, list) and names else "server"
             rate = v.get("spec_acceptance_rate")
             if rate is not None or name in acc:
                 xs, ys = acc.setdefault(name, ([], []))
@@ -59,18 +85,10 @@ def _series(rec: Recording, width_s: float = 10.0) -> dict[str, Any]:
     widths = np.full(n, width_s)
     widths[-1] = max(1e-9, end / 1e9 - (n - 1) * width_s)
     t[-1] = end / 1e9
-    return {
-        "t": t,
-        "tok_s": (tok / widths).tolist(),
-        "ttft_p50": pct("ttft_ms", 50),
-        "ttft_p95": pct("ttft_ms", 95),
-        "tpot_p50": pct("tpot_ms", 50),
-        "tpot_p95": pct("tpot_ms", 95),
-        "errors": errs.tolist(),
-        "acc": acc,
-        "gpu_t": gpu_t,
-        "gpu": gpu,
-    }
+    for a in arms:
+        rate = tok[a] / widths
+        per[a]["tok_s"] = [float(x) if sending[a][i] else None for i, x in enumerate(rate)]
+    return {"t": t, "arms": per, "acc": acc, "gpu_t": gpu_t, "gpu": gpu}
 
 
 def _short(ev: Any) -> str:
@@ -136,36 +154,51 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         from plotly.subplots import make_subplots
     except ImportError:  # pragma: no cover - plotly is a dependency
         raise RuntimeError("the HTML report needs plotly: pip install plotly") from None
-    s = _series(rec)
+    summary = data["summary"]
+    arms = list(summary.get("arms") or {})
+    end_s = (rec.t_end if rec.t_end is not None else rec.last_t) / 1e9
+    width = resolution(end_s)
+    s = _series(rec, arms, width)
+    verdict, used_js = verdict_html(summary, go, include_js=True)
     fig = make_subplots(
         rows=6,
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.03,
         subplot_titles=(
-            "output tokens/s",
-            "TTFT (ms)",
-            "TPOT (ms)",
+            "output tokens/s, per arm",
+            "TTFT (ms): p50, p95 dashed",
+            "TPOT (ms): p50, p95 dashed",
             "acceptance rate (%)",
-            "errors per 10 s window",
+            f"failed requests per {width:g} s",
             "GPU memory (GiB)",
         ),
     )
-    fig.add_trace(go.Scatter(x=s["t"], y=s["tok_s"], name="tokens/s"), 1, 1)
-    fig.add_trace(go.Scatter(x=s["t"], y=s["ttft_p50"], name="TTFT p50"), 2, 1)
-    fig.add_trace(go.Scatter(x=s["t"], y=s["ttft_p95"], name="TTFT p95"), 2, 1)
-    fig.add_trace(go.Scatter(x=s["t"], y=s["tpot_p50"], name="TPOT p50"), 3, 1)
-    fig.add_trace(go.Scatter(x=s["t"], y=s["tpot_p95"], name="TPOT p95"), 3, 1)
+    for i, a in enumerate(arms):
+        col, name, p = arm_colour(i), escape(a), s["arms"][a]
+        line = {"color": col}
+        dash = {"color": col, "dash": "dash"}
+        fig.add_trace(go.Scatter(x=s["t"], y=p["tok_s"], name=f"{name} tokens/s", line=line,
+                                 legendgroup=name, connectgaps=False), 1, 1)  # fmt: skip
+        for row, key, label in ((2, "ttft", "TTFT"), (3, "tpot", "TPOT")):
+            # (markers too: a window between two empty ones is a point, not a line)
+            fig.add_trace(go.Scatter(x=s["t"], y=p[f"{key}_p50"], name=f"{name} {label} p50",
+                                     line=line, legendgroup=name, connectgaps=False,
+                                     mode="lines+markers", marker={"size": 4}), row, 1)  # fmt: skip
+            fig.add_trace(go.Scatter(x=s["t"], y=p[f"{key}_p95"], name=f"{name} {label} p95",
+                                     line=dash, legendgroup=name, connectgaps=False,
+                                     mode="lines+markers", marker={"size": 3}), row, 1)  # fmt: skip
+        fig.add_trace(go.Bar(x=s["t"], y=p["errors"], name=f"{name} failed",
+                             marker_color=col, legendgroup=name), 5, 1)  # fmt: skip
     for name, (xs, ys) in s["acc"].items():
         fig.add_trace(
             go.Scatter(x=xs, y=ys, name=f"acceptance {escape(name)}", connectgaps=False), 4, 1
         )
-    fig.add_trace(go.Bar(x=s["t"], y=s["errors"], name="errors"), 5, 1)
     fig.add_trace(go.Scatter(x=s["gpu_t"], y=s["gpu"], name="GPU memory"), 6, 1)
     # A chart without data says so, on a 0-1 axis (not plotly's default -1 to 1).
     empty = {
         4: not any(y is not None for _, ys in s["acc"].values() for y in ys),
-        5: not any(s["errors"]),
+        5: not any(any(p["errors"]) for p in s["arms"].values()),
         6: not s["gpu"],
     }
     for row, none in empty.items():
@@ -191,7 +224,7 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
             annotation_text=escape(seg["arm"]),
             annotation_position="top left",
         )
-    end_s = max(s["t"][-1] if s["t"] else 0.0, 1.0)
+    end_s = max(s["t"][-1] if s["t"] else 0.0, 1.0)  # (where the labels go)
     # a managed server's restart (nothing sent): a grey span
     t0 = None
     for ev in rec.events:
@@ -223,7 +256,7 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
     fig.update_layout(
         height=1400, showlegend=True, template="plotly_white", xaxis6_title="seconds since start"
     )
-    chart = fig.to_html(include_plotlyjs=True, full_html=False)
+    chart = fig.to_html(include_plotlyjs=not used_js, full_html=False)
     lad = data["summary"].get("ladder")
     if lad:
         # The throughput–latency curve of the ladder, one line per arm, the knee marked.
@@ -265,8 +298,9 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         lf.update_layout(height=450, template="plotly_white")
         chart += "<h2>Ladder</h2>" + lf.to_html(include_plotlyjs=False, full_html=False)
     chart += _split_chart(data["summary"], go)
-    text = render_text(data)
     records = data["environment"].get("records") or ()
+    # the environment once: as its table where the recording has its record
+    text = render_text(data, environment=not records)
     env = ""
     if records:
         from tokmon.report.environment import env_html
@@ -276,9 +310,15 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{title}</title><style>body{{font-family:system-ui,sans-serif;margin:2em}}"
-        "pre{background:#f6f6f6;padding:1em;overflow:auto}"
-        "table.env th{text-align:left;padding-right:1em;font-weight:normal;color:#555}</style></head><body>"
-        f"<h1>{title}</h1>{env}{chart}<h2>Figures</h2><pre>{escape(text)}</pre>"
+        "pre{background:#f6f6f6;padding:1em;overflow:auto;white-space:pre-wrap}"
+        "table.env th{text-align:left;padding-right:1em;font-weight:normal;color:#555}"
+        "table.arms{border-collapse:collapse}table.arms td,table.arms th{padding:.3em .8em;"
+        "text-align:right;border-bottom:1px solid #ddd}table.arms td:first-child{text-align:left}"
+        ".dot{display:inline-block;width:.8em;height:.8em;border-radius:50%;margin-right:.4em}"
+        ".verdict{font-size:1.25em}.note{color:#666;font-size:.9em}"
+        "@media print{.js-plotly-plot{page-break-inside:avoid}body{margin:0}}</style></head><body>"
+        f"<h1>{title}</h1>{verdict}<h2>Over time</h2>{chart}<h2>Figures</h2>"
+        f"<pre>{escape(text)}</pre>{env}"
         f"<script type='application/json' id='tokmon-summary'>"
         f"{script_json(data['summary'])}</script></body></html>\n"
     )

@@ -312,7 +312,7 @@ def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
     return out
 
 
-def render_text(data: dict[str, Any], md: bool = False) -> str:
+def render_text(data: dict[str, Any], md: bool = False, environment: bool = True) -> str:
     out: list[str] = []
     h = "## " if md else ""
     fence = ["```"] if md else []
@@ -335,7 +335,9 @@ def render_text(data: dict[str, Any], md: bool = False) -> str:
             f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."
         )
     env = data["environment"]
-    if env.get("records") and md:
+    if not environment:
+        pass  # (the HTML report shows it once, as a table of its own)
+    elif env.get("records") and md:
         out += [h + "Environment", "", *environment_lines(env, md=True), ""]
     else:
         out += [h + "Environment", *fence, *environment_lines(env), *fence, ""]
