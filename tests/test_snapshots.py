@@ -64,7 +64,8 @@ async def test_nothing_that_matters_is_cut(ladder_replay, size):
         footer = lines[-1]
         assert "? help" in footer and "q quit" in footer
         assert "00:50 · arm spec · 8 streams" in lines[0]
-        assert sum("┤" in line for line in lines) >= 7  # every chart says its range
+        # every chart says its range, or (one line) why it has none
+        assert sum("┤" in line or "n/a — " in line for line in lines) >= 7
         body = "\n".join(lines[1:-1])
         # the headline says it is partial (a stratum of the mix is still collecting) and
         # names what is missing; the per-kind figures are beside it, whole
@@ -82,3 +83,37 @@ async def test_nothing_that_matters_is_cut(ladder_replay, size):
         body = "\n".join(screen_lines(app))
         assert all(r in body for r in ladder) and cost in body
         assert "events" in body and "00:48 stopping: draining in-flight requests" in body
+
+
+# A one-arm run of `tokmon sim` (no GPU, no acceptance source): the README's soak example.
+ONE_ARM = Path(__file__).parent / "data" / "rec" / "one-arm.jsonl.gz"
+ALL_SIZES = [(80, 24), (100, 30), (120, 40), (200, 50), (300, 80)]
+
+
+@pytest.mark.parametrize("size", ALL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("rec", [ONE_ARM, LADDER_AB], ids=["one-arm", "ladder-ab"])
+async def test_every_row_is_used_and_every_figure_whole(rec, size):
+    """At five sizes, one arm and a two-arm ladder: no line under the header ends cut; a
+    chart with no source is one line saying why, its rows given to the others; under the
+    charts at most two blank rows (the rest went to the charts)."""
+    src = ReplaySource(str(rec))
+    src.start()
+    try:
+        src.command("end")
+        app = DashboardApp(src)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause(0.3)
+            app.draw()
+            await pilot.pause(0.3)
+            lines = screen_lines(app)
+    finally:
+        src.close()
+    assert not [ln for ln in lines[2:-1] if ln.endswith("…")], lines
+    gpu = [ln for ln in lines if ln.startswith(" GPU ")]
+    assert len(gpu) == 1 and "n/a — no GPU" in gpu[0], gpu  # one line, and why
+    rule = next(i for i, ln in enumerate(lines) if ln.startswith("────"))
+    blank = [ln for ln in lines[rule + 1 : -1] if not ln.strip()]
+    assert len(blank) <= 2, "\n".join(lines)
+    if rec == ONE_ARM:
+        accept = [ln for ln in lines if ln.startswith(" accept ")]
+        assert len(accept) == 1 and "n/a — no acceptance source" in accept[0]

@@ -45,7 +45,9 @@ SPARKS = (
     ("kv", "server", (0.0, 100.0), False, "%", 0.0),
 )
 # rows the panels below the charts keep at least (arms, comparison, events)
-BOTTOM_MIN = 10
+BOTTOM_MIN = 6  # rows under the charts at least: a rule, a title and a few lines
+CHART_MAX = 16  # rows a chart grows to at most (a taller one shows no more)
+EVENTS_WANTED = 8  # the latest events the bottom is sized to show (side by side)
 WIDE = 180  # columns from which the time split has a panel beside the comparison
 
 HELP = """\
@@ -152,7 +154,10 @@ class Dashboard(Screen[None]):
     need = 0  # lines the comparison would take whole
     panels = False  # `b`: the charts folded away
     has_split = False  # the run has server figures to split the time by
-    _shape: tuple[int, ...] = ()
+    # charts with no source (no GPU, no acceptance figure): one line each saying why,
+    # their rows given to the others
+    dead: frozenset[str] = frozenset()
+    _shape: tuple[Any, ...] = ()
 
     def on_resize(self, event: Any) -> None:
         self._shape = ()
@@ -171,16 +176,38 @@ class Dashboard(Screen[None]):
         # has said something to split the time by.
         return self.size.width >= WIDE and self.has_split and not self.app.split  # type: ignore[attr-defined]
 
-    def chart_rows(self) -> int:
-        if self.panels:
-            return 0
+    def _free(self) -> int:
         events = 3 if self.narrow() else 0  # at least a title and the last event
         below = max(BOTTOM_MIN, self.need + 1 + events)
-        return max(1, min(6, (self.size.height - 4 - below) // len(SPARKS)))
+        return self.size.height - 4 - below - len(self.dead)
+
+    def chart_rows(self) -> int:
+        """Rows of each chart that has a source: what the panels below do not need,
+        shared out (a dead chart takes one)."""
+        if self.panels:
+            return 0
+        live = max(1, len(SPARKS) - len(self.dead))
+        return max(1, min(CHART_MAX, self._free() // live))
+
+    def heights(self) -> dict[str, int]:
+        """Each chart's rows: the share, and one more for the first charts while rows are
+        left over (a blank row under the panels is a row a chart could have used)."""
+        keys = [k for k, *_ in SPARKS]
+        if self.panels:
+            return dict.fromkeys(keys, 0)
+        rows = self.chart_rows()
+        live = [k for k in keys if k not in self.dead]
+        left = max(0, self._free() - rows * len(live)) if rows < CHART_MAX else 0
+        out = {}
+        for k in keys:
+            out[k] = 1 if k in self.dead else rows + (1 if left > 0 else 0)
+            if k not in self.dead and left > 0:
+                left -= 1
+        return out
 
     def below(self) -> int:
         """Rows under the charts for the comparison and the events (rules included)."""
-        used = 3 + (0 if self.panels else self.chart_rows() * len(SPARKS) + 1)
+        used = 3 + (0 if self.panels else sum(self.heights().values()) + 1)
         if self.query_one("#notice").display:
             used += 1
         return self.size.height - used  # the header, the charts and marks, the footer
@@ -201,19 +228,23 @@ class Dashboard(Screen[None]):
         w = self.size.width
         rows = self.chart_rows()
         narrow = self.narrow()
-        label_w = 30 if w < 120 else 38 if w < 180 else 46
+        label_w = 34 if w < 120 else 38 if w < 180 else 46
         wide = self.wide()
-        shape = (rows, label_w, int(narrow), int(self.panels), int(wide))
+        hs = self.heights()
+        shape = (tuple(hs.values()), label_w, int(narrow), int(self.panels), int(wide))
         if shape == self._shape:
             return  # nothing moves: no relayout
         self._shape = shape
         self.set_class(rows == 1, "compact")
         self.query_one("#charts").display = not self.panels
         for ms in self.query(MetricSpark):
-            ms.styles.height = max(rows, 1)
-            ms.spark.styles.height = max(rows, 1)
-            ms.label.styles.height = min(max(rows, 1), 2)
-            ms.label.styles.width = label_w
+            dead = ms.key in self.dead
+            h = max(1, hs.get(ms.key, rows))
+            ms.styles.height = h
+            ms.spark.styles.height = h
+            ms.spark.display = not dead
+            ms.label.styles.height = min(h, 2)
+            ms.label.styles.width = "1fr" if dead else label_w
         self.query_one("#marks", MarkerRow).offset_cols = label_w
         bottom = self.query_one("#bottom")
         bottom.styles.layout = "vertical" if narrow else "horizontal"
@@ -560,8 +591,16 @@ class DashboardApp(App[None]):
             "kv": [p.kv_pct for p in pts],
         }
         labels = self._labels(snap)
+        screen.dead = frozenset(
+            ch.key
+            for ch in charts
+            if labels.get(ch.key, ("", ""))[0] == "n/a"
+            and all(v is None for v in col.get(ch.key, ()))
+        )
         for ch in charts:
             l1, l2 = labels.get(ch.key, ("", ""))
+            if ch.key in screen.dead:  # one line: what it would show, and why it cannot
+                l1, l2 = f"n/a — {l2}", ""
             ch.show(tuple(col.get(ch.key, ())), l1, l2)
         marks = screen.query_one("#marks", MarkerRow)
         marks.marks = tuple(p.marks for p in pts)
@@ -572,11 +611,15 @@ class DashboardApp(App[None]):
         panes = 1 if screen.narrow() else 3 if wide else 2
         width = screen.size.width // panes - 2
         blocks = self._compare_blocks(snap, width)
-        screen.lay_out(need=sum(len(b.lines) for b in blocks))
+        need = sum(len(b.lines) for b in blocks)
+        side = self._split_blocks(snap, width, "where the time goes") if wide else []
+        if not screen.narrow():  # side by side: the events and the split want rows too
+            need = max(need, min(len(snap.events), EVENTS_WANTED) + 2,
+                       sum(len(b.lines) for b in side))  # fmt: skip
+        screen.lay_out(need=need)
         compare = fit_blocks(blocks, screen.room(), width)
         screen.query_one("#compare", InfoPanel).show(compare)
         if wide:
-            side = self._split_blocks(snap, width, "where the time goes")
             screen.query_one("#split", InfoPanel).show(fit_blocks(side, screen.room(), width))
         # the latest events that fit under the title (the oldest scroll away first)
         room = screen.events_room(len(compare.plain.splitlines()))

@@ -150,7 +150,8 @@ class MetricSpark(Widget):
             t = Text(no_wrap=True, overflow="ellipsis")
             t.append(f"{self.title:<11}", style="bold")
             t.append(clean_text(line1, keep_newlines=False))
-            t.append("\n" + clean_text(line2, keep_newlines=False), style="dim")
+            if line2:
+                t.append("\n" + clean_text(line2, keep_newlines=False), style="dim")
             self.label.update(t)
 
 
