@@ -61,9 +61,11 @@ def scripted(per_request: bool) -> SimConfig:
 
 
 def test_ttft_split_per_request_against_a_known_split(tmp_path):
-    """Per-request metrics: each part within 1 ms of the truth at p50 (the network is
-    the round trip sampled, the 3 ms the server adds to every answer), and the parts add
-    up to the client's TTFT within 1 ms."""
+    """Per-request metrics: network, queue and prefill within 1 ms of the truth at p50
+    (the network is the round trip sampled, the 3 ms the server adds to every answer),
+    the front end within 2 ms (the remainder: it also holds how late the client's and
+    the simulator's event loops woke, 1.4 ms once on a loaded 2-core CI run), and the
+    parts add up to the client's TTFT within 1 ms."""
     s, rec, front, late = _run(scripted(True), tmp_path, "-c", "2", "-n", "60",
                                "--max-tokens", "8")  # fmt: skip
     assert FRONT <= front < FRONT + 1.5  # (the loop wakes up to 1 ms late)
@@ -74,7 +76,7 @@ def test_ttft_split_per_request_against_a_known_split(tmp_path):
     # (the simulator's prefill: the schedule's 50 ms and how late its timer fired)
     assert abs(t["prefill"] - (PREFILL + late)) < 1.0, (t, late)
     assert abs(t["network"] - NET) < 1.0, t
-    assert abs(t["front"] - front) < 1.0, (t, front)
+    assert abs(t["front"] - front) < 2.0, (t, front)
     parts = t["network"] + t["front"] + t["queue"] + t["prefill"]
     assert abs(parts - t["client"]) < 1.0, t
     # every request: the remainder is never below zero (a mismatch would be flagged)
