@@ -49,6 +49,14 @@ def screen_lines(app: DashboardApp) -> list[str]:
     return [s.text.rstrip() for s in app.screen._compositor.render_strips()]
 
 
+async def drawn(app: DashboardApp, pilot) -> list[str]:
+    """The screen once the app has laid out and drawn its snapshot."""
+    await pilot.pause(0.3)
+    app.draw()
+    await pilot.pause(0.3)
+    return screen_lines(app)
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_nothing_that_matters_is_cut(ladder_replay, size):
     """At every size: the footer's help and quit, every chart's range, the clock and the
@@ -57,10 +65,7 @@ async def test_nothing_that_matters_is_cut(ladder_replay, size):
     key (`b`), all of them whole."""
     app = DashboardApp(ladder_replay)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
-        app.draw()
-        await pilot.pause(0.3)
-        lines = screen_lines(app)
+        lines = await drawn(app, pilot)
         footer = lines[-1]
         assert "? help" in footer and "q quit" in footer
         assert "00:50 · arm spec · 8 streams" in lines[0]
@@ -102,10 +107,7 @@ async def test_every_row_is_used_and_every_figure_whole(rec, size):
         src.command("end")
         app = DashboardApp(src)
         async with app.run_test(size=size) as pilot:
-            await pilot.pause(0.3)
-            app.draw()
-            await pilot.pause(0.3)
-            lines = screen_lines(app)
+            lines = await drawn(app, pilot)
     finally:
         src.close()
     assert not [ln for ln in lines[2:-1] if ln.endswith("…")], lines

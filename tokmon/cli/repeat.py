@@ -27,32 +27,21 @@ from tokmon.textsafe import dumps, say, write_text
 RUN = "{run}"  # in a serve command: the run's number (1…N)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Between:
-    """What happens between two runs: servers restarted (every run starts its own, so
-    this only says so) and a wait."""
-
-    restart: bool
-    cooldown_s: float
-
-
-def parse_between(text: str | None, managed: bool) -> Between:
-    """``restart``, ``cooldown=30s``, or both (``restart,cooldown=30s``). Without it:
-    restart where there are serve= arms, else no wait."""
-    if not text:
-        return Between(managed, 0.0)
-    restart, cool = False, 0.0
-    for part in (p.strip() for p in text.split(",")):
+def cooldown_of(text: str | None, managed: bool) -> float:
+    """``--between``: ``restart``, ``cooldown=30s``, or both; the seconds to wait between
+    runs. Every run starts its own servers, so ``restart`` only says so, and is refused
+    where no arm has one."""
+    cool = 0.0
+    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
         if part == "restart":
-            restart = True
+            if not managed:
+                raise UsageError("--between restart restarts the servers of serve= arms; "
+                                 "there are none (use cooldown=DURATION to wait between runs)")  # fmt: skip
         elif part.startswith("cooldown="):
             cool = dur("--between cooldown", part.partition("=")[2]) or 0.0
         else:
             raise UsageError(f"--between: expected restart or cooldown=DURATION, got {part!r}")
-    if restart and not managed:
-        raise UsageError("--between restart restarts the servers of serve= arms; there are "
-                         "none (use cooldown=DURATION to wait between runs)")  # fmt: skip
-    return Between(restart, cool)
+    return cool
 
 
 def numbered(path: str | None, i: int) -> str | None:
@@ -75,14 +64,14 @@ def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
 
     n = int(args.repeat)
     managed = any("serve=" in a for a in args.arm) or any(a.serve for a in file_arms)
-    between = parse_between(args.between, managed)
+    cooldown = cooldown_of(args.between, managed)
     if not (args.headless or not sys.stdout.isatty()):
         raise UsageError("--repeat runs headless (the dashboard watches one run): add --headless")
     if not _ends_by_itself(args):
         raise UsageError("--repeat: each run must end by itself: give --duration or --requests")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     say(f"tokmon: {n} runs of the same load (seed {seed})"
-        + (f", {between.cooldown_s:g} s apart" if between.cooldown_s else "")
+        + (f", {cooldown:g} s apart" if cooldown else "")
         + (", each starting its own servers" if managed else ""), err=True, flush=True)  # fmt: skip
     summaries: list[dict[str, Any]] = []
     names: list[str] = []
@@ -106,10 +95,10 @@ def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
         if code == 130:  # interrupted: the runs done are still reported
             say(f"tokmon: stopped after run {i} of {n}", err=True)
             break
-        if i < n and between.cooldown_s:
-            say(f"tokmon: cooling down for {between.cooldown_s:g} s", err=True, flush=True)
+        if i < n and cooldown:
+            say(f"tokmon: cooling down for {cooldown:g} s", err=True, flush=True)
             try:
-                time.sleep(between.cooldown_s)
+                time.sleep(cooldown)
             except KeyboardInterrupt:
                 codes.append(130)
                 break

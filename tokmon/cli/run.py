@@ -88,7 +88,7 @@ def quality_items(args: argparse.Namespace, share: float) -> tuple[Any, ...]:
         raise UsageError(str(e)) from None
 
 
-def quality_run(args: argparse.Namespace, arms: list[Any]) -> tuple[float, int, str]:
+def quality_run(args: argparse.Namespace, arms: list[Any]) -> tuple[int, str]:
     """``--quality N``: every request a probe, N per arm, then stop. Several arms take
     turns request by request (each asked the same questions in the same order); arms
     with serve= take turns on one GPU, so they cannot."""
@@ -105,7 +105,7 @@ def quality_run(args: argparse.Namespace, arms: list[Any]) -> tuple[float, int, 
             raise UsageError("--quality N over serve= arms: they take turns on one GPU; use "
                              "--quality-probes 100% --alternate DURATION instead")  # fmt: skip
         assign = "alternate"
-    return 1.0, n * (len(arms) if assign != "switch" else 1), assign
+    return n * (len(arms) if assign != "switch" else 1), assign
 
 
 def parse_slo(text: str | None) -> Any:
@@ -288,7 +288,8 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         arms = [Arm(name="default")]
     assign, budget = args.assign, args.requests
     if args.quality is not None:
-        qshare, budget, assign = quality_run(args, arms)
+        qshare = 1.0  # every request a question
+        budget, assign = quality_run(args, arms)
     for i, a in enumerate(arms):
         if a.url:
             clean, basic = split_credentials(a.url)

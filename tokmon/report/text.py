@@ -335,11 +335,9 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
             f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."
         )
     env = data["environment"]
-    if not environment:
-        pass  # (the HTML report shows it once, as a table of its own)
-    elif env.get("records") and md:
+    if environment and env.get("records") and md:
         out += [h + "Environment", "", *environment_lines(env, md=True), ""]
-    else:
+    elif environment:  # (the HTML report shows it once, as a table of its own)
         out += [h + "Environment", *fence, *environment_lines(env), *fence, ""]
     out += [h + "Summary", *fence, summary_table(data["summary"]), *fence, ""]
     out += [
