@@ -299,3 +299,20 @@ def test_a_headless_run_prints_its_alert_when_it_is_raised(tmp_path):
         assert lo <= a["found_s"] <= hi + 30, (a["message"], lo, hi)
         assert lo - 5 <= a["at_s"] <= hi + 5, (a["message"], lo, hi)
         assert a["change_pct"] < -20  # a third slower: about −33%
+
+
+@pytest.mark.parametrize(
+    "command", ["", "run", "demo", "replay", "report", "view", "env", "export", "sim"]
+)
+def test_every_help_prints(command, capsys):
+    """`--help` of every command prints (a bare % in one option's help once made argparse
+    raise, and `tokmon run --help` printed a traceback)."""
+    from tokmon.cli.parser import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([command, "--help"] if command else ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tokmon") and "Traceback" not in out
+    if command == "run":
+        assert "(5%, or 0.05)" in out and "5%/h" in out

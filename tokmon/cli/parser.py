@@ -47,7 +47,9 @@ class _Help(argparse.HelpFormatter):
     only where there is one to say (not None, False or an empty list)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
+        # argparse %-formats every help string; tokmon's helps are plain text ("5%/h"),
+        # so each % is escaped here, once, for every option of every command.
+        text = (action.help or "").replace("%", "%%")
         d = action.default
         if (
             "default" in text
