@@ -43,7 +43,7 @@ def window(arm: str = "", tok: float = 1200.0, ttft: float | None = 85.0) -> Win
 class FakeSource:
     """Hands out a fixed, scripted snapshot and records the commands it gets."""
 
-    commands = frozenset({"switch", "pause", "level", "marker", "stop", "record"})
+    commands = frozenset({"switch", "pause", "level", "marker", "stop", "record", "check"})
 
     def __init__(
         self, seconds: int = 120, in_flight: int = 8, text: str = "", split: bool = False

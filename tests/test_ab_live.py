@@ -103,7 +103,7 @@ def test_the_header_names_the_server_of_the_arm_in_force():
     from tokmon.model.fold import Fold, FoldSettings
     from tokmon.model.records import Event
     from tokmon.report.summary_text import summary_table
-    from tokmon.ui.app import DashboardApp
+    from tokmon.ui.header import header_text
 
     arms = [
         parse_arm("plain:url=http://127.0.0.1:18001/v1"),
@@ -121,7 +121,7 @@ def test_the_header_names_the_server_of_the_arm_in_force():
     fold.apply(Event(2_000_000_000, "arm", "arm → spec", {"arm": "spec", "segment": 1}))
     fold.apply(Tick(3_000_000_000))
     snap = fold.snapshot
-    header = DashboardApp(None)._header_text(snap).plain  # type: ignore[arg-type]
+    header = header_text(snap, 200).plain
     assert "arm spec" in header and "@ http://127.0.0.1:18000/v1" in header, header
     summary = fold.summary(3_000_000_000)
     assert summary["arms"]["plain"]["server"] == "http://127.0.0.1:18001/v1"

@@ -1,13 +1,14 @@
 """Snapshot tests of the main screen: a deterministic fake source, and the replay of a
 recorded two-arm ladder run, at 80×24, 120×40 and 200×50."""
 
+import re
 from pathlib import Path
 
 import pytest
 from fakes import FakeSource
 
 from tokmon.sources.replay import ReplaySource
-from tokmon.ui.app import DashboardApp
+from tokmon.ui.app import HELP, DashboardApp
 
 
 def test_main_screen_80x24(snap_compare):
@@ -92,15 +93,23 @@ async def test_nothing_that_matters_is_cut(ladder_replay, size):
 
 # A one-arm run of `tokmon sim` (no GPU, no acceptance source): the README's soak example.
 ONE_ARM = Path(__file__).parent / "data" / "rec" / "one-arm.jsonl.gz"
+# Two `tokmon sim` servers (plain, spec) alternating every 10 s, a code and creative mix.
+TWO_ARM = Path(__file__).parent / "data" / "rec" / "two-arm.jsonl.gz"
+# One `tokmon sim --spec on` under a concurrency ladder (2, 8).
+LADDER_ONE = Path(__file__).parent / "data" / "rec" / "ladder-one.jsonl.gz"
 ALL_SIZES = [(80, 24), (100, 30), (120, 40), (200, 50), (300, 80)]
+LAYOUTS = {"one-arm": ONE_ARM, "two-arm": TWO_ARM, "ladder": LADDER_ONE, "ladder-ab": LADDER_AB}
 
 
 @pytest.mark.parametrize("size", ALL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("rec", [ONE_ARM, LADDER_AB], ids=["one-arm", "ladder-ab"])
-async def test_every_row_is_used_and_every_figure_whole(rec, size):
-    """At five sizes, one arm and a two-arm ladder: no line under the header ends cut; a
-    chart with no source is one line saying why, its rows given to the others; under the
-    charts at most two blank rows (the rest went to the charts)."""
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+async def test_every_row_is_used_and_every_figure_whole(layout, size):
+    """At five sizes and four layouts (one arm, two arms, a ladder, a two-arm ladder): no
+    line ends cut, the header's included; the footer labels every key it shows and names
+    how many more are in `?`; a chart with no source is one line saying why, its rows
+    given to the others; under the charts at most two blank rows (the rest went to the
+    charts)."""
+    rec = LAYOUTS[layout]
     src = ReplaySource(str(rec))
     src.start()
     try:
@@ -110,12 +119,21 @@ async def test_every_row_is_used_and_every_figure_whole(rec, size):
             lines = await drawn(app, pilot)
     finally:
         src.close()
-    assert not [ln for ln in lines[2:-1] if ln.endswith("…")], lines
+    assert not [ln for ln in lines if ln.endswith("…")], "\n".join(lines)
+    footer = lines[-1]
+    assert footer.startswith(" ? help  q quit "), footer
+    shown = re.findall(r"(?:^|  ) ?(\S+) (\S+(?: \S+)?)(?=  |$| \+)", footer)
+    for key, label in shown:  # every key with its label, and each one the help explains
+        key = {"^p": "ctrl+p"}.get(key, key)
+        assert label and key in HELP.replace("+ / -", "+ -"), (key, footer)
+    more = re.search(r" \+(\d+) keys in \?$", footer)
+    everything = "e end  ^p palette"
+    assert (everything in footer) != (more is not None), footer  # all keys, or the count
     gpu = [ln for ln in lines if ln.startswith(" GPU ")]
     assert len(gpu) == 1 and "n/a — no GPU" in gpu[0], gpu  # one line, and why
     rule = next(i for i, ln in enumerate(lines) if ln.startswith("────"))
     blank = [ln for ln in lines[rule + 1 : -1] if not ln.strip()]
     assert len(blank) <= 2, "\n".join(lines)
-    if rec == ONE_ARM:
+    if layout == "one-arm":
         accept = [ln for ln in lines if ln.startswith(" accept ")]
         assert len(accept) == 1 and "n/a — no acceptance source" in accept[0]

@@ -196,3 +196,27 @@ def test_replay_follows_a_file_still_being_written(tmp_path, name):
     finally:
         src.close()
         w.close()
+
+
+def test_a_long_line_wraps_on_words_at_the_terminal_width():
+    """The closing summary at 80 columns: the terminal used to cut `exac` / `t in 100%`;
+    wrapped here, every word is whole, every line fits, and the words are the same."""
+    from tokmon.model.words import count
+    from tokmon.textsafe import fit_lines
+
+    text = (
+        "arm      ok fail tok/s\n"
+        "baseline prompt tokens: asked p50 322, server counted p50 322; off by +0 to +0,"
+        " exact in 100% of 22\n"
+        "  baseline by kind: chat 6 req, dec p50 38.9, 2.53/Mtok · code 10 req, dec p50 39.5,"
+        " 2.49/Mtok · creative 4 req, dec p50 39.0, 2.53/Mtok"
+    )
+    out = fit_lines(text, 80)
+    lines = out.split("\n")
+    assert all(len(ln) <= 80 for ln in lines), out
+    assert out.split() == text.split()  # no word cut, none lost
+    assert lines[0] == "arm      ok fail tok/s"  # a line that fits is untouched
+    assert lines[-1].startswith("    ")  # continued under its own indent plus two
+    assert "exact in 100% of 22" in out.replace("\n  ", " ")
+    assert [count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
+    assert count(1, "query", "queries") == "1 query" and count(3, "query", "queries") == "3 queries"

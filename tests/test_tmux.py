@@ -74,6 +74,11 @@ def test_at_80x24_every_chart_has_its_range_and_help_and_quit_show():
         charts = [ln for ln in lines if "┤" in ln or "n/a — " in ln]
         assert len(charts) == 7, screen
         assert any("%┤" in ln and "errors" in ln for ln in lines), screen
+        # every line whole (the header's items whole or absent), and the footer's keys
+        # each with its label, the rest counted and in ?
+        assert not [ln for ln in lines if ln.rstrip().endswith("…")], screen
+        footer = [ln for ln in lines if ln.strip()][-1]
+        assert footer.rstrip().endswith("keys in ?") and "s arm" in footer, screen
         tmux("send-keys", "-t", session, "q")
         screen = wait_for(session, "(y/n)")
         assert "requests are in flight. Stop sending, let them finish, and" in screen, screen

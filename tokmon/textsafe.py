@@ -22,8 +22,10 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
 import sys
+import textwrap
 from pathlib import Path
 from typing import IO, Any
 
@@ -101,12 +103,37 @@ def clean_text(s: str, keep_newlines: bool = True) -> str:
     return s
 
 
-def say(text: str = "", *, err: bool = False, flush: bool = False) -> None:
-    """Write one message (a line, or lines) to the terminal, cleaned."""
+def say(text: str = "", *, err: bool = False, flush: bool = False, fit: bool = False) -> None:
+    """Write one message (a line, or lines) to the terminal, cleaned. With ``fit``, lines
+    wider than a terminal are wrapped at its width on word boundaries (the terminal
+    would cut them mid-word: `exac` / `t in 100%`); to a pipe or a file they stay whole."""
     stream = sys.stderr if err else sys.stdout
-    stream.write(clean_text(text) + "\n")
+    text = clean_text(text)
+    if fit and stream.isatty():
+        text = fit_lines(text, shutil.get_terminal_size().columns)
+    stream.write(text + "\n")
     if flush:
         stream.flush()
+
+
+def fit_lines(text: str, width: int) -> str:
+    """Each line wider than `width` wrapped on word boundaries, continued under its own
+    indent plus two; a word longer than the width stays whole (textwrap: the standard
+    library's word wrapping, with no word broken and no hyphen split)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(
+            line,
+            width=max(20, width),
+            subsequent_indent=indent + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return "\n".join(out)
 
 
 def write_out(text: str) -> None:

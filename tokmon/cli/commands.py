@@ -18,6 +18,7 @@ from tokmon.cli.parser import (
     load_config,
 )
 from tokmon.cli.run import build_run, run_session
+from tokmon.model.words import count
 from tokmon.textsafe import say, write_out, write_text
 
 
@@ -304,7 +305,7 @@ def _notes(rec: Any, path: str) -> None:
             err=True,
         )
     if rec.corrupt:
-        say(f"tokmon report: note: {rec.corrupt} corrupt line(s) skipped", err=True)
+        say(f"tokmon report: note: {count(rec.corrupt, 'corrupt line')} skipped", err=True)
 
 
 def _report_runs(args: argparse.Namespace, files: list[str], others: list[str]) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from tokmon.cli.parser import UsageError
 from tokmon.cli.run import build_run, dur, run_session
+from tokmon.model.words import count
 from tokmon.textsafe import dumps, say, write_text
 
 RUN = "{run}"  # in a serve command: the run's number (1…N)
@@ -107,7 +108,7 @@ def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
         data["seed"] = seed
         data["files"] = names
         say("")
-        say(runs_text(data, names).rstrip("\n"))
+        say(runs_text(data, names).rstrip("\n"), fit=True)
         if args.summary_json:
             try:
                 write_text(args.summary_json, dumps(data, indent=2) + "\n")
@@ -115,7 +116,10 @@ def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
                 say(f"tokmon: cannot write {args.summary_json}: {e.strerror or e}", err=True)
                 return 1
     else:
-        say(f"tokmon: {len(summaries)} run(s) finished: nothing to compare over runs", err=True)
+        say(
+            f"tokmon: {count(len(summaries), 'run')} finished: nothing to compare over runs",
+            err=True,
+        )
     if 130 in codes:
         return 130
     return max(codes) if any(codes) else 0

@@ -20,6 +20,7 @@ from tokmon import __version__
 from tokmon.cli.listen import can_listen, parse_listen
 from tokmon.cli.parser import RunFailed, UsageError, api_key
 from tokmon.model.redact import redact_argv, secrets_in
+from tokmon.model.words import count
 from tokmon.textsafe import (
     add_secret,
     dumps,
@@ -790,7 +791,7 @@ def run_session(
     summary = session.final or session.summary()
     if on_summary is not None:
         on_summary(summary)
-    say(_summary_text(summary))
+    say(_summary_text(summary), fit=True)
     code = 0
     if args.summary_json and not written:
         try:
@@ -813,7 +814,11 @@ def run_session(
     if wrote:
         say("tokmon: wrote " + " · ".join(wrote), err=True)
     if recorder is not None and (recorder.lost_lines or recorder.error):
-        lost = f"{recorder.lost_lines} line(s) lost" if recorder.lost_lines else "not all written"
+        lost = (
+            f"{count(recorder.lost_lines, 'line')} lost"
+            if recorder.lost_lines
+            else "not all written"
+        )
         say(
             f"tokmon: the recording {args.record} is incomplete ({lost}: "
             f"{recorder.error or 'the disk was full'}); the summary above counts everything",
@@ -835,7 +840,7 @@ def run_session(
     if interrupted:
         return interrupted
     if getattr(args, "alerts_exit", False) and summary.get("alerts"):
-        say(f"tokmon: {len(summary['alerts'])} alert(s) fired", err=True)
+        say(f"tokmon: {count(len(summary['alerts']), 'alert')} fired", err=True)
         return 3
     floor = getattr(args, "capacity_at_least", None)
     if floor is not None:

@@ -160,7 +160,9 @@ def arm_from_mapping(name: str, obj: dict[str, Any]) -> Arm:
     check_name(name, "--config")
     unknown = set(obj) - {"url", "serve", "model", "endpoint", "body", "headers"}
     if unknown:
-        raise ArmError(f"arm {name}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ArmError(
+            f"arm {name}: unknown {'key' if len(unknown) == 1 else 'keys'} {', '.join(sorted(unknown))}"
+        )
     body = obj.get("body", {})
     headers = obj.get("headers", {})
     if not isinstance(body, dict) or not isinstance(headers, dict):

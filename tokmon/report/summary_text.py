@@ -7,6 +7,7 @@ from typing import Any
 
 from tokmon.model.stats import MIN_SAMPLES
 from tokmon.model.summary import RATIO_KEYS, describe_output_check
+from tokmon.model.words import count
 from tokmon.textsafe import clean_text
 
 
@@ -106,8 +107,8 @@ def summary_table(summary: dict[str, Any]) -> str:
         left = a.get("tpot_left_out") or {}
         if left.get("one_token") or left.get("one_read"):
             out.append(
-                f"{name}: no TPOT for {left.get('one_token', 0)} one-token answer(s) and "
-                f"{left.get('one_read', 0)} answer(s) that arrived in one read"
+                f"{name}: no TPOT for {count(left.get('one_token', 0), 'one-token answer')} and "
+                f"{count(left.get('one_read', 0), 'answer')} that arrived in one read"
             )
         pt = a.get("prompt_tokens")
         if pt and pt.get("asked_p50") is not None:
@@ -146,7 +147,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             )
         if a.get("clock_excluded"):
             out.append(
-                f"{name}: {a['clock_excluded']} request(s) with an impossible timeline left "
+                f"{name}: {count(a['clock_excluded'], 'request')} with an impossible timeline left "
                 "out of every duration (detail 'clock: …' in the recording)"
             )
     for name, a in summary["arms"].items():

@@ -18,6 +18,7 @@ from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold, listed_events
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.trend import can_tell, drift
+from tokmon.model.words import count
 from tokmon.model.workload import describe_load
 from tokmon.recording.play import fold_of, settings_of, summary_of
 from tokmon.recording.reader import Recording
@@ -322,10 +323,11 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
             "figures cover what was written."
         )
     if data["corrupt_lines"]:
-        out.append(f"NOTE: {data['corrupt_lines']} corrupt line(s) were skipped.")
+        n = data["corrupt_lines"]
+        out.append(f"NOTE: {count(n, 'corrupt line')} {'was' if n == 1 else 'were'} skipped.")
     if data.get("lost_lines"):
         out.append(
-            f"NOTE: {data['lost_lines']} line(s) of this run could not be written (the disk "
+            f"NOTE: {count(data['lost_lines'], 'line')} of this run could not be written (the disk "
             "was full); the live summary counted them, this report cannot."
         )
     for g in data.get("paused") or []:

@@ -20,17 +20,17 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Input, Label
+from textual.widgets import Button, Input, Label
 
 from tokmon.model.history import Point, merge
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
-from tokmon.model.workload import load_text
 from tokmon.report.split_text import arm_lines, causes_parts, wrap
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
+from tokmon.ui.header import LAG_HOT_MS, header_text, hms
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
-from tokmon.ui.widgets import InfoPanel, MarkerRow, MetricSpark
+from tokmon.ui.widgets import InfoPanel, KeyBar, MarkerRow, MetricSpark
 
 # key, title, fixed range, warn colour, unit of the scale, floor of an auto scale
 SPARKS = (
@@ -66,11 +66,14 @@ HELP = """\
  ?       this help
  q       quit (drains in-flight requests)
  ctrl+p  command palette: the same actions, and the themes
+ replay  space play/pause · ← → seek 10 s · [ ] previous/next event
+         < > slower/faster (1×–100×) · e end
 
  Charts share one time axis: a column per second (recent), or the whole
- run compressed to the width. Each says its range at its left: top ┤ and
+ run compressed to the width; the axis line names any other scale. Each says its range at its left: top ┤ and
  bottom ┤. Marks under them: │ arm switch, ◆ marker, ! alert or stall.
- Figures are windowed (10 s); a gap is no data, never a zero.
+ Figures are windowed (10 s); a gap is no data, never a zero. The arms'
+ ok and err are counts over the whole run, their other columns the window.
 """
 
 
@@ -268,7 +271,7 @@ class Dashboard(Screen[None]):
             yield InfoPanel(id="split")
             yield InfoPanel(id="events")
         yield Label(id="notice")
-        yield Footer()
+        yield KeyBar(id="footer")
 
 
 class DashboardApp(App[None]):
@@ -309,6 +312,7 @@ class DashboardApp(App[None]):
         "level": "level",
         "marker": "marker",
         "record": "record",
+        "check_outputs": "check",
         "play": "play",
         "seek": "seek",
         "jump": "jump",
@@ -322,6 +326,7 @@ class DashboardApp(App[None]):
         self.fps = max(0.5, min(fps, 30.0))
         self.view = "recent"
         self.split = False  # `w`: where the time goes, in place of the comparison
+        self.scale = ""  # the time axis's scale, where it is not one column a second
         self.last_snapshot: Snapshot | None = None
         self.last_view = ""
         self.quitting = False
@@ -552,12 +557,14 @@ class DashboardApp(App[None]):
 
     def _series(self, snap: Snapshot, width: int) -> list[Point]:
         pts = list(snap.recent)[-width:] if self.view == "recent" else list(snap.whole)
+        self.scale = _scale(pts[0].span if pts else 1.0)
         if 0 < len(pts) < width and width > 0:
             # a short run fills the width: each point drawn over as many columns as fit
             # (its marks on the first), so a wide chart is never mostly empty; the axis
             # label says how long is shown
             k = width // len(pts)
             if k >= 2:
+                self.scale = _scale(pts[0].span / k)
                 quiet = [dataclasses.replace(p, marks=()) for p in pts]
                 return [
                     q for p, blank in zip(pts, quiet, strict=True) for q in (p, *[blank] * (k - 1))
@@ -566,6 +573,7 @@ class DashboardApp(App[None]):
         if len(pts) <= width or width <= 0:
             return pts
         group = -(-len(pts) // width)
+        self.scale = _scale(pts[0].span * group)
         out = []
         for i in range(0, len(pts), group):
             p = pts[i]
@@ -576,7 +584,7 @@ class DashboardApp(App[None]):
 
     def _draw(self, screen: Dashboard, snap: Snapshot) -> None:
         header = screen.query_one("#header", InfoPanel)
-        header.show(self._header_text(snap))
+        header.show(header_text(snap, screen.size.width))
         charts = list(screen.query(MetricSpark))
         width = max(10, (charts[0].spark.size.width if charts else 60) or 60)
         pts = self._series(snap, width)
@@ -605,7 +613,8 @@ class DashboardApp(App[None]):
         marks = screen.query_one("#marks", MarkerRow)
         marks.marks = tuple(p.marks for p in pts)
         span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
-        marks.axis = f"{'recent' if self.view == 'recent' else 'whole run'} · {_hms(span)} shown"
+        view = "recent" if self.view == "recent" else "whole run"
+        marks.axis = f"{view} · {hms(span)}" + (f" · {self.scale}" if self.scale else " shown")
         screen.has_split = any(sp.ttft.source or sp.tpot.source for sp in snap.time_split)
         wide = screen.wide()
         panes = 1 if screen.narrow() else 3 if wide else 2
@@ -625,70 +634,6 @@ class DashboardApp(App[None]):
         room = screen.events_room(len(compare.plain.splitlines()))
         screen.query_one("#events", InfoPanel).show(self._events_text(snap, room))
         _ = w
-
-    def _header_text(self, s: Snapshot) -> Text:
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(" tokmon ", style="bold reverse")
-        lvl = load_text(s.mode, s.level)
-        if s.replay is not None:
-            t.append(
-                f" REPLAY {s.replay.get('speed', 1):g}× {'▶' if s.replay.get('playing') else '⏸'} ·"
-            )
-        # what changes first (the clock, the arm, the load), then what the run is against:
-        # at 80 columns the end of the line is the part cut
-        t.append(f" {_hms(s.elapsed_s)} · arm ")
-        t.append(clean_text(s.arm, False), style="bold reverse")
-        t.append(f" · {lvl} · ")
-        t.append(f"{clean_text(s.model, False)} @ {clean_text(s.target, False)}\n", style="bold")
-        t.append(f" ok {s.ok} · failed {s.failed} · in flight {s.in_flight} · ")
-        if s.recording:
-            t.append("● REC", style="bold red")
-        else:
-            t.append("not recording", style="dim")
-        if s.paused:
-            t.append(" · PAUSED", style="bold reverse")
-        lad = s.ladder
-        if lad is not None and lad.running:
-            when = "warming up" if lad.since_s < 0 else f"{lad.since_s:.0f} s measured"
-            what = "capacity probe" if s.capacity else "ladder step"
-            t.append(
-                f" · {what} {lad.step + 1}: {lad.param} {lad.value} ({when})",
-                style="bold",
-            )
-        if s.warming_up:
-            t.append(" · warming up", style="italic")
-        if s.scenario:
-            t.append(f" · scenario {clean_text(s.scenario, False)}")
-        if s.restarting is not None:
-            r = s.restarting
-            t.append(
-                f" · RESTARTING {clean_text(r.arm, False)}: {r.phase} {r.since_s:.0f} s",
-                style="bold reverse",
-            )
-        if s.insecure:
-            t.append(" · TLS NOT VERIFIED", style="bold reverse")
-        if s.done:
-            t.append(" · finished (q to quit)", style="bold")
-        pr = s.probes
-        if pr.self_cpu_pct is not None:
-            # If tokmon itself is the bottleneck, it shows here.
-            busy = pr.self_cpu_pct > 80 or s.loop_lag_ms > 20
-            t.append(
-                f" · tokmon CPU {pr.self_cpu_pct:.0f}% · host {pr.host_cpu_pct or 0:.0f}%",
-                style="bold reverse" if busy else "dim",
-            )
-        if pr.net_rtt_ms is not None:
-            # the way to the server: if it moved, TTFT moved with it
-            t.append(f" · rtt {pr.net_rtt_ms:.1f} ms", style="dim")
-        if s.loop_lag_ms > 20:
-            t.append(f" · loop lag {s.loop_lag_ms:.0f} ms", style="bold reverse")
-        for arm, secs in s.down.items():
-            t.append(
-                f" · SERVER DOWN ({clean_text(arm, False)}) {_hms(secs)}", style="bold reverse"
-            )
-        if s.send_lag_ms > LAG_HOT_MS:
-            t.append(f" · client lag {s.send_lag_ms:.0f} ms", style="bold reverse")
-        return t
 
     def _labels(self, s: Snapshot) -> dict[str, tuple[str, str]]:
         w = s.window
@@ -750,9 +695,14 @@ class DashboardApp(App[None]):
                 f"p95 {fmt_ms(w.ttft_p95)} p99 {fmt_ms(w.ttft_p99)} ms",
             ),
             "accept": (acc1, acc2),
+            # the window's share, then the run's count: "0/13" beside the header's
+            # "failed 1" read as a contradiction until each said what it covers
             "errors": (
-                f"{w.failed}/{w.ended} ({(w.failed / w.ended if w.ended else 0):.1%})",
-                err_cls + (f" · stalls {w.stalls}" if w.stalls else ""),
+                f"{w.failed}/{w.ended} ({(w.failed / w.ended if w.ended else 0):.1%})"
+                f" last {w.width_s:.0f} s",
+                err_cls
+                + (f" · stalls {w.stalls}" if w.stalls else "")
+                + f" · run: {s.failed} failed",
             ),
             "gpu": (gpu1, gpu2),
             "kv": (kv1, kv2),
@@ -820,9 +770,14 @@ class DashboardApp(App[None]):
         each block with how readily it folds when rows are short."""
         if self.split:
             return self._split_blocks(s, width)
+        # The counts are the run's and the figures the window's: a line above the
+        # columns says so, first to fold where rows are short (the help says it too).
+        win = f"last {s.window.width_s:.0f} s" if s.window is not None else "window"
         out: list[Block] = [
+            Block((Text(f"{'':9}{'whole run':^10}{win:^18}", style="dim"),), fold=5,
+                  name="column scopes"),
             Block((Text(f"{'arm':<9}{'ok':>5} {'err':>4} {'tok/s':>6}{'dec':>6}{'TTFT':>6}",
-                        style="bold"),))
+                        style="bold"),)),
         ]  # fmt: skip
         for v in s.arm_views:
             w = v.window
@@ -943,7 +898,7 @@ class DashboardApp(App[None]):
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("events\n", style="bold")
         for ev in list(s.events)[-room:]:
-            t.append(f"{_hms((ev.t - s.t_start) / 1e9):>8} ", style="dim")
+            t.append(f"{hms((ev.t - s.t_start) / 1e9):>8} ", style="dim")
             style = "bold" if ev.kind in ("arm", "alert", "restart") else ""
             t.append(clean_text(ev.message, keep_newlines=False) + "\n", style=style)
         return t
@@ -962,9 +917,6 @@ def _kind_lines(parts: list[str], head: str, width: int = 58) -> list[Text]:
         cur += sep + p
     out.append(cur)
     return [Text(line) for line in out]
-
-
-LAG_HOT_MS = 50  # a client this late against its schedule is the limit, not the server
 
 
 def _worker_line(w: EngineStatus) -> Text:
@@ -1038,11 +990,14 @@ def _num(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f}"
 
 
-def _hms(s: float) -> str:
-    s = max(0, int(s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+def _scale(seconds_per_column: float) -> str:
+    """The time axis's scale where it is not one column a second (the help's promise)."""
+    c = seconds_per_column
+    if abs(c - 1.0) < 1e-9:
+        return ""
+    if c < 1:
+        return f"{round(1 / c)} cols/s"
+    return f"{c:.0f} s/col" if c < 120 else f"{c / 60:.0f} min/col"
 
 
 def _count(n: int) -> str:

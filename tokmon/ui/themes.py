@@ -48,7 +48,10 @@ def load_theme_file(path: Path) -> Theme:
             raise ThemeError(f"theme {path.name} has no {k!r}")
     unknown = set(data) - set(COLOUR_KEYS) - {"name", "dark", "variables"}
     if unknown:
-        raise ThemeError(f"theme {path.name}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ThemeError(
+            f"theme {path.name}: unknown {'key' if len(unknown) == 1 else 'keys'} "
+            f"{', '.join(sorted(unknown))}"
+        )
     kw: dict[str, object] = {"name": str(data["name"]), "dark": bool(data.get("dark", True))}
     for k in COLOUR_KEYS:
         if k in data:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.dom import DOMNode
+from textual.events import Click
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
@@ -37,6 +39,11 @@ def spark_rows(
             fill = lvl - (height - 1 - r) * 8
             rows[r][col] = BLOCKS[max(0, min(8, fill))]
     return ["".join(r) for r in rows]
+
+
+def _clip(text: str, width: int) -> str:
+    """Text in `width` columns, marked where cut (never cut silently mid-word)."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 class Sparkline(Widget):
@@ -179,7 +186,7 @@ class MarkerRow(Widget):
         pad = cols - len(marks)
         axis_style = self.get_component_rich_style("marker--axis")
         segs = [
-            Segment(self.axis[: self.offset_cols].ljust(self.offset_cols), axis_style),
+            Segment(_clip(self.axis, self.offset_cols - 1).ljust(self.offset_cols), axis_style),
             Segment(" " * pad, axis_style),
         ]
         styles = {
@@ -219,3 +226,76 @@ class InfoPanel(Static):
         if key != self._last:
             self._last = key
             self.update(text)
+
+
+class KeyBar(Widget):
+    """The footer: each key with its label, as many as the width holds, in the order the
+    app lists them (help and quit first). What does not fit is named as a count and is
+    in `?`, so that no key is shown without its label and nothing is cut mid-word
+    (Textual's Footer scrolls sideways and cut `space play/paus` at 80 columns)."""
+
+    COMPONENT_CLASSES = {"keybar--key", "keybar--label", "keybar--more"}
+    DEFAULT_CSS = """
+    KeyBar { height: 1; width: 100%; background: $footer-background; }
+    KeyBar > .keybar--key { color: $footer-key-foreground; text-style: bold; }
+    KeyBar > .keybar--label { color: $footer-description-foreground; }
+    KeyBar > .keybar--more { color: $foreground-muted; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._spans: list[tuple[int, int, str, DOMNode]] = []  # x0, x1, action, namespace
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, lambda _s: self.refresh())
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def keys(self) -> list[tuple[str, str, str, DOMNode]]:
+        """(key shown, label, action, namespace) of each key the screen has now, once per
+        action; the command palette last."""
+        seen: set[str] = set()
+        out: list[tuple[str, str, str, DOMNode]] = []
+        active = self.screen.active_bindings
+        for ns, binding, enabled, _tip in active.values():
+            if binding.show and enabled and binding.action not in seen:
+                seen.add(binding.action)
+                out.append(
+                    (self.app.get_key_display(binding), binding.description, binding.action, ns)
+                )
+        # the palette's binding is not shown as such (Textual's Footer adds it apart)
+        pal = active.get(self.app.COMMAND_PALETTE_BINDING)
+        if self.app.ENABLE_COMMAND_PALETTE and pal is not None and pal.enabled:
+            out.append(
+                (self.app.get_key_display(pal.binding), "palette", pal.binding.action, pal.node)
+            )
+        return out
+
+    def render(self) -> Text:
+        width = self.size.width
+        keys = self.keys()
+        key_style = self.get_component_rich_style("keybar--key")
+        label_style = self.get_component_rich_style("keybar--label")
+        text = Text(no_wrap=True, overflow="crop")
+        self._spans = []
+        x = 0
+        for n, (key, label, action, ns) in enumerate(keys):
+            piece = len(key) + 1 + len(label) + 2
+            left = len(keys) - n - 1
+            room = width - x - (len(f" +{left} keys in ?") if left else 0)
+            if piece > room:
+                more = len(keys) - n
+                text.append(f" +{more} keys in ?", self.get_component_rich_style("keybar--more"))
+                break
+            text.append(f" {key}", key_style)
+            text.append(f" {label} ", label_style)
+            self._spans.append((x, x + piece, action, ns))
+            x += piece
+        return text
+
+    async def on_click(self, event: Click) -> None:
+        for x0, x1, action, ns in self._spans:
+            if x0 <= event.x < x1:
+                await self.app.run_action(action, ns)
+                return
