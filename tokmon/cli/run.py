@@ -995,7 +995,7 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
     from tokmon.probes.host import HostProbe
     from tokmon.probes.server import ServerMetricsProbe, metrics_url_for
 
-    probes: list[Any] = [HostProbe()]
+    probes: list[Any] = [HostProbe(record=getattr(args, "record", None) or None)]
     gpus = None
     if getattr(args, "gpus", None):
         try:

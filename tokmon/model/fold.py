@@ -42,6 +42,7 @@ from tokmon.model.stats import (
     ratio_ci_requests,
     window_stats,
 )
+from tokmon.model.storage import StorageReducer
 from tokmon.model.summary import alerts_from_events, build_summary, compare
 from tokmon.model.table import RequestTable
 from tokmon.model.timesplit import SpeedupCauses, TimeSplit, TimeSplitReducer
@@ -349,6 +350,7 @@ class Fold:
         self.quality = QualityReducer()  # quality probes' answers, per arm and task
         self._quality_alerted = False
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
+        self.storage = StorageReducer()  # tokmon's memory, the recording, the disk left
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
         self.causes: SpeedupCauses | None = None
@@ -663,6 +665,8 @@ class Fold:
                 if x is not None and 0 <= x < 3.6e6:
                     out.append(x)
         self.samples[key] = v
+        if smp.src == "host":
+            self.storage.sample(smp.t, v)
         power = number(v.get("gpu_power_w"))
         if smp.src == "gpu" and power is not None:
             self.power.append((smp.t, power))
@@ -931,6 +935,9 @@ class Fold:
                     {"errors": errs},
                 )
             )
+        for msg, data in self.storage.take_warnings():  # the disk about to fill: once
+            if self.derive:
+                later.append(("disk", msg, data))
         qd = self.quality.diff(*self.arm_names[:2]) if len(self.arm_names) >= 2 else None
         # an arm whose answers are worse beyond the interval: once, as an alert
         if self.derive and not self._quality_alerted and qd is not None and qd.verdict == "worse":
@@ -1048,6 +1055,7 @@ class Fold:
             causes_by_kind=self.causes_by_kind,
             quality=self.quality.views(),
             quality_diff=qd,
+            storage=self.storage.view(),
         )
         for kind, msg, data in later:
             self._derived(out, kind, msg, data, now)
@@ -1219,6 +1227,7 @@ class Fold:
                     v["joules_per_token"] = kk.joules_per_token
         if self.output_check is not None:
             out["output_check"] = self.output_check
+        out["storage"] = self.storage.to_json()
         out["alerts"] = alerts_from_events(self.alert_events, 0)
         out["events"] = listed_events(self.event_log)
         if s.environment:

@@ -12,6 +12,7 @@ from tokmon.model.history import Point
 from tokmon.model.quality import Accuracy, QualityDiff
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.stats import WindowStats
+from tokmon.model.storage import StorageView
 from tokmon.model.timesplit import SpeedupCauses, TimeSplit
 from tokmon.model.views import (
     ArmCost,
@@ -75,6 +76,7 @@ class Snapshot:
     quality: tuple[Accuracy, ...] = ()  # each arm's quality probes, answers checked
     quality_diff: QualityDiff | None = None  # the second arm's accuracy minus the first's
     capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
+    storage: StorageView = field(default_factory=StorageView)  # memory, recording, disk
     crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
     scenario: str = ""  # --scenario: the kind of service the run stands for
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
 import psutil
@@ -13,9 +14,12 @@ from tokmon.probes.base import Sampler
 class HostProbe(Sampler):
     name = "host"
 
-    def __init__(self, interval: float = 1.0) -> None:
+    def __init__(self, interval: float = 1.0, record: str | None = None) -> None:
         super().__init__(interval)
         self.me = psutil.Process(os.getpid())
+        # the recording's path: its size and the disk left beside it (a soak of days
+        # must see the disk filling before it is full)
+        self.record = record
         self._procs: dict[int, psutil.Process] = {}
         psutil.cpu_percent(None)
 
@@ -53,4 +57,14 @@ class HostProbe(Sampler):
         out["self_cpu_pct"] = cpu
         out["self_rss_mib"] = rss / 2**20
         out["self_procs"] = per
+        if self.record is not None:
+            try:
+                out["record_bytes"] = os.stat(self.record).st_size
+            except OSError:
+                pass  # not written yet (recording starts with `r`), or moved away
+            try:
+                folder = os.path.dirname(os.path.abspath(self.record))
+                out["disk_free_bytes"] = shutil.disk_usage(folder).free
+            except OSError:
+                pass
         return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokmon.model.stats import MIN_SAMPLES
+from tokmon.model.storage import human_bytes
 from tokmon.model.summary import RATIO_KEYS, describe_output_check
 from tokmon.model.words import count
 from tokmon.textsafe import clean_text
@@ -84,6 +85,13 @@ def summary_table(summary: dict[str, Any]) -> str:
     if any(w for _, w in warm):  # (ok counts every request; the figures leave these out)
         out.append("warm-up, counted in ok and left out of every figure: "
                    + " · ".join(f"{clean_text(n, False)} {w}" for n, w in warm if w))  # fmt: skip
+    st = summary.get("storage") or {}
+    if st.get("rss_mib_max") is not None:  # what a soak cost the machine tokmon ran on
+        rec = st.get("record_bytes")
+        rate = st.get("record_growth_bytes_per_s")
+        out.append(f"tokmon held at most {st['rss_mib_max']:.0f} MiB"
+                   + ("" if rec is None else f" · the recording {human_bytes(rec)}")
+                   + ("" if not rate else f", growing {human_bytes(rate)}/s"))  # fmt: skip
     sc = summary.get("scenario")
     if sc:  # which kind of service the run stands for, and what to read first
         out.insert(1, f"scenario {clean_text(str(sc.get('name')), False)}: the headline is "

@@ -26,13 +26,15 @@ from tokmon.model import (
     records,
     snapshot,
     stats,
+    storage,
     timesplit,
     views,
 )
 
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
 _MODULES = (
-    snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover, quality
+    snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover, quality,
+    storage,
 )  # fmt: skip
 
 

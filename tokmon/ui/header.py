@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from tokmon.model.snapshot import Snapshot
+from tokmon.model.storage import human_bytes
 from tokmon.model.workload import load_text
 from tokmon.textsafe import clean_text
 
@@ -33,6 +34,7 @@ class Item:
 
     forms: tuple[tuple[tuple[str, str], ...], ...]
     rank: int = 0
+    keep: bool = False  # shortened where the line is short, never dropped
 
 
 def item(text: str, style: str = "", rank: int = 0, *shorter: str) -> Item:
@@ -53,7 +55,8 @@ def fit(lead: tuple[tuple[str, str], ...], items: list[Item], width: int) -> Tex
         return n + sum(sum(len(t) for t, _ in p) for p in shown) + len(SEP) * max(0, len(shown) - 1)
 
     while length() > width:
-        can = [i for i, it in enumerate(items) if it.rank > 0 and form[i] < len(it.forms)]
+        can = [i for i, it in enumerate(items)
+               if it.rank > 0 and form[i] < len(it.forms) - (1 if it.keep else 0)]  # fmt: skip
         if not can:
             break
         i = max(can, key=lambda j: (items[j].rank, j))
@@ -130,6 +133,21 @@ def header_text(s: Snapshot, width: int) -> Text:
                 0 if busy else 3,
             )
         )
+    st = s.storage
+    if st.warning:  # the disk is about to fill: shortened where it must be, never gone
+        short = (
+            f"DISK FULL IN {st.hours_left:.1f} h"
+            if st.hours_left is not None
+            else f"DISK {human_bytes(st.disk_free_bytes or 0)} LEFT"
+        )
+        warn = item(st.warning, "bold reverse", 1, short)
+        two.append(Item(warn.forms, warn.rank, keep=True))
+    if st.record_bytes is not None and s.recording:
+        free = "" if st.disk_free_bytes is None else f" · {human_bytes(st.disk_free_bytes)} free"
+        two.append(item(f"rec {human_bytes(st.record_bytes)}{free}", "dim", 2,
+                        f"rec {human_bytes(st.record_bytes)}"))  # fmt: skip
+    if st.rss_mib is not None:
+        two.append(item(f"tokmon {st.rss_mib:.0f} MiB", "dim", 4))
     if pr.net_rtt_ms is not None:
         # the way to the server: if it moved, TTFT moved with it
         two.append(item(f"rtt {pr.net_rtt_ms:.1f} ms", "dim", 4))
