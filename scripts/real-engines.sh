@@ -68,7 +68,7 @@ case "${1:-test}" in
     else
       echo "real engines: vLLM could not be set up here; the real-engine tests will skip"
     fi
-    python -m pytest -q -p no:cacheprovider -m real_engine -o addopts="" -rs tests/test_real_engines.py tests/test_real_managed.py
+    python -m pytest -q -p no:cacheprovider -m real_engine -o addopts="" -rs --durations=20 tests/test_real_engines.py tests/test_real_managed.py
     rc=$?
     [ $rc -eq 5 ] && rc=0  # nothing collected is not a failure
     exit $rc

@@ -381,3 +381,31 @@ def test_a_frame_is_the_snapshot_whole(tmp_path):
     odd = {"a": (1.5, float("inf")), (1, "k"): frozenset({2}), "n": [None, True]}
     back = frames.decode(frames.encode(odd))
     assert back == odd and isinstance(back["a"], tuple)
+
+
+def test_every_type_a_snapshot_can_hold_is_one_a_frame_can_carry():
+    """Walked from the Snapshot's own type hints: each dataclass it can hold, at any
+    depth, is in the frames' fixed list (a new view left out once made an attached view
+    draw a blank dashboard, and only a browser test saw it)."""
+    import dataclasses
+    import typing
+
+    from tokmon.model.snapshot import Snapshot
+    from tokmon.sources import frames
+
+    seen: set[type] = set()
+
+    def walk(tp: object) -> None:
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            if tp in seen:
+                return
+            seen.add(tp)
+            for hint in typing.get_type_hints(tp).values():
+                walk(hint)
+        for arg in typing.get_args(tp):
+            walk(arg)
+
+    walk(Snapshot)
+    assert len(seen) > 20
+    missing = sorted(t.__qualname__ for t in seen if t not in frames._NAMES)
+    assert not missing, missing
