@@ -821,7 +821,7 @@ class DashboardApp(App[None]):
                           style="bold")]  # fmt: skip
             for r, name in ((c.decode, "decode"), (c.tpot, "TPOT"), (c.ttft, "TTFT")):
                 if r is None:
-                    lines.append(Text(f"  {name:<7}collecting data…", style="dim"))
+                    lines.append(Text(f"  {name:<7}collecting data", style="dim"))
                 else:
                     t = Text(f"  {name:<7}×{r.ratio:.2f} [{r.lo:.2f}, {r.hi:.2f}]",
                              style="bold" if r.significant and not r.partial else "")  # fmt: skip

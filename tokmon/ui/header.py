@@ -126,13 +126,11 @@ def header_text(s: Snapshot, width: int) -> Text:
     if pr.self_cpu_pct is not None:
         # If tokmon itself is the bottleneck, it shows here, and then it never gives way.
         busy = pr.self_cpu_pct > 80 or s.loop_lag_ms > 20
-        two.append(
-            item(
-                f"tokmon CPU {pr.self_cpu_pct:.0f}% · host {pr.host_cpu_pct or 0:.0f}%",
-                "bold reverse" if busy else "dim",
-                0 if busy else 3,
-            )
-        )
+        cpu = f"tokmon CPU {pr.self_cpu_pct:.0f}%"
+        host = f" · host {pr.host_cpu_pct or 0:.0f}%"
+        mem = "" if s.storage.rss_mib is None else f" · {s.storage.rss_mib:.0f} MiB"
+        style = "bold reverse" if busy else "dim"
+        two.append(item(cpu + mem + host, style, 0 if busy else 3, cpu + host))
     st = s.storage
     if st.warning:  # the disk is about to fill: shortened where it must be, never gone
         short = (
@@ -146,8 +144,6 @@ def header_text(s: Snapshot, width: int) -> Text:
         free = "" if st.disk_free_bytes is None else f" · {human_bytes(st.disk_free_bytes)} free"
         two.append(item(f"rec {human_bytes(st.record_bytes)}{free}", "dim", 2,
                         f"rec {human_bytes(st.record_bytes)}"))  # fmt: skip
-    if st.rss_mib is not None:
-        two.append(item(f"tokmon {st.rss_mib:.0f} MiB", "dim", 4))
     if pr.net_rtt_ms is not None:
         # the way to the server: if it moved, TTFT moved with it
         two.append(item(f"rtt {pr.net_rtt_ms:.1f} ms", "dim", 4))
