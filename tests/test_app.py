@@ -133,8 +133,9 @@ def test_whole_run_view_stretches_a_short_run_to_the_width():
     app.view = "whole"
     snap = src.snapshot()
     n = len(snap.whole)
-    pts = app._series(snap, n * 3 + 1)
+    pts, per_col = app._series(snap, n * 3 + 1)
     assert len(pts) == n * 3  # every point over three columns
+    assert per_col == snap.whole[0].span / 3  # and the axis says so
     assert [p.t for p in pts[::3]] == [p.t for p in snap.whole]
     assert sum(1 for p in pts if p.marks) == sum(1 for p in snap.whole if p.marks)
 

@@ -110,3 +110,28 @@ def test_a_recorded_run_says_what_it_held_and_wrote(tmp_path):
     assert st["record_bytes"] is None or 0 <= st["record_bytes"] <= os.path.getsize(rec)
     assert st["disk_free_bytes"] > 0
     assert f"tokmon held at most {st['rss_mib_max']:.0f} MiB" in r.stdout
+
+
+def test_tokmons_own_figures_leave_out_a_server_it_started(tmp_path):
+    """A child in a session of its own (how a serve= arm and the demo's simulators run)
+    is the server under test: not in tokmon's CPU and memory; a child in tokmon's own
+    session (an engine worker) is."""
+    import subprocess
+    import sys
+
+    code = "import time; b = bytearray(200 << 20); time.sleep(30)"
+    own = subprocess.Popen([sys.executable, "-c", code])
+    server = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    sim = SimProcess(SimConfig(schedule=(5.0, 1.0, 8), seed=1))
+    sim.start()
+    try:
+        probe = HostProbe()
+        probe.sample()  # the first sample only notes the processes (CPU % needs two)
+        v = probe.sample()
+        pids = {int(k.rsplit(":", 1)[1]) for k in v["self_procs"]}
+        assert own.pid in pids and server.pid not in pids and sim.proc.pid not in pids, v
+    finally:
+        sim.stop()
+        for p in (own, server):
+            p.kill()
+            p.wait(5)

@@ -11,6 +11,14 @@ import psutil
 from tokmon.probes.base import Sampler
 
 
+def _ours(p: psutil.Process) -> bool:
+    """A child in tokmon's own session (a server it started has a session of its own)."""
+    try:
+        return os.getsid(p.pid) == os.getsid(0)
+    except OSError:
+        return False
+
+
 class HostProbe(Sampler):
     name = "host"
 
@@ -29,10 +37,12 @@ class HostProbe(Sampler):
             "host_mem_pct": psutil.virtual_memory().percent,
         }
         # tokmon's own processes: this one and its engine workers (CPU % of one core).
+        # The servers it starts (serve= arms, the demo's simulators) run in sessions of
+        # their own: they are what is measured, and are left out.
         cpu = 0.0
         rss = 0
         try:
-            procs = [self.me] + self.me.children(recursive=True)
+            procs = [self.me] + [p for p in self.me.children(recursive=True) if _ours(p)]
         except psutil.Error:
             procs = [self.me]
         per: dict[str, float] = {}

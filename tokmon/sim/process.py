@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import signal
 from typing import Any
 
@@ -15,6 +16,9 @@ def _child(cfg: SimConfig, host: str, port: int, conn: Any) -> None:
     from tokmon.engine.worker import set_pdeathsig
 
     set_pdeathsig()
+    # a session of its own, as a managed server has: the server under test, not tokmon
+    # (tokmon's CPU and memory count its own session only), and out of reach of a Ctrl-C
+    os.setsid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def ready(p: int) -> None:

@@ -70,8 +70,9 @@ HELP = """\
          < > slower/faster (1×–100×) · e end
 
  Charts share one time axis: a column per second (recent), or the whole
- run compressed to the width; the axis line names any other scale. Each says its range at its left: top ┤ and
- bottom ┤. Marks under them: │ arm switch, ◆ marker, ! alert or stall.
+ run compressed to the width; the axis line names any other scale. Each
+ says its range at its left: top ┤ and bottom ┤. Marks under them:
+ │ arm switch, ◆ marker, ! alert or stall.
  Figures are windowed (10 s); a gap is no data, never a zero. The arms'
  ok and err are counts over the whole run, their other columns the window.
 """
@@ -326,7 +327,6 @@ class DashboardApp(App[None]):
         self.fps = max(0.5, min(fps, 30.0))
         self.view = "recent"
         self.split = False  # `w`: where the time goes, in place of the comparison
-        self.scale = ""  # the time axis's scale, where it is not one column a second
         self.last_snapshot: Snapshot | None = None
         self.last_view = ""
         self.quitting = False
@@ -555,39 +555,38 @@ class DashboardApp(App[None]):
                 return s
         return None
 
-    def _series(self, snap: Snapshot, width: int) -> list[Point]:
+    def _series(self, snap: Snapshot, width: int) -> tuple[list[Point], float]:
+        """The points to draw, one a column, and the seconds each column stands for."""
         pts = list(snap.recent)[-width:] if self.view == "recent" else list(snap.whole)
-        self.scale = _scale(pts[0].span if pts else 1.0)
+        span = pts[0].span if pts else 1.0
         if 0 < len(pts) < width and width > 0:
             # a short run fills the width: each point drawn over as many columns as fit
             # (its marks on the first), so a wide chart is never mostly empty; the axis
             # label says how long is shown
             k = width // len(pts)
             if k >= 2:
-                self.scale = _scale(pts[0].span / k)
                 quiet = [dataclasses.replace(p, marks=()) for p in pts]
                 return [
                     q for p, blank in zip(pts, quiet, strict=True) for q in (p, *[blank] * (k - 1))
-                ]
-            return pts
+                ], span / k
+            return pts, span
         if len(pts) <= width or width <= 0:
-            return pts
+            return pts, span
         group = -(-len(pts) // width)
-        self.scale = _scale(pts[0].span * group)
         out = []
         for i in range(0, len(pts), group):
             p = pts[i]
             for q in pts[i + 1 : i + group]:
                 p = merge(p, q)
             out.append(p)
-        return out
+        return out, span * group
 
     def _draw(self, screen: Dashboard, snap: Snapshot) -> None:
         header = screen.query_one("#header", InfoPanel)
         header.show(header_text(snap, screen.size.width))
         charts = list(screen.query(MetricSpark))
         width = max(10, (charts[0].spark.size.width if charts else 60) or 60)
-        pts = self._series(snap, width)
+        pts, per_col = self._series(snap, width)
         w = snap.window
         col = {
             "tok": [p.tok_s for p in pts],
@@ -614,7 +613,8 @@ class DashboardApp(App[None]):
         marks.marks = tuple(p.marks for p in pts)
         span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
         view = "recent" if self.view == "recent" else "whole run"
-        marks.axis = f"{view} · {hms(span)}" + (f" · {self.scale}" if self.scale else " shown")
+        scale = _scale(per_col)
+        marks.axis = f"{view} · {hms(span)}" + (f" · {scale}" if scale else " shown")
         screen.has_split = any(sp.ttft.source or sp.tpot.source for sp in snap.time_split)
         wide = screen.wide()
         panes = 1 if screen.narrow() else 3 if wide else 2

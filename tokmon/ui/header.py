@@ -37,9 +37,9 @@ class Item:
     keep: bool = False  # shortened where the line is short, never dropped
 
 
-def item(text: str, style: str = "", rank: int = 0, *shorter: str) -> Item:
+def item(text: str, style: str = "", rank: int = 0, *shorter: str, keep: bool = False) -> Item:
     forms = ((text, style),), *(((s, style),) for s in shorter)
-    return Item(tuple(forms), rank)
+    return Item(tuple(forms), rank, keep)
 
 
 def fit(lead: tuple[tuple[str, str], ...], items: list[Item], width: int) -> Text:
@@ -78,13 +78,12 @@ def fit(lead: tuple[tuple[str, str], ...], items: list[Item], width: int) -> Tex
 
 def header_text(s: Snapshot, width: int) -> Text:
     """Both lines at `width` columns."""
-    fmt = hms
     lead: tuple[tuple[str, str], ...] = ((" tokmon ", "bold reverse"), (" ", ""))
     one: list[Item] = []
     if s.replay is not None:
         state = "▶" if s.replay.get("playing") else "⏸"
         one.append(item(f"REPLAY {s.replay.get('speed', 1):g}× {state}"))
-    one.append(item(fmt(s.elapsed_s)))
+    one.append(item(hms(s.elapsed_s)))
     one.append(Item(((("arm ", ""), (clean_text(s.arm, False), "bold reverse")),)))
     one.append(item(load_text(s.mode, s.level)))
     model, target = clean_text(s.model, False), clean_text(s.target, False)
@@ -138,8 +137,7 @@ def header_text(s: Snapshot, width: int) -> Text:
             if st.hours_left is not None
             else f"DISK {human_bytes(st.disk_free_bytes or 0)} LEFT"
         )
-        warn = item(st.warning, "bold reverse", 1, short)
-        two.append(Item(warn.forms, warn.rank, keep=True))
+        two.append(item(st.warning, "bold reverse", 1, short, keep=True))
     if st.record_bytes is not None and s.recording:
         free = "" if st.disk_free_bytes is None else f" · {human_bytes(st.disk_free_bytes)} free"
         two.append(item(f"rec {human_bytes(st.record_bytes)}{free}", "dim", 2,
@@ -150,7 +148,7 @@ def header_text(s: Snapshot, width: int) -> Text:
     if s.loop_lag_ms > 20:
         two.append(item(f"loop lag {s.loop_lag_ms:.0f} ms", "bold reverse"))
     for arm, secs in s.down.items():
-        two.append(item(f"SERVER DOWN ({clean_text(arm, False)}) {fmt(secs)}", "bold reverse"))
+        two.append(item(f"SERVER DOWN ({clean_text(arm, False)}) {hms(secs)}", "bold reverse"))
     if s.send_lag_ms > LAG_HOT_MS:
         two.append(item(f"client lag {s.send_lag_ms:.0f} ms", "bold reverse"))
     out = fit(lead, one, width)

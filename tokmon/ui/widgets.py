@@ -283,7 +283,8 @@ class KeyBar(Widget):
         for n, (key, label, action, ns) in enumerate(keys):
             piece = len(key) + 1 + len(label) + 2
             left = len(keys) - n - 1
-            room = width - x - (len(f" +{left} keys in ?") if left else 0)
+            # room for the count of what would then be left out (this key among them)
+            room = width - x - (len(f" +{left + 1} keys in ?") if left else 0)
             if piece > room:
                 more = len(keys) - n
                 text.append(f" +{more} keys in ?", self.get_component_rich_style("keybar--more"))
