@@ -1,9 +1,11 @@
 """The command line end to end, in subprocesses, against real loopback servers."""
 
+import contextlib
 import json
 import os
 import subprocess
 import time
+import uuid
 
 import pytest
 from helpers import PY, tokmon
@@ -125,19 +127,31 @@ def test_core_never_imports_ui():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def session_members(sid):
-    out = subprocess.run(["ps", "-eo", "sid=,pid=,args="], capture_output=True, text=True).stdout
-    # A zombie has exited; it lingers only where PID 1 does not reap orphans (containers).
-    return [
-        ln
-        for ln in out.splitlines()
-        if ln.split() and ln.split()[0] == str(sid) and "<defunct>" not in ln
-    ]
+def marked(mark: str) -> list[str]:
+    """Live processes that carry `mark` in their environment: a tokmon started with it
+    and every process under it, whatever session it moved to (the simulators, like a
+    serve= arm's server, run in sessions of their own). A zombie has exited; it lingers
+    only where PID 1 does not reap orphans (containers)."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["pid", "status", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("TOKMON_TEST_MARK") == mark:
+                out.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])[:80]}")
+    return out
+
+
+def marked_env() -> tuple[str, dict[str, str]]:
+    mark = uuid.uuid4().hex
+    return mark, dict(os.environ, TOKMON_TEST_MARK=mark)
 
 
 @pytest.mark.slow
 def test_demo_headless_exits_cleanly_no_children():
-    e = dict(os.environ)
+    mark, e = marked_env()
     p = subprocess.Popen(
         [PY, "-m", "tokmon", "demo", "--headless", "--duration", "6s", "--time-scale", "4"],
         stdout=subprocess.PIPE,
@@ -151,29 +165,31 @@ def test_demo_headless_exits_cleanly_no_children():
     assert p.returncode == 0, err
     assert "baseline" in out and "spec" in out
     deadline = time.monotonic() + 10  # exited processes may take a moment to be reaped
-    while time.monotonic() < deadline and session_members(p.pid):
+    while time.monotonic() < deadline and marked(mark):
         time.sleep(0.1)
-    assert session_members(p.pid) == []  # no engine or simulator process left
+    assert marked(mark) == []  # no engine or simulator process left
 
 
 def test_killed_parent_leaves_no_children():
+    mark, e = marked_env()
     p = subprocess.Popen(
         [PY, "-m", "tokmon", "demo", "--headless"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         stdin=subprocess.DEVNULL,
+        env=e,
     )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(session_members(p.pid)) < 4:
+    while time.monotonic() < deadline and len(marked(mark)) < 4:
         time.sleep(0.2)
-    assert len(session_members(p.pid)) >= 4  # parent, engine, two simulators
+    assert len(marked(mark)) >= 4  # parent, engine, two simulators
     p.kill()
     p.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and session_members(p.pid):
+    while time.monotonic() < deadline and marked(mark):
         time.sleep(0.2)
-    assert session_members(p.pid) == []
+    assert marked(mark) == []
 
 
 def test_fail_on_slo_gate(sim, tmp_path):
