@@ -5,9 +5,11 @@ import pytest
 
 from tokmon.model.history import History, Point
 from tokmon.model.records import RequestRecord
+from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import (
     ArmTotals,
     Slo,
+    Stratum,
     _boot_medians,
     pct_summary,
     ratio_ci_requests,
@@ -72,7 +74,7 @@ def test_boot_medians_match_brute_force():
     rng = np.random.default_rng(1)
     for n in (11, 12):
         x = rng.lognormal(0, 1, n)
-        fast = _boot_medians(x, 40000, np.random.default_rng(2))
+        fast = _boot_medians(Quantiles.of(x), 40000, np.random.default_rng(2))
         brute = np.median(rng.choice(x, (40000, n)), axis=1)
         for q in (10, 50, 90):
             assert abs(np.percentile(fast, q) - np.percentile(brute, q)) < 0.06 * np.median(x)
@@ -106,8 +108,7 @@ def test_segment_bootstrap_resists_drift():
             sb.append(np.full(300, seg))
     a, b, sa, sb = map(np.concatenate, (a, b, sa, sb))
     _, lo_r, hi_r = ratio_ci_requests(a, b)
-    za, zb = np.zeros(a.size), np.zeros(b.size)
-    seg = ratio_ci_stratified(a, sa, za, b, sb, zb, segments=True)
+    seg = ratio_ci_stratified({0: Stratum.of(a, sa)}, {0: Stratum.of(b, sb)}, segments=True)
     assert seg is not None and seg.method == "segments"
     lo_s, hi_s = seg.lo, seg.hi
     assert lo_r > 1.0  # the request bootstrap says "significant"
@@ -163,7 +164,7 @@ def test_stratified_ratio_lands_on_the_weighted_truth_of_a_mix():
         assert d["strata"] == 2
         assert abs(d["ratio"] / truth - 1) < 0.05, (seed, d)
         covered += d["ci95"][0] <= truth <= d["ci95"][1]
-        plain = float(np.median(spec.decode.values) / np.median(base.decode.values))
+        plain = float(np.median(spec.decode.values()) / np.median(base.decode.values()))
         plain_errors.append(abs(plain / truth - 1))
         bk = c["by_kind"]
         assert abs(bk["code"]["decode_tokens_per_s"]["ratio"] / 2.5 - 1) < 0.08

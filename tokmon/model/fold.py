@@ -33,6 +33,7 @@ from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.quality import KIND_PREFIX, QualityReducer
 from tokmon.model.records import EngineStatus, Event
+from tokmon.model.sketch import Quantiles
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import (
     MIN_SAMPLES,
@@ -451,11 +452,11 @@ class Fold:
             pts = []
             for v in levels:
                 x, y = by[(a, v)], by[(b, v)]
-                da = x.decode if not kind else x.decode_kind.get(kind, [])
-                db = y.decode if not kind else y.decode_kind.get(kind, [])
+                da = x.decode if not kind else x.decode_kind.get(kind, Quantiles())
+                db = y.decode if not kind else y.decode_kind.get(kind, Quantiles())
                 if len(da) < MIN_SAMPLES or len(db) < MIN_SAMPLES:
                     continue
-                r = ratio_ci_requests(np.asarray(da), np.asarray(db))
+                r = ratio_ci_requests(da, db)
                 if r is not None:
                     pts.append(AtLoad(float(v), r[0], r[1], r[2]))
             if pts:
@@ -473,8 +474,7 @@ class Fold:
         out = []
         for a in self.arm_names:
             t = self.totals.get(a)
-            none = np.empty(0, dtype=np.float32)
-            ttft, tpot = (none, none) if t is None else (t.ttft.values, t.tpot.values)
+            ttft, tpot = (Quantiles(), Quantiles()) if t is None else (t.ttft, t.tpot)
             out.append(self.split.view(a, self.rtt_ms(a), ttft, tpot))
         return tuple(out)
 
@@ -487,8 +487,7 @@ class Fold:
         out = {}
         for k in self.split.kind_names():
             ids = [sid for (kind, _), sid in t.strata.items() if kind == k]
-            ttft = t.ttft.values[np.isin(t.st_ttft.values, ids)]
-            tpot = t.tpot.values[np.isin(t.st_tpot.values, ids)]
+            ttft, tpot = t.by_ttft.merged(ids), t.by_tpot.merged(ids)
             out[k] = self.split.view(arm, self.rtt_ms(arm), ttft, tpot, kind=k)
         return out
 
@@ -592,35 +591,35 @@ class Fold:
 
     def _add_to_steps(self, tb: RequestTable, rows: np.ndarray) -> None:
         c = tb.cols
-        ok = c["outcome"] == tb.code("outcome", "ok")
         # which met every SLO, and each SLO alone (a capacity probe says which one failed)
         slo = self.slo
         met_all = slo.met(tb, rows) if slo.any else None
         met_each = slo.met_each(tb, rows)
-        for j, i in enumerate(rows.tolist()):
-            arm = tb.vocab["arm"][c["arm"][i]]
-            step = int(c["step"][i])
-            for st in reversed(self.steps):
-                if st.step == step and st.arm == arm:
-                    if met_all is not None:
-                        st.good += int(met_all[j])
-                        for name, m in met_each.items():
-                            st.met[name] = st.met.get(name, 0) + int(m[j])
-                    if ok[i]:
-                        st.ok += 1
-                        for lst, name in ((st.ttft, "ttft_ms"), (st.tpot, "tpot_ms"),
-                                          (st.decode, "decode_tps"),
-                                          (st.prompt, "prompt_tokens")):  # fmt: skip
-                            v = float(c[name][i])
-                            if v == v:
-                                lst.append(v)
-                        dec = float(c["decode_tps"][i])
-                        kind = tb.vocab["kind"][c["kind"][i]]
-                        if dec == dec and kind:
-                            st.decode_kind.setdefault(kind, []).append(dec)
-                    else:
-                        st.failed += 1
-                    break
+        arm_of, step_of = c["arm"][rows], c["step"][rows]
+        okm = c["outcome"][rows] == tb.code("outcome", "ok")
+        for code, step in sorted({(int(a), int(b)) for a, b in zip(arm_of, step_of, strict=True)}):
+            arm = tb.vocab["arm"][code]
+            st = next((x for x in reversed(self.steps) if x.step == step and x.arm == arm), None)
+            if st is None:
+                continue
+            m = (arm_of == code) & (step_of == step)
+            if met_all is not None:
+                st.good += int(met_all[m].sum())
+                for name, met in met_each.items():
+                    st.met[name] = st.met.get(name, 0) + int(met[m].sum())
+            ok = rows[m & okm]
+            st.ok += int(ok.size)
+            st.failed += int(m.sum()) - int(ok.size)
+            for fig, name in ((st.ttft, "ttft_ms"), (st.tpot, "tpot_ms"),
+                              (st.decode, "decode_tps"), (st.prompt, "prompt_tokens")):  # fmt: skip
+                v = c[name][ok].astype(np.float64)
+                fig.extend(v[~np.isnan(v)])
+            dec, kinds = c["decode_tps"][ok].astype(np.float64), c["kind"][ok]
+            for kc in np.unique(kinds).tolist():
+                kind = tb.vocab["kind"][kc]
+                v = dec[(kinds == kc) & ~np.isnan(dec)]
+                if kind and v.size:
+                    st.decode_kind.setdefault(kind, Quantiles(np.float64)).extend(v)
 
     def _tokens(self, t: int, arm: str, n: int) -> None:
         self.tokens.add(t, arm, n)
@@ -729,11 +728,9 @@ class Fold:
             shares = {}
             for arm in n.arms or tuple(self.arm_names):
                 tot = self.totals.get(arm)
-                ttft = tot.ttft.values if tot is not None else None
-                if rtt.size and ttft is not None and ttft.size:
-                    p50 = float(np.median(ttft))
-                    if p50 > 0:
-                        shares[arm] = min(1.0, float(np.median(rtt)) / p50)
+                p50 = tot.ttft.median() if tot is not None else None
+                if rtt.size and p50 is not None and p50 > 0:
+                    shares[arm] = min(1.0, float(np.median(rtt)) / p50)
             d["ttft_share"] = shares
             out[url] = d
         return out
@@ -1133,9 +1130,7 @@ class Fold:
                 ).cost_per_mtok
         arms = list(dict.fromkeys(f.arm for f in figs))
         for d, st in zip(steps, self.steps, strict=True):  # each step's time: the knee's cause
-            sp = self.split.view(
-                st.arm, self.rtt_ms(st.arm), np.asarray(st.ttft), np.asarray(st.tpot), st.step
-            )
+            sp = self.split.view(st.arm, self.rtt_ms(st.arm), st.ttft, st.tpot, st.step)
             d["time_split"] = sp.to_json()
         out: dict[str, Any] = {
             "param": self.ladder_param,
@@ -1150,7 +1145,7 @@ class Fold:
                 a, b = by.get((step, arms[0])), by.get((step, arms[1]))
                 if a is None or b is None:
                     continue
-                r = ratio_ci_requests(np.asarray(a.decode), np.asarray(b.decode))
+                r = ratio_ci_requests(a.decode, b.decode)
                 speedup.append(
                     {
                         "step": step,

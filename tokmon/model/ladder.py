@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.sketch import Quantiles
 from tokmon.model.views import StepFigures
 from tokmon.model.workload import LengthDist, WorkloadError, parse_count
 
@@ -90,6 +91,10 @@ def parse_ladder(
     return Ladder(param, tuple(vals), step_s, warmup_s, err, ttft)
 
 
+def _figure() -> Quantiles:
+    return Quantiles(np.float64)
+
+
 @dataclass
 class StepTotals:
     step: int
@@ -100,13 +105,13 @@ class StepTotals:
     tokens: int = 0
     ok: int = 0
     failed: int = 0
-    ttft: list[float] = field(default_factory=list)
-    tpot: list[float] = field(default_factory=list)
-    decode: list[float] = field(default_factory=list)
-    prompt: list[float] = field(default_factory=list)
+    ttft: Quantiles = field(default_factory=_figure)
+    tpot: Quantiles = field(default_factory=_figure)
+    decode: Quantiles = field(default_factory=_figure)
+    prompt: Quantiles = field(default_factory=_figure)
     gpu_mem_max: float | None = None
     kv_max: float | None = None
-    decode_kind: dict[str, list[float]] = field(default_factory=dict)  # per task kind
+    decode_kind: dict[str, Quantiles] = field(default_factory=dict)  # per task kind
     good: int = 0  # requests that met every SLO (with --slo)
     met: dict[str, int] = field(default_factory=dict)  # per SLO (ttft, tpot, e2e) alone
 
@@ -114,8 +119,8 @@ class StepTotals:
         dur = ((self.t1 or t_end) - self.t0) / 1e9
         ended = self.ok + self.failed
 
-        def p(x: list[float], q: float) -> float | None:
-            return round(float(np.percentile(x, q)), 4) if x else None
+        def p(x: Quantiles, q: float) -> float | None:
+            return round(x.quantiles([q])[0], 4) if len(x) else None
 
         return StepFigures(
             step=self.step,

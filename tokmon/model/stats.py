@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tokmon.model.records import CLOCK_PREFIX, FAILURES, OUTCOMES
+from tokmon.model.sketch import Quantiles, RowSample, row_keys
 
 if TYPE_CHECKING:
     from tokmon.model.table import RequestTable
@@ -30,13 +32,13 @@ class GrowArray:
 
     __slots__ = ("_a", "n")
 
-    def __init__(self, cap: int = 1024) -> None:
-        self._a = np.empty(cap, dtype=np.float32)
+    def __init__(self, cap: int = 1024, dtype: type = np.float32) -> None:
+        self._a: np.ndarray = np.empty(cap, dtype=dtype)
         self.n = 0
 
     def append(self, v: float) -> None:
         if self.n == len(self._a):
-            b = np.empty(len(self._a) * 2, dtype=np.float32)
+            b = np.empty(len(self._a) * 2, dtype=self._a.dtype)
             b[: self.n] = self._a
             self._a = b
         self._a[self.n] = v
@@ -45,7 +47,7 @@ class GrowArray:
     def extend(self, v: np.ndarray) -> None:
         need = self.n + v.size
         if need > len(self._a):
-            b = np.empty(max(need, len(self._a) * 2), dtype=np.float32)
+            b = np.empty(max(need, len(self._a) * 2), dtype=self._a.dtype)
             b[: self.n] = self._a[: self.n]
             self._a = b
         self._a[self.n : need] = v
@@ -59,9 +61,11 @@ class GrowArray:
         return self.n
 
 
-def pct_summary(values: np.ndarray) -> dict[str, float | int | None]:
-    """The ``S`` object of the summary schema."""
-    n = int(values.size)
+def pct_summary(values: Quantiles | np.ndarray) -> dict[str, float | int | None]:
+    """The ``S`` object of the summary schema (of every value, or of a whole-run
+    ``Quantiles``: exact up to its bound, within its stated error past it)."""
+    q = values if isinstance(values, Quantiles) else Quantiles.of(values)
+    n = len(q)
     if n == 0:
         return {
             "p50": None,
@@ -73,17 +77,17 @@ def pct_summary(values: np.ndarray) -> dict[str, float | int | None]:
             "max": None,
             "count": 0,
         }
-    v = values.astype(np.float64)
-    ps = np.percentile(v, PCTS)
+    ps = q.quantiles(PCTS)
+    mean = q.mean()
     # Figures are kept to 4 decimals (0.1 µs for times): more would be float noise.
     return {
-        "p50": round(float(ps[0]), 4),
-        "p90": round(float(ps[1]), 4),
-        "p95": round(float(ps[2]), 4),
-        "p99": round(float(ps[3]), 4),
-        "mean": round(float(v.mean()), 4),
-        "min": round(float(v.min()), 4),
-        "max": round(float(v.max()), 4),
+        "p50": round(ps[0], 4),
+        "p90": round(ps[1], 4),
+        "p95": round(ps[2], 4),
+        "p99": round(ps[3], 4),
+        "mean": None if mean is None else round(mean, 4),
+        "min": round(q.lo, 4),
+        "max": round(q.hi, 4),
         "count": n,
     }
 
@@ -234,17 +238,126 @@ class KindTotals:
 
     requests: int = 0
     output_tokens: int = 0
-    decode: GrowArray = field(default_factory=lambda: GrowArray(64))
-    ttft: GrowArray = field(default_factory=lambda: GrowArray(64))
+    decode: Quantiles = field(default_factory=Quantiles)
+    ttft: Quantiles = field(default_factory=Quantiles)
     spec_draft: int = 0
     spec_accepted: int = 0
     # Seconds of stream time the kind held: its share of the server when pricing tokens.
     stream_s: float = 0.0
 
 
+SEGMENT_CAP = 200  # values of one segment the segment bootstrap draws from
+# values over all of one stratum's segments: past it, every segment keeps half as many
+SEGMENT_BUDGET = 1 << 15
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """One figure of one arm in one stratum, as the A/B ratio reads it: all its values
+    (the median and the request bootstrap) and a bounded sample of each segment, in
+    segment order (the segment bootstrap)."""
+
+    values: Quantiles
+    segments: tuple[np.ndarray, ...] = ()
+
+    @classmethod
+    def of(cls, values: np.ndarray, seg: np.ndarray | None = None) -> Stratum:
+        """From every value (and its segment): tests and small figures."""
+        parts: tuple[np.ndarray, ...] = ()
+        if seg is not None:
+            by = ByStratum()
+            by.add(values, seg, np.zeros(values.size), np.arange(values.size))
+            parts = by.stratum(0).segments
+        return cls(Quantiles.of(values), parts)
+
+
+class ByStratum:
+    """One figure of one arm per stratum (task kind × ladder step) and segment, in
+    memory bounded by the strata and segments, not by the requests."""
+
+    def __init__(self) -> None:
+        self.values: dict[int, Quantiles] = {}
+        self.segments: dict[int, dict[int, RowSample]] = {}
+        self.cap: dict[int, int] = {}
+        self._last: dict[int, int] = {}  # per stratum, the segment last added to
+
+    def add(self, v: np.ndarray, seg: np.ndarray, st: np.ndarray, rid: np.ndarray) -> None:
+        if v.size == 0:
+            return
+        keys = row_keys(rid)
+        for sid in np.unique(st).astype(np.int64).tolist():
+            m = st == sid
+            q = self.values.get(sid)
+            if q is None:
+                q = self.values[sid] = Quantiles()
+                self.segments[sid] = {}
+                self.cap[sid] = SEGMENT_CAP
+            q.extend(v[m])
+            segs, sv, sk = self.segments[sid], v[m], keys[m]
+            ss = seg[m]
+            for g in np.unique(ss).astype(np.int64).tolist():
+                mg = ss == g
+                rs = segs.get(g)
+                if rs is None:
+                    rs = segs[g] = RowSample(("v",), self.cap[sid])
+                    # the one before has most likely ended: its sample to its size
+                    last = segs.get(self._last.get(sid, -1))
+                    if last is not None:
+                        last.compact()
+                    self._last[sid] = g
+                rs.add(sk[mg], {"v": sv[mg]})
+            if sum(len(r) for r in segs.values()) > SEGMENT_BUDGET and self.cap[sid] > 10:
+                self.cap[sid] //= 2
+                for r in segs.values():
+                    r.shrink(self.cap[sid])
+
+    def count(self, sid: int) -> int:
+        q = self.values.get(sid)
+        return 0 if q is None else len(q)
+
+    def stratum(self, sid: int) -> Stratum:
+        segs = self.segments.get(sid, {})
+        parts = tuple(segs[g].col("v") for g in sorted(segs) if len(segs[g]))
+        return Stratum(self.values.get(sid) or Quantiles(), parts)
+
+    def merged(self, sids: Iterable[int]) -> Quantiles:
+        """The values of several strata together (a kind over its ladder steps)."""
+        out = Quantiles()
+        for sid in sids:
+            if sid in self.values:
+                out.merge(self.values[sid])
+        return out
+
+
+@dataclass
+class TurnTotals:
+    """One turn of the conversations: how many requests, and their figures."""
+
+    requests: int = 0
+    ttft: Quantiles = field(default_factory=Quantiles)
+    prompt: Quantiles = field(default_factory=Quantiles)
+    decode: Quantiles = field(default_factory=Quantiles)
+
+
+@dataclass
+class PromptTotals:
+    """Prompt tokens as the server counted them, and against what was asked."""
+
+    counted: Quantiles = field(default_factory=Quantiles)
+    asked: Quantiles = field(default_factory=Quantiles)  # where a length was asked
+    counted_asked: Quantiles = field(default_factory=Quantiles)  # the same requests
+    off: Quantiles = field(default_factory=lambda: Quantiles(np.float64))  # counted − asked
+    exact: int = 0  # requests whose count was the length asked
+
+
+def _notnan(v: np.ndarray) -> np.ndarray:
+    return v[~np.isnan(v)]
+
+
 @dataclass
 class ArmTotals:
-    """Whole-run accumulation for one arm: counts and the per-request arrays."""
+    """Whole-run accumulation for one arm: counts, and each figure's values in memory
+    that does not grow with the run (``Quantiles``, ``ByStratum``)."""
 
     name: str
     by_outcome: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
@@ -260,39 +373,30 @@ class ArmTotals:
     # read (E2E = TTFT: no interval to divide)
     tpot_one_token: int = 0
     tpot_one_read: int = 0
-    ttft: GrowArray = field(default_factory=GrowArray)
-    tpot: GrowArray = field(default_factory=GrowArray)
-    e2e: GrowArray = field(default_factory=GrowArray)
-    decode: GrowArray = field(default_factory=GrowArray)
+    ttft: Quantiles = field(default_factory=Quantiles)
+    tpot: Quantiles = field(default_factory=Quantiles)
+    e2e: Quantiles = field(default_factory=Quantiles)
+    decode: Quantiles = field(default_factory=Quantiles)
     # each request's output tokens over its whole time (first token included): what one
     # stream can deliver at most, the bound of the arm's tokens/s
-    rate: GrowArray = field(default_factory=GrowArray)
-    # for the segment bootstrap and drift: segment id and end time of each decode/ttft value
-    seg_decode: GrowArray = field(default_factory=GrowArray)
-    seg_tpot: GrowArray = field(default_factory=GrowArray)
-    seg_ttft: GrowArray = field(default_factory=GrowArray)
-    # stratum (task kind × ladder step) of each decode/tpot/ttft value: the A/B ratio is
-    # taken per stratum and combined with the workload's weights (``ratio_ci_stratified``)
-    st_decode: GrowArray = field(default_factory=GrowArray)
-    st_tpot: GrowArray = field(default_factory=GrowArray)
-    st_ttft: GrowArray = field(default_factory=GrowArray)
+    rate: Quantiles = field(default_factory=Quantiles)
+    # the A/B ratio's figures per stratum (task kind × ladder step) and segment: the ratio
+    # is taken per stratum and combined with the workload's weights
+    # (``ratio_ci_stratified``), its interval over segments once the arms alternated
+    by_decode: ByStratum = field(default_factory=ByStratum)
+    by_tpot: ByStratum = field(default_factory=ByStratum)
+    by_ttft: ByStratum = field(default_factory=ByStratum)
     strata: dict[tuple[str, int], int] = field(default_factory=dict)
-    t_end: GrowArray = field(default_factory=GrowArray)
-    # prompt tokens as the server counted them, and as asked (NaN: a prompt from a file)
-    prompt: GrowArray = field(default_factory=GrowArray)
-    prompt_asked: GrowArray = field(default_factory=GrowArray)
+    prompt: PromptTotals = field(default_factory=PromptTotals)
     # TTFT of requests the server says found part of their prompt cached, and of those
     # it says found none (requests it says nothing about are in neither)
-    ttft_cached: GrowArray = field(default_factory=GrowArray)
-    ttft_uncached: GrowArray = field(default_factory=GrowArray)
-    # multi-turn conversations: per request of one, its turn and figures (NaN: none)
-    turn: GrowArray = field(default_factory=GrowArray)
-    turn_ttft: GrowArray = field(default_factory=GrowArray)
-    turn_prompt: GrowArray = field(default_factory=GrowArray)
-    turn_decode: GrowArray = field(default_factory=GrowArray)
+    ttft_cached: Quantiles = field(default_factory=Quantiles)
+    ttft_uncached: Quantiles = field(default_factory=Quantiles)
+    # multi-turn conversations: per turn, its requests' figures
+    turns: dict[int, TurnTotals] = field(default_factory=dict)
     # the client's own delay, scheduled → sent, of every counted request sent (a starved
     # client, or one behind a trace's schedule, shows here, not as a slower server)
-    send_lag: GrowArray = field(default_factory=GrowArray)
+    send_lag: Quantiles = field(default_factory=Quantiles)
     spec_draft: int = 0
     spec_accepted: int = 0
     spec_drafts: int = 0
@@ -324,13 +428,9 @@ class ArmTotals:
         if ci.size == 0:
             return
         ts, te = c["t_sched"][ci], c["t_end"][ci]
-        # t_first as it stood when each row was added: a running minimum
-        first = np.minimum.accumulate(ts if self.t_first is None else np.append(self.t_first, ts))
-        first = first[-ci.size :]
-        self.t_first = int(first[-1])
+        self.t_first = int(ts.min()) if self.t_first is None else min(self.t_first, int(ts.min()))
         self.t_last = int(te.max()) if self.t_last is None else max(self.t_last, int(te.max()))
-        lag = c["send_lag_ms"][ci]
-        self.send_lag.extend(lag[~np.isnan(lag)])
+        self.send_lag.extend(_notnan(c["send_lag_ms"][ci]))
         okm = c["outcome"][ci] == ok_code
         oi = ci[okm]
         if slo is not None and slo.any:
@@ -341,31 +441,31 @@ class ArmTotals:
         self.stalls += int(c["stalls"][oi].sum())
         self._add_kinds(tb, oi)
         self.estimated += int(c["tokens_estimated"][oi].sum())
-        pt = c["prompt_tokens"][oi]
-        m = ~np.isnan(pt)
-        self.prompt.extend(pt[m])
-        self.prompt_asked.extend(c["prompt_tokens_asked"][oi][m])
+        self._add_prompts(tb, oi)
         ttft, tpot, e2e, dec = (c[k][oi] for k in ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tps"))
         ct, has = c["cached_tokens"][oi], ~np.isnan(ttft)
         self.ttft_cached.extend(ttft[has & (ct > 0)])
         self.ttft_uncached.extend(ttft[has & (ct == 0)])
         tn = c["turn"][oi]
         if (m := tn > 0).any():
-            self.turn.extend(tn[m])
-            self.turn_ttft.extend(ttft[m])
-            self.turn_prompt.extend(c["prompt_tokens"][oi][m])
-            self.turn_decode.extend(dec[m])
-        seg = c["segment"][oi]
+            pt = c["prompt_tokens"][oi]
+            for k in np.unique(tn[m]).astype(int).tolist():
+                mk = tn == k
+                tt = self.turns.get(k)
+                if tt is None:
+                    tt = self.turns[k] = TurnTotals()
+                tt.requests += int(mk.sum())
+                tt.ttft.extend(_notnan(ttft[mk]))
+                tt.prompt.extend(_notnan(pt[mk]))
+                tt.decode.extend(_notnan(dec[mk]))
+        seg, rid = c["segment"][oi], c["rid"][oi]
         st = self._strata_rows(tb, oi)
         m = ~np.isnan(ttft)
         self.ttft.extend(ttft[m])
-        self.seg_ttft.extend(seg[m])
-        self.st_ttft.extend(st[m])
-        self.t_end.extend((c["t_end"][oi][m] - first[okm][m]) / 1e9)
+        self.by_ttft.add(ttft[m], seg[m], st[m], rid[m])
         m = ~np.isnan(tpot)
         self.tpot.extend(tpot[m])
-        self.seg_tpot.extend(seg[m])
-        self.st_tpot.extend(st[m])
+        self.by_tpot.add(tpot[m], seg[m], st[m], rid[m])
         no_tpot = ~m & ~np.isnan(ttft)
         one = c["output_tokens"][oi] < 2
         self.tpot_one_token += int((no_tpot & one).sum())
@@ -375,14 +475,30 @@ class ArmTotals:
         self.rate.extend(c["output_tokens"][oi][m] / (e2e[m] / 1000.0))
         m = ~np.isnan(dec)
         self.decode.extend(dec[m])
-        self.seg_decode.extend(seg[m])
-        self.st_decode.extend(st[m])
+        self.by_decode.add(dec[m], seg[m], st[m], rid[m])
         sd, sa, sn, m = _spec_rows(tb, oi)
         if m.any():
             self.spec_draft += int(sd[m].sum())
             self.spec_accepted += int(sa[m].sum())
             self.spec_drafts += int(np.nan_to_num(sn[m]).sum())
             self.spec_source = tb.vocab["spec_source"][int(c["spec_source"][oi[m][-1]])]
+
+    def _add_prompts(self, tb: RequestTable, oi: np.ndarray) -> None:
+        pt = tb.cols["prompt_tokens"][oi]
+        m = ~np.isnan(pt)
+        if not m.any():
+            return
+        p = self.prompt
+        p.counted.extend(pt[m])
+        asked = tb.cols["prompt_tokens_asked"][oi]
+        m &= ~np.isnan(asked)
+        if m.any():
+            # (of the requests built to a length: a conversation's later turns are not)
+            p.asked.extend(asked[m])
+            p.counted_asked.extend(pt[m])
+            off = pt[m] - asked[m]
+            p.off.extend(off)
+            p.exact += int((off == 0).sum())
 
     def stratum(self, kind: str, step: int) -> int:
         """The id of the stratum (task kind, ladder step), numbered in order of arrival."""
@@ -447,36 +563,40 @@ class ArmTotals:
 # --------------------------------------------------------------------------- bootstrap
 
 
-def _boot_medians(x: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
-    """``b`` bootstrap replicates of the median of ``x``, exactly and in O(b).
+def _boot_medians(x: Quantiles, b: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` bootstrap replicates of the median of ``x``'s values, exactly and in O(b).
 
     Resampling n values with replacement is F_n^-1 applied to n iid uniforms, and F_n^-1
     is monotone, so the resample's k-th order statistic is F_n^-1(U_(k)) with
-    U_(k) ~ Beta(k, n+1-k): no n-sized resample is ever drawn.
+    U_(k) ~ Beta(k, n+1-k): no n-sized resample is ever drawn -- and only order
+    statistics are read, which a whole-run ``Quantiles`` gives within its error.
     """
-    xs = np.sort(x)
-    n = xs.size
+    n = len(x)
     m = (n + 1) // 2
     u = rng.beta(m, n + 1 - m, size=b)
-    lo = xs[np.minimum((u * n).astype(np.int64), n - 1)]
+    lo = x.order_stats(np.minimum((u * n).astype(np.int64), n - 1)).astype(np.float64)
     if n % 2:
         return lo
     # Even n: the median averages the m-th and (m+1)-th order statistics; given U_(m),
     # U_(m+1) = U_(m) + (1 - U_(m)) * Beta(1, n - m).
     u2 = u + (1 - u) * rng.beta(1, n - m, size=b)
-    hi = xs[np.minimum((u2 * n).astype(np.int64), n - 1)]
+    hi = x.order_stats(np.minimum((u2 * n).astype(np.int64), n - 1)).astype(np.float64)
     return (lo + hi) / 2
 
 
 MIN_SAMPLES = 10
+_NONE = Stratum(Quantiles())
 
 
 def ratio_ci_requests(
-    a: np.ndarray, b: np.ndarray, reps: int = 2000, seed: int = 12345
+    a: Quantiles | np.ndarray, b: Quantiles | np.ndarray, reps: int = 2000, seed: int = 12345
 ) -> tuple[float, float, float] | None:
     """Ratio of medians b/a with a 95% bootstrap interval, resampling requests."""
-    za, zb = np.zeros(a.size), np.zeros(b.size)
-    r = ratio_ci_stratified(a, za, za, b, zb, zb, segments=False, reps=reps, seed=seed)
+    qa = a if isinstance(a, Quantiles) else Quantiles.of(a)
+    qb = b if isinstance(b, Quantiles) else Quantiles.of(b)
+    r = ratio_ci_stratified(
+        {0: Stratum(qa)}, {0: Stratum(qb)}, segments=False, reps=reps, seed=seed
+    )
     return None if r is None else (r.ratio, r.lo, r.hi)
 
 
@@ -503,16 +623,11 @@ class Ratio:
 
 
 def ratio_ci_stratified(
-    a: np.ndarray,
-    a_seg: np.ndarray,
-    a_st: np.ndarray,
-    b: np.ndarray,
-    b_seg: np.ndarray,
-    b_st: np.ndarray,
+    a: dict[int, Stratum],
+    b: dict[int, Stratum],
     segments: bool,
     reps: int = 1000,
     seed: int = 12345,
-    per_segment_cap: int = 200,
     weights: dict[int, float] | None = None,
     expected: tuple[int, ...] = (),
 ) -> Ratio | None:
@@ -520,9 +635,10 @@ def ratio_ci_stratified(
 
     A median of a mix of task kinds follows whichever kind happens to hold the median, so
     the ratio of two such medians jumps between the kinds' own ratios as the mix wobbles.
-    Taken per stratum (``a_st``/``b_st``: kind × ladder step) and combined as a weighted
+    Taken per stratum (kind × ladder step) and combined as a weighted
     geometric mean -- exp(Σ w_s log r_s), so that b/a and a/b are reciprocals -- the
-    figure is stable and means "the speed-up of this workload". ``weights`` (stratum id →
+    figure is stable and means "the speed-up of this workload" (``a``, ``b``: each
+    arm's values per stratum id). ``weights`` (stratum id →
     weight: the mix the workload was built with) are used where given, else each
     stratum's share of both arms' requests. The interval resamples within each stratum:
     whole segments where both arms have at least two in it (``segments``; this keeps the
@@ -534,10 +650,12 @@ def ratio_ci_stratified(
     of the workload no request has reached yet) and ``coverage`` says what share of the
     workload's weight the figure holds.
     """
-    seen = np.unique(np.concatenate([a_st, b_st])).astype(np.int64).tolist()
+    seen = sorted(
+        sid for sid in {*a, *b} if len(a.get(sid, _NONE).values) or len(b.get(sid, _NONE).values)
+    )
     every = list(dict.fromkeys([*seen, *expected]))
-    n_a = {sid: int((a_st == sid).sum()) for sid in every}
-    n_b = {sid: int((b_st == sid).sum()) for sid in every}
+    n_a = {sid: len(a[sid].values) if sid in a else 0 for sid in every}
+    n_b = {sid: len(b[sid].values) if sid in b else 0 for sid in every}
     ids = [sid for sid in every if n_a[sid] >= MIN_SAMPLES and n_b[sid] >= MIN_SAMPLES]
     if not ids:
         return None
@@ -557,22 +675,20 @@ def ratio_ci_stratified(
         return None
     all_segments = True
     for sid in ids:
-        ma, mb = a_st == sid, b_st == sid
-        xa, xb = a[ma], b[mb]
+        xa, xb = a[sid], b[sid]
         w = counts[sid] / total
-        med_a, med_b = float(np.median(xa)), float(np.median(xb))
+        med_a, med_b = xa.values.quantiles([50])[0], xb.values.quantiles([50])[0]
         if med_a <= 0 or med_b <= 0:
             return None
         point += w * math.log(med_b / med_a)
         ra = rb = None
         if segments:
-            sa = _split_by_segment(xa, a_seg[ma], per_segment_cap, seed)
-            sb = _split_by_segment(xb, b_seg[mb], per_segment_cap, seed + 1)
+            sa, sb = list(xa.segments), list(xb.segments)
             if len(sa) >= 2 and len(sb) >= 2:
                 ra, rb = _boot_segment_medians(sa, reps, rng), _boot_segment_medians(sb, reps, rng)
         if ra is None or rb is None:
             all_segments = False
-            ra, rb = _boot_medians(xa, reps, rng), _boot_medians(xb, reps, rng)
+            ra, rb = _boot_medians(xa.values, reps, rng), _boot_medians(xb.values, reps, rng)
         with np.errstate(divide="ignore", invalid="ignore"):
             logs += w * np.log(rb / ra)
     logs = logs[np.isfinite(logs)]
@@ -633,18 +749,6 @@ def _boot_segment_medians(
 
 
 FEW_SEGMENTS = 3
-
-
-def _split_by_segment(x: np.ndarray, seg: np.ndarray, cap: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for s in np.unique(seg):
-        v = x[seg == s]
-        if v.size > cap:
-            v = rng.choice(v, cap, replace=False)
-        if v.size:
-            out.append(v)
-    return out
 
 
 class TokenWindow:

@@ -8,24 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from tokmon import __version__
 from tokmon.model.quality import KIND_PREFIX
+from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import (
     MIN_SAMPLES,
     ArmTotals,
+    ByStratum,
+    Stratum,
     pct_summary,
     ratio_ci_requests,
     ratio_ci_stratified,
 )
 
 COMPARED = (
-    ("decode_tokens_per_s", "decode", "seg_decode"),
-    ("tpot_ms", "tpot", "seg_tpot"),
-    ("ttft_ms", "ttft", "seg_ttft"),
+    ("decode_tokens_per_s", "by_decode"),
+    ("tpot_ms", "by_tpot"),
+    ("ttft_ms", "by_ttft"),
 )
-RATIO_KEYS = tuple(k for k, _, _ in COMPARED)
+RATIO_KEYS = tuple(k for k, _ in COMPARED)
 
 
 def arm_summary(
@@ -55,11 +56,11 @@ def arm_summary(
         "output_tokens_per_s": tps,
         "requests_per_s": _counted_ok(t) / active_s if active_s > 0 else 0.0,
         "active_s": active_s,
-        "ttft_ms": pct_summary(t.ttft.values),
-        "tpot_ms": pct_summary(t.tpot.values),
-        "e2e_ms": pct_summary(t.e2e.values),
-        "send_lag_ms": pct_summary(t.send_lag.values),
-        "decode_tokens_per_s": pct_summary(t.decode.values),
+        "ttft_ms": pct_summary(t.ttft),
+        "tpot_ms": pct_summary(t.tpot),
+        "e2e_ms": pct_summary(t.e2e),
+        "send_lag_ms": pct_summary(t.send_lag),
+        "decode_tokens_per_s": pct_summary(t.decode),
         "goodput_per_s": None,
         "acceptance_rate": None,
         "acceptance_length": None,
@@ -77,21 +78,21 @@ def arm_summary(
     if bound is not None:
         bound["holds"] = tps <= bound["tokens_per_s_max"]
         out["throughput_bound"] = bound
-    if t.turn.values.size:
+    if t.turns:
         out["by_turn"] = turn_summary(t)
-    if t.ttft_cached.values.size or t.ttft_uncached.values.size:
+    if len(t.ttft_cached) or len(t.ttft_uncached):
         # where the server says which requests found their prefix cached: TTFT of each
         out["ttft_ms_by_cache"] = {
-            "cached": pct_summary(t.ttft_cached.values),
-            "uncached": pct_summary(t.ttft_uncached.values),
+            "cached": pct_summary(t.ttft_cached),
+            "uncached": pct_summary(t.ttft_uncached),
         }
     if t.kinds:
         out["by_kind"] = {
             k: {
                 "requests": kt.requests,
                 "output_tokens": kt.output_tokens,
-                "decode_tokens_per_s_p50": _p50(kt.decode.values),
-                "ttft_ms_p50": _p50(kt.ttft.values),
+                "decode_tokens_per_s_p50": _p50(kt.decode),
+                "ttft_ms_p50": _p50(kt.ttft),
                 "acceptance_rate": kt.spec_accepted / kt.spec_draft if kt.spec_draft else None,
             }
             for k, kt in sorted(t.kinds.items())
@@ -117,10 +118,9 @@ def throughput_bound(t: ArmTotals, streams: float | None, active_s: float) -> di
     the arm's tokens/s cannot exceed streams × that (plus one 250 ms bucket of it, the
     counting's resolution). A figure over it is a counting error, flagged where the
     figure is made."""
-    rate = t.rate.values
-    if not streams or streams <= 0 or rate.size < MIN_SAMPLES or active_s <= 0:
+    if not streams or streams <= 0 or len(t.rate) < MIN_SAMPLES or active_s <= 0:
         return None
-    p99 = float(np.percentile(rate, 99))
+    p99 = t.rate.quantiles([99])[0]
     limit = streams * p99 * (1 + 0.25 / active_s)
     return {
         "streams": streams,
@@ -132,47 +132,42 @@ def throughput_bound(t: ArmTotals, streams: float | None, active_s: float) -> di
 def turn_summary(t: ArmTotals) -> dict[str, dict[str, Any]]:
     """Per turn of the conversations: how many, and the medians of TTFT, the prompt
     tokens the server counted (the history grows) and decode speed."""
-    turn = t.turn.values
-    out: dict[str, dict[str, Any]] = {}
-    for k in np.unique(turn).astype(int).tolist():
-        m = turn == k
-
-        def med(v: np.ndarray, m: np.ndarray = m) -> float | None:
-            x = v[m]
-            return _p50(x[~np.isnan(x)])
-
-        out[str(k)] = {
-            "requests": int(m.sum()),
-            "ttft_ms_p50": med(t.turn_ttft.values),
-            "prompt_tokens_p50": med(t.turn_prompt.values),
-            "decode_tokens_per_s_p50": med(t.turn_decode.values),
+    return {
+        str(k): {
+            "requests": tt.requests,
+            "ttft_ms_p50": _p50(tt.ttft),
+            "prompt_tokens_p50": _p50(tt.prompt),
+            "decode_tokens_per_s_p50": _p50(tt.decode),
         }
-    return out
+        for k, tt in sorted(t.turns.items())
+    }
 
 
 def prompt_summary(t: ArmTotals) -> dict[str, Any] | None:
     """Prompt tokens as the server counted them (``usage.prompt_tokens``), and against
     what each synthetic prompt was built to have: the workload's length is a measured
     fact, not an assumption."""
-    pt = t.prompt.values
-    if not pt.size:
+    p = t.prompt
+    if not len(p.counted):
         return None
-    out: dict[str, Any] = {"p50": _p50(pt), "min": int(pt.min()), "max": int(pt.max())}
-    asked = t.prompt_asked.values
-    m = ~np.isnan(asked)
-    if m.any():
+    out: dict[str, Any] = {
+        "p50": _p50(p.counted),
+        "min": int(p.counted.lo),
+        "max": int(p.counted.hi),
+    }
+    if n := len(p.asked):
         # (of the requests built to a length: a conversation's later turns are not)
-        off = pt[m] - asked[m]
-        out["asked_requests"] = int(m.sum())
-        out["asked_p50"] = _p50(asked[m])
-        out["counted_p50"] = _p50(pt[m])
-        out["off_tokens"] = {"p50": _p50(off), "min": int(off.min()), "max": int(off.max())}
-        out["exact_share"] = round(float(np.mean(off == 0)), 4)
+        out["asked_requests"] = n
+        out["asked_p50"] = _p50(p.asked)
+        out["counted_p50"] = _p50(p.counted_asked)
+        out["off_tokens"] = {"p50": _p50(p.off), "min": int(p.off.lo), "max": int(p.off.hi)}
+        out["exact_share"] = round(p.exact / n, 4)
     return out
 
 
-def _p50(v: np.ndarray) -> float | None:
-    return round(float(np.median(v.astype(np.float64))), 4) if v.size else None
+def _p50(v: Quantiles) -> float | None:
+    m = v.median()
+    return None if m is None else round(m, 4)
 
 
 def _counted_ok(t: ArmTotals) -> int:
@@ -208,18 +203,11 @@ def compare(
     probes = [i for i, (kind, _) in enumerate(keys) if kind.startswith(KIND_PREFIX)]
     expected = tuple(i for i in range(len(keys)) if i not in probes)
     weights = _stratum_weights(keys, base, other, kind_weights)
-    for key, attr, seg_attr in COMPARED:
-        st_attr = "st_" + attr
-        a_st = _renumber(getattr(base, st_attr).values, base.strata, keys)
-        b_st = _renumber(getattr(other, st_attr).values, other.strata, keys)
-        am, bm = ~np.isin(a_st, probes), ~np.isin(b_st, probes)
+    shared = {key: i for i, key in enumerate(keys)}
+    for key, attr in COMPARED:
         res = ratio_ci_stratified(
-            getattr(base, attr).values[am],
-            getattr(base, seg_attr).values[am],
-            a_st[am],
-            getattr(other, attr).values[bm],
-            getattr(other, seg_attr).values[bm],
-            b_st[bm],
+            _strata(getattr(base, attr), base.strata, shared, probes),
+            _strata(getattr(other, attr), other.strata, shared, probes),
             segments=method == "segments",
             weights=weights,
             expected=expected,
@@ -252,12 +240,12 @@ def compare(
         # one still collecting is seen as such (``needed`` values in each arm).
         out["by_kind"] = {}
         for k in kinds:
-            a = base.kinds[k].decode.values if k in base.kinds else np.empty(0)
-            b = other.kinds[k].decode.values if k in other.kinds else np.empty(0)
-            r = ratio_ci_requests(a, b) if a.size >= MIN_SAMPLES and b.size >= MIN_SAMPLES else None
+            a = base.kinds[k].decode if k in base.kinds else Quantiles()
+            b = other.kinds[k].decode if k in other.kinds else Quantiles()
+            r = ratio_ci_requests(a, b) if len(a) >= MIN_SAMPLES and len(b) >= MIN_SAMPLES else None
             out["by_kind"][k] = {
                 "decode_tokens_per_s": None if r is None else {"ratio": r[0], "ci95": [r[1], r[2]]},
-                "n": [int(a.size), int(b.size)],
+                "n": [len(a), len(b)],
                 "needed": MIN_SAMPLES,
             }
     return out
@@ -277,7 +265,7 @@ def _stratum_weights(
     per_key: dict[tuple[str, int], int] = {}
     for t in (base, other):
         for key, sid in t.strata.items():
-            per_key[key] = per_key.get(key, 0) + int((t.st_decode.values == sid).sum())
+            per_key[key] = per_key.get(key, 0) + t.by_decode.count(sid)
     per_kind: dict[str, int] = {}
     steps_of: dict[str, int] = {}
     for kind, _ in keys:
@@ -294,14 +282,19 @@ def _stratum_weights(
     return out
 
 
-def _renumber(st: np.ndarray, own: dict[tuple[str, int], int], keys: list[Any]) -> np.ndarray:
-    """Stratum ids of one arm's numbering in the shared numbering ``keys``."""
-    if st.size == 0:
-        return st.astype(np.float64)
-    lut = np.zeros(max(own.values(), default=0) + 1)
+def _strata(
+    by: ByStratum,
+    own: dict[tuple[str, int], int],
+    shared: dict[tuple[str, int], int],
+    left_out: list[int],
+) -> dict[int, Stratum]:
+    """One arm's strata under the shared numbering of both arms, less ``left_out``."""
+    out = {}
     for key, sid in own.items():
-        lut[sid] = keys.index(key)
-    return lut[st.astype(np.int64)]
+        i = shared[key]
+        if i not in left_out and by.count(sid):
+            out[i] = by.stratum(sid)
+    return out
 
 
 def slo_counted(t: ArmTotals) -> int:

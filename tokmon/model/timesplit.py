@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.quality import KIND_PREFIX
+from tokmon.model.sketch import Quantiles, RowSample, row_keys
 from tokmon.model.stats import GrowArray, ratio_ci_requests
 from tokmon.model.table import RequestTable
 
@@ -177,27 +178,26 @@ def _med(x: np.ndarray) -> float | None:
     return float(np.median(x)) if x.size else None
 
 
+ROWS = 1 << 14  # requests each split holds: all up to this, past it a uniform sample
+_SERVER = ("ttft", "queue", "prefill")  # requests the server reported a prefill for
+_STEP = ("tpot", "itl", "tps", "step", "client_step", "mid")  # requests with a TPOT
+
+
 @dataclass
 class _Arm:
     # (every counted TTFT and TPOT of the client: the fold's totals hold them already)
     # requests the server reported on: client TTFT, queue (NaN: not reported), prefill
-    r_ttft: GrowArray = field(default_factory=GrowArray)
-    r_queue: GrowArray = field(default_factory=GrowArray)
-    r_prefill: GrowArray = field(default_factory=GrowArray)
-    r_tpot: GrowArray = field(default_factory=GrowArray)
-    r_itl: GrowArray = field(default_factory=GrowArray)
-    # tokens per step and the server's time per step, per request (speculative or not)
-    s_tps: GrowArray = field(default_factory=GrowArray)
-    s_step: GrowArray = field(default_factory=GrowArray)
-    s_client_step: GrowArray = field(default_factory=GrowArray)
-    # mid-decode times (s) and TPOTs, for the running batch
-    mid: list[np.ndarray] = field(default_factory=list)
-    mid_tpot: list[np.ndarray] = field(default_factory=list)
+    server: RowSample = field(default_factory=lambda: RowSample(_SERVER, ROWS))
+    # per request with a TPOT: the client's TPOT and the server's ITL (NaN: not
+    # reported), tokens per step and the time per step (the server's, the client's),
+    # and when it was mid-decode (s; matched to the running batch)
+    decode: RowSample = field(default_factory=lambda: RowSample(_STEP, ROWS))
     # histograms: [queue s, n, prefill s, n, per-token s, n] summed over the arm's samples
     hist: np.ndarray = field(default_factory=lambda: np.zeros(6))
-    # the running batch: (t in s, sequences) of the arm's server
-    run_t: list[float] = field(default_factory=list)
-    run_n: list[float] = field(default_factory=list)
+    # the running batch: (t in s, sequences) of the arm's server, one a probe's sample
+    # (16 bytes a sample: 1.4 MB a day of samples every second)
+    run_t: GrowArray = field(default_factory=lambda: GrowArray(64, np.float64))
+    run_n: GrowArray = field(default_factory=lambda: GrowArray(64, np.float64))
 
 
 class TimeSplitReducer:
@@ -281,8 +281,8 @@ class TimeSplitReducer:
         self,
         arm: str,
         rtt_ms: float | None,
-        ttft: np.ndarray,
-        tpot: np.ndarray,
+        ttft: Quantiles | np.ndarray,
+        tpot: Quantiles | np.ndarray,
         step: int = -1,
         kind: str = "",
     ) -> TimeSplit:
@@ -295,7 +295,9 @@ class TimeSplitReducer:
             a = self.arms.get(arm) if step < 0 else self.steps.get((arm, step))
         if a is None:
             return TimeSplit(arm)
-        return TimeSplit(arm, _ttft(a, rtt_ms, ttft), _tpot(a, tpot), _batch(a))
+        tt = ttft if isinstance(ttft, Quantiles) else Quantiles.of(ttft)
+        tp = tpot if isinstance(tpot, Quantiles) else Quantiles.of(tpot)
+        return TimeSplit(arm, _ttft(a, rtt_ms, tt), _tpot(a, tp), _batch(a))
 
     def causes(self, base: str, other: str, kind: str = "") -> SpeedupCauses | None:
         """``other``'s decode speed-up over ``base`` as tokens per step × step speed, over
@@ -306,12 +308,13 @@ class TimeSplitReducer:
             a, b = self.arms.get(base), self.arms.get(other)
         if a is None or b is None:
             return None
-        sa, sb = a.s_step.values, b.s_step.values
+        da, db = a.decode, b.decode
+        sa, sb = da.col("step"), db.col("step")
         source = "server"
         if np.isnan(sa).all() or np.isnan(sb).all():
-            sa, sb, source = a.s_client_step.values, b.s_client_step.values, "client"
-        sa, sb = sa[~np.isnan(sa)].astype(np.float64), sb[~np.isnan(sb)].astype(np.float64)
-        ta, tb_ = a.s_tps.values.astype(np.float64), b.s_tps.values.astype(np.float64)
+            sa, sb, source = da.col("client_step"), db.col("client_step"), "client"
+        sa, sb = sa[~np.isnan(sa)], sb[~np.isnan(sb)]
+        ta, tb_ = da.col("tps"), db.col("tps")
         tps = ratio_ci_requests(ta, tb_) if ta.size >= 10 and tb_.size >= 10 else None
         step = ratio_ci_requests(sb, sa) if sa.size >= 10 and sb.size >= 10 else None
         if tps is None or step is None:
@@ -336,36 +339,46 @@ class TimeSplitReducer:
 
 def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:
     c = tb.cols
+    keys = row_keys(c["rid"][rows])
     ttft, tpot = c["ttft_ms"][rows], c["tpot_ms"][rows]
     q, p = c["srv_queue_ms"][rows], c["srv_prefill_ms"][rows]
     m = ~np.isnan(ttft) & ~np.isnan(p)
-    a.r_ttft.extend(ttft[m])
-    a.r_queue.extend(q[m])
-    a.r_prefill.extend(p[m])
+    f32 = np.float32  # (the figures a request table holds are float32's worth)
+    a.server.add(
+        keys[m],
+        {"ttft": ttft[m].astype(f32), "queue": q[m].astype(f32), "prefill": p[m].astype(f32)},
+    )
     itl = c["srv_itl_ms"][rows]
-    m = ~np.isnan(tpot) & ~np.isnan(itl)
-    a.r_tpot.extend(tpot[m])
-    a.r_itl.extend(itl[m])
     # tokens per step: 1 + accepted / drafting steps where the server said so; a plain
     # decode: one token a step
     sa, sn = c["spec_accepted_tokens"][rows], c["spec_drafts"][rows]
     tps = np.where((sn > 0) & ~np.isnan(sa), 1.0 + sa / np.where(sn > 0, sn, 1), 1.0)
     m = ~np.isnan(tpot)
-    a.s_tps.extend(tps[m])
-    a.s_client_step.extend((tpot * tps)[m])
-    a.s_step.extend(np.where(np.isnan(itl), np.nan, itl * tps)[m])
     ts, te = c["t_sched"][rows], c["t_end"][rows]
-    mid = (ts / 2e9 + ttft / 2000.0 + te / 2e9)[m]  # between the first token and the end
-    a.mid.append(mid.astype(np.float64))
-    a.mid_tpot.append(tpot[m].astype(np.float64))
+    mid = ts / 2e9 + ttft / 2000.0 + te / 2e9  # between the first token and the end
+    a.decode.add(
+        keys[m],
+        {
+            "tpot": tpot[m].astype(f32),
+            "itl": itl[m].astype(f32),
+            "tps": tps[m].astype(f32),
+            "step": (itl * tps)[m].astype(f32),
+            "client_step": (tpot * tps)[m].astype(f32),
+            "mid": mid[m].astype(f32),  # (8 ms apart at a day: samples are 1 s apart)
+        },
+    )
 
 
-def _ttft(a: _Arm, rtt: float | None, tt: np.ndarray) -> TtftSplit:
+def _f64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64)
+
+
+def _ttft(a: _Arm, rtt: float | None, client: Quantiles) -> TtftSplit:
     net = 0.0 if rtt is None else rtt
     holds = () if rtt is not None else ("network",)
-    n = len(a.r_prefill)
+    n = len(a.server)
     if n:
-        tt, q, p = (x.values.astype(np.float64) for x in (a.r_ttft, a.r_queue, a.r_prefill))
+        tt, q, p = (_f64(a.server.col(x)) for x in _SERVER)
         has_q = ~np.isnan(q)
         rem = tt - net - np.where(has_q, q, 0.0) - p
         bad = rem < -TOL_MS
@@ -386,59 +399,58 @@ def _ttft(a: _Arm, rtt: float | None, tt: np.ndarray) -> TtftSplit:
             split = dataclasses.replace(split, front=float(np.median(np.maximum(good, 0.0))))
         return split
     h = a.hist
-    if (h[1] > 0 or h[3] > 0) and tt.size:
-        client = float(np.mean(tt))
+    mean = client.mean()
+    if (h[1] > 0 or h[3] > 0) and mean is not None:
         qh = float(1000.0 * h[0] / h[1]) if h[1] > 0 else None
         ph = float(1000.0 * h[2] / h[3]) if h[3] > 0 else None
-        remh = client - net - (qh or 0.0) - (ph or 0.0)
+        remh = mean - net - (qh or 0.0) - (ph or 0.0)
         low = remh < -TOL_MS
         out = TtftSplit(
-            client=client,
+            client=mean,
             network=rtt,
             queue=qh,
             prefill=ph,
             front=None if low else max(remh, 0.0),
             source="histogram",
             stat="mean",
-            n=int(tt.size),
-            mismatched=int(tt.size) if low else 0,
+            n=len(client),
+            mismatched=len(client) if low else 0,
             front_holds=holds
             + (() if qh is not None else ("queue",))
             + (() if ph is not None else ("prefill",)),
         )
         return out
-    return TtftSplit(client=_med(tt), network=rtt, n=int(tt.size))
+    return TtftSplit(client=client.median(), network=rtt, n=len(client))
 
 
-def _tpot(a: _Arm, tp: np.ndarray) -> TpotSplit:
-    n = len(a.r_itl)
-    if n:
-        tp, itl = a.r_tpot.values.astype(np.float64), a.r_itl.values.astype(np.float64)
+def _tpot(a: _Arm, client: Quantiles) -> TpotSplit:
+    itl = _f64(a.decode.col("itl"))
+    has = ~np.isnan(itl)
+    if has.any():
+        tp, itl = _f64(a.decode.col("tpot"))[has], itl[has]
         return TpotSplit(
             client=_med(tp),
             server_step=_med(itl),
             stream=_med(tp - itl),
             source="per-request",
             stat="p50",
-            n=n,
+            n=int(has.sum()),
         )
     h = a.hist
-    if h[5] > 0 and tp.size:
-        client = float(np.mean(tp))
+    mean = client.mean()
+    if h[5] > 0 and mean is not None:
         srv = 1000.0 * h[4] / h[5]
-        return TpotSplit(client, srv, client - srv, "histogram", "mean", int(tp.size))
-    return TpotSplit(client=_med(tp), n=int(tp.size))
+        return TpotSplit(mean, srv, mean - srv, "histogram", "mean", len(client))
+    return TpotSplit(client=client.median(), n=len(client))
 
 
 def _batch(a: _Arm) -> tuple[BatchBin, ...]:
-    if not a.run_t or not a.mid:
+    if not len(a.run_t) or not len(a.decode):
         return ()
-    st = np.asarray(a.run_t)
-    sn = np.asarray(a.run_n)
+    st, sn = a.run_t.values, a.run_n.values
     order = np.argsort(st, kind="stable")
     st, sn = st[order], sn[order]
-    mid = np.concatenate(a.mid)
-    tpot = np.concatenate(a.mid_tpot)
+    mid, tpot = _f64(a.decode.col("mid")), _f64(a.decode.col("tpot"))
     i = np.searchsorted(st, mid, side="right") - 1
     j = np.clip(i, 0, st.size - 1)
     near = (i >= 0) & (np.abs(mid - st[j]) <= SAMPLE_GAP_S)
