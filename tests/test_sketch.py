@@ -12,7 +12,7 @@ from tokmon.model.facts import Requests, Tick, Tokens
 from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import TokenTick
 from tokmon.model.sketch import ALPHA, EXACT, Quantiles, RowSample, row_keys
-from tokmon.model.table import COLUMNS, RequestTable
+from tokmon.sim.requests import synthetic_batch
 
 QS = [1, 5, 25, 50, 75, 90, 95, 99, 99.9]
 
@@ -93,50 +93,6 @@ def test_a_row_sample_keeps_every_row_then_the_same_uniform_rows_whatever_the_ba
     assert abs(np.median(one.col("v")) / np.median(v) - 1) < 0.05
 
 
-def _batch(
-    vocab: dict, rid0: int, n: int, t0: int, rng: np.random.Generator, seg: int
-) -> RequestTable:
-    """``n`` ok requests, one arm per segment, two kinds, built as columns."""
-    tb = RequestTable.empty(vocab)
-    cols = {}
-    for name, (_short, typ, _default) in COLUMNS.items():
-        if typ in ("f", "n"):
-            cols[name] = np.full(n, np.nan)
-        elif typ == "t":
-            cols[name] = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-        else:
-            cols[name] = np.zeros(n, dtype=tb.cols[name].dtype)
-    arm = "a" if seg % 2 == 0 else "b"
-    for field, value in (("arm", arm), ("outcome", "ok"), ("kind", "code"), ("kind", "chat")):
-        if value not in vocab[field]:
-            vocab[field].append(value)
-    rid = np.arange(rid0, rid0 + n)
-    ttft = rng.lognormal(np.log(80), 0.5, n)
-    tpot = rng.lognormal(np.log(12 if arm == "a" else 9), 0.2, n)
-    ts = t0 + (np.arange(n) * (1e9 / 200)).astype(np.int64)
-    cols.update(
-        rid=rid,
-        arm=np.full(n, vocab["arm"].index(arm), dtype=np.int32),
-        outcome=np.full(n, vocab["outcome"].index("ok"), dtype=np.int32),
-        kind=np.where(
-            rid % 2 == 0, vocab["kind"].index("code"), vocab["kind"].index("chat")
-        ).astype(np.int32),
-        segment=np.full(n, seg, dtype=np.int32),
-        t_sched=ts,
-        t_send=ts,
-        ttft_ms=ttft,
-        tpot_ms=tpot,
-        e2e_ms=ttft + 63 * tpot,
-        decode_tps=1000 / tpot,
-        output_tokens=np.full(n, 64, dtype=np.int32),
-        chunks=np.full(n, 64, dtype=np.int32),
-        send_lag_ms=np.full(n, 0.1),
-        prompt_tokens=np.full(n, 100.0),
-    )
-    cols["t_end"] = ts + (cols["e2e_ms"] * 1e6).astype(np.int64)
-    return RequestTable(cols, vocab, None)
-
-
 def _held(arrays: dict[str, list[np.ndarray]]) -> int:
     """What the test itself keeps (the exact values to check against)."""
     return sum(a.nbytes + 112 for v in arrays.values() for a in v)
@@ -157,7 +113,7 @@ def test_folding_a_million_requests_holds_bounded_memory_and_percentiles_within_
         rid, sec = 0, 0
         while rid < 1_000_000:
             seg = sec // 30
-            tb = _batch(fold.vocab, rid, 2000, sec * 10**9, rng, seg)
+            tb = synthetic_batch(fold.vocab, rid, 2000, sec * 10**9, rng, seg)
             ttft["a" if seg % 2 == 0 else "b"].append(tb.cols["ttft_ms"].astype(np.float32))
             fold.apply(Requests(tb))
             arm = tb.vocab["arm"][int(tb.cols["arm"][0])]

@@ -193,3 +193,20 @@ def test_the_stratified_interval_is_calibrated():
         assert abs(d["ratio"] / truth - 1) < 0.05, (seed, d)
         covered += d["ci95"][0] <= truth <= d["ci95"][1]
     assert 0.90 <= covered / 120 <= 0.99, covered
+
+
+def test_per_second_points_kept_at_decreasing_resolution():
+    """Two days of a point a second: every one of the last hour, one per 10 s of the
+    last day, one per minute before that -- 13,321 points, not 172,800; the alerts'
+    trends read them as one series in time order."""
+    from tokmon.model.history import Thinned
+
+    th: Thinned[float] = Thinned(lambda t: t)
+    for t in range(2 * 86400):
+        th.append(float(t))
+    ts = list(th)
+    assert len(th) == len(ts) == 3601 + 8280 + 1440  # (the hour: both its ends)
+    assert ts == sorted(ts) and th.last() == 2 * 86400 - 1
+    assert all(b - a == 1 for a, b in zip(ts[-3600:], ts[-3599:], strict=False))
+    gaps = {b - a for a, b in zip(ts[:-3600], ts[1:-3600], strict=False)}
+    assert gaps <= {10.0, 60.0} | {1.0 * k for k in range(1, 61)}

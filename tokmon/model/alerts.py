@@ -5,13 +5,12 @@ to run in the aggregation thread (Sen's slope on at most a few hundred points).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tokmon.model.history import Point
+from tokmon.model.history import Point, Thinned
 from tokmon.model.trend import can_tell, per_hour_pct, sen_slope
 from tokmon.model.views import Cost
 
@@ -58,13 +57,13 @@ class AlertEngine:
         self.every_s = every_s
         self.max_points = max_points
         self.saturation_span_s = saturation_span_s  # how long the queue must keep growing
-        self.points: deque[Point] = deque(maxlen=100_000)
+        self.points: Thinned[Point] = Thinned(lambda p: p.t)
         self.trends: dict[str, Trend] = {}
         self.fired: set[str] = set()
         self.alerts: list[dict[str, Any]] = []
         self._next = 0.0
         self.regime_t0 = 0.0  # trends are fitted within the regime (seconds)
-        self._rss: deque[tuple[float, float]] = deque(maxlen=100_000)
+        self._rss: Thinned[tuple[float, float]] = Thinned(lambda p: p[0])
 
     def add(
         self, p: Point, self_rss_mib: float | None = None
@@ -85,7 +84,7 @@ class AlertEngine:
         """Every check on the points so far; returns new alerts."""
         if not self.points:
             return []
-        p = self.points[-1]
+        p = self.points.last()
         self._next = p.t + self.every_s
         out: list[tuple[str, str, dict[str, Any]]] = []
         out += self._drift()
@@ -168,7 +167,7 @@ class AlertEngine:
     def _saturation(self) -> list[tuple[str, str, dict[str, Any]]]:
         """The queue keeps growing while throughput stays flat: more load adds only wait."""
         span = self.saturation_span_s
-        pts = [q for q in self.points if q.t >= max(self.points[-1].t - span, self.regime_t0)]
+        pts = [q for q in self.points if q.t >= max(self.points.last().t - span, self.regime_t0)]
         if not pts or pts[-1].t - pts[0].t < span / 2 or "saturation" in self.fired:
             return []
         for qkey, label in (("queue", "server queue"), ("send_lag", "client send lag")):

@@ -6,9 +6,13 @@ Memory is bounded: ``recent`` is a ring, ``whole`` halves its resolution when fu
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 FIELDS = (
     "tok_s",
@@ -108,3 +112,44 @@ class History:
 
 
 POINT_FIELDS = tuple(f.name for f in fields(Point))
+
+
+class Thinned(Generic[T]):
+    """A run's per-second points at decreasing resolution: every one for the last hour,
+    one per 10 s for the last day, one per minute beyond (the first of each). What a
+    trend over hours needs -- the alerts take one point per window anyway -- in memory
+    that grows by 1,440 points a day, not 86,400."""
+
+    TIERS = ((3600.0, 10.0), (86400.0, 60.0))  # (older than, keep one per)
+
+    def __init__(self, t: Callable[[T], float]) -> None:
+        self._t = t
+        self.fine: deque[T] = deque()
+        self.mid: deque[T] = deque()
+        self.coarse: list[T] = []
+
+    def append(self, p: T) -> None:
+        self.fine.append(p)
+        now = self._t(p)
+        (age1, step1), (age2, step2) = self.TIERS
+        while self._t(self.fine[0]) < now - age1:
+            self._keep(self.mid, self.fine.popleft(), step1)
+        while self.mid and self._t(self.mid[0]) < now - age2:
+            self._keep(self.coarse, self.mid.popleft(), step2)
+
+    def _keep(self, into: deque[T] | list[T], p: T, step: float) -> None:
+        if not into or self._t(p) // step != self._t(into[-1]) // step:
+            into.append(p)
+
+    def __iter__(self) -> Iterator[T]:
+        return itertools.chain(self.coarse, self.mid, self.fine)
+
+    def __len__(self) -> int:
+        return len(self.coarse) + len(self.mid) + len(self.fine)
+
+    def __bool__(self) -> bool:
+        return bool(self.fine)
+
+    def last(self) -> T:
+        return self.fine[-1]
+
