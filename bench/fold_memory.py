@@ -48,7 +48,9 @@ def main() -> None:
         rid += a.rate
         arm = "a" if seg % 2 == 0 else "b"
         fold.apply(Requests(tb))
-        buckets = tuple(TokenTick(sec * 10**9 + k * 250_000_000, arm, a.rate * 16) for k in range(4))
+        buckets = tuple(
+            TokenTick(sec * 10**9 + k * 250_000_000, arm, a.rate * 16) for k in range(4)
+        )
         fold.apply(Tokens(buckets))
         gpu = {"gpu_util": 90.0, "gpu_mem_pct": 80.0, "gpu_power_w": 300.0 + sec % 7}
         fold.apply(Sample((sec + 1) * 10**9 - 1, "gpu", gpu))
@@ -60,7 +62,13 @@ def main() -> None:
             marks[minute] = rss
             h, m = divmod(int(minute), 60)
             rows.append(
-                [f"{h}:{m:02d}", f"{rid:,}", f"{rss:.1f}", f"{traced:.1f}", f"{time.monotonic() - t0:.0f}"]
+                [
+                    f"{h}:{m:02d}",
+                    f"{rid:,}",
+                    f"{rss:.1f}",
+                    f"{traced:.1f}",
+                    f"{time.monotonic() - t0:.0f}",
+                ]
             )
             print(rows[-1], flush=True)
     print(

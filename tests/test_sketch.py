@@ -140,3 +140,17 @@ def test_folding_a_million_requests_holds_bounded_memory_and_percentiles_within_
             assert abs(got[p] / e - 1) < 0.01, (arm, p, got[p], e)
     ratio = summary["comparison"]["tpot_ms"]
     assert ratio["ci95"][0] < 0.75 < ratio["ci95"][1] or abs(ratio["ratio"] / 0.75 - 1) < 0.02
+
+
+def test_merging_sketches_into_an_empty_figure():
+    """A kind's figure over its ladder steps: merged from empty, from exact, from sketched."""
+    x = _dists(200_000)["uniform"]
+    big = Quantiles.of(x)
+    out = Quantiles()
+    out.merge(Quantiles())
+    out.merge(big)
+    out.merge(Quantiles.of(x[:10]))
+    assert len(out) == x.size + 10 and not out.exact
+    assert out.lo == x.min() and out.hi == x.max()
+    exact = np.percentile(np.concatenate([x, x[:10]]), [50, 99])
+    assert np.allclose(out.quantiles([50, 99]), exact, rtol=ALPHA)

@@ -152,4 +152,3 @@ class Thinned(Generic[T]):
 
     def last(self) -> T:
         return self.fine[-1]
-

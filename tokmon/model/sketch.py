@@ -75,7 +75,13 @@ class _Bins:
 
 class Quantiles:
     """One figure's values over a run: percentiles exact up to ``EXACT`` values, within
-    ``ALPHA`` (relative) past that; count, sum, mean, min and max always exact."""
+    ``ALPHA`` (relative) past that; count, sum, mean, min and max always exact.
+
+    Adding is a copy into a buffer (the fold adds a few values a batch, thousands of
+    batches): exact values are the buffer itself; past the bound, values wait in a
+    staging buffer and are counted into buckets ``STAGE`` at a time."""
+
+    STAGE = 4096
 
     __slots__ = (
         "_buf",
@@ -84,24 +90,24 @@ class Quantiles:
         "_neg",
         "_zero",
         "n",
-        "total",
-        "lo",
-        "hi",
+        "_total",
+        "_lo",
+        "_hi",
         "_exact",
         "_sorted",
     )
 
     def __init__(self, dtype: type = np.float32, exact: int = EXACT) -> None:
-        self._buf: np.ndarray | None = np.empty(64, dtype=dtype)
-        self._n = 0
+        self._buf: np.ndarray = np.empty(16, dtype=dtype)
+        self._n = 0  # values in the buffer: every value while exact, else those staged
         self._exact = exact
-        self._pos: _Bins | None = None
+        self._pos: _Bins | None = None  # the sketch, once past the bound
         self._neg: _Bins | None = None
         self._zero = 0
         self.n = 0
-        self.total = 0.0
-        self.lo = math.inf
-        self.hi = -math.inf
+        self._total = 0.0  # of the values counted into the sketch
+        self._lo = math.inf
+        self._hi = -math.inf
         self._sorted: np.ndarray | None = None
 
     @classmethod
@@ -115,39 +121,46 @@ class Quantiles:
 
     @property
     def exact(self) -> bool:
-        return self._buf is not None
+        return self._pos is None
 
     def append(self, v: float) -> None:
         self.extend(np.array([v]))
 
     def extend(self, v: np.ndarray) -> None:
-        if v.size == 0:
+        m = int(v.size)
+        if m == 0:
             return
         self._sorted = None
-        if self._buf is not None:
-            v = v.astype(self._buf.dtype, copy=False)
-        self.n += int(v.size)
-        self.total += float(v.astype(np.float64).sum())
-        self.lo = min(self.lo, float(v.min()))
-        self.hi = max(self.hi, float(v.max()))
-        if self._buf is not None:
-            need = self._n + v.size
-            if need <= self._exact:
-                if need > self._buf.size:
-                    grown = np.empty(
-                        min(self._exact, max(need, 2 * self._buf.size)), self._buf.dtype
-                    )
-                    grown[: self._n] = self._buf[: self._n]
-                    self._buf = grown
-                self._buf[self._n : need] = v
-                self._n = need
-                return
-            held, self._buf, self._n = self._buf[: self._n], None, 0
-            self._pos, self._neg = _Bins(), _Bins()
-            self._count(held.astype(np.float64))
-        self._count(v.astype(np.float64))
+        self.n += m
+        need = self._n + m
+        cap = self._exact if self._pos is None else self.STAGE
+        if need > cap:
+            self._flush(v)
+            return
+        if need > self._buf.size:
+            grown = np.empty(min(cap, max(need, 2 * self._buf.size)), self._buf.dtype)
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+        self._buf[self._n : need] = v
+        self._n = need
 
-    def _count(self, x: np.ndarray) -> None:
+    def _flush(self, more: np.ndarray | None = None) -> None:
+        """Count the buffer (and ``more``) into the sketch: the bound is passed, or a
+        figure is read."""
+        held = self._buf[: self._n]
+        if more is not None:
+            held = np.concatenate([held, more.astype(self._buf.dtype, copy=False)])
+        elif self._pos is None or not self._n:
+            return  # exact: the buffer is the figure
+        if self._pos is None:
+            self._pos, self._neg = _Bins(), _Bins()
+            self._buf = np.empty(self.STAGE, dtype=self._buf.dtype)
+        self._n = 0
+        x = held.astype(np.float64)
+        if not x.size:
+            return
+        self._total += float(x.sum())
+        self._lo, self._hi = min(self._lo, float(x.min())), max(self._hi, float(x.max()))
         assert self._pos is not None and self._neg is not None
         pos, neg = x > _TINY, x < -_TINY
         self._zero += int(x.size - pos.sum() - neg.sum())
@@ -158,14 +171,14 @@ class Quantiles:
         """Fold ``other``'s values in (the figure over both)."""
         if other.n == 0:
             return
-        if other._buf is not None:
+        if other._pos is None:
             self.extend(other._buf[: other._n])
             return
-        if self._buf is not None:  # to the sketch, then add the other's buckets
-            held = self._buf[: self._n].astype(np.float64)
-            self._buf, self._n = None, 0
-            self._pos, self._neg = _Bins(), _Bins()
-            self._count(held)
+        other._flush()
+        if self._pos is None:
+            self._flush(np.empty(0))  # to the sketch, then add the other's buckets
+        else:
+            self._flush()
         assert self._pos is not None and self._neg is not None
         assert other._pos is not None and other._neg is not None
         for mine, theirs in ((self._pos, other._pos), (self._neg, other._neg)):
@@ -173,21 +186,36 @@ class Quantiles:
             mine.add(k, c.astype(np.float64))
         self._zero += other._zero
         self.n += other.n
-        self.total += other.total
-        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self._total += other._total
+        self._lo, self._hi = min(self._lo, other._lo), max(self._hi, other._hi)
         self._sorted = None
 
     # ------------------------------------------------------------------ reading
+    @property
+    def lo(self) -> float:
+        if self._pos is None:
+            return float(self._buf[: self._n].min()) if self._n else math.inf
+        self._flush()
+        return self._lo
+
+    @property
+    def hi(self) -> float:
+        if self._pos is None:
+            return float(self._buf[: self._n].max()) if self._n else -math.inf
+        self._flush()
+        return self._hi
+
     def values(self) -> np.ndarray:
         """Every value, while the figure is exact; else the buckets' representatives,
         each repeated as often as it was counted (only for small figures: tests)."""
-        if self._buf is not None:
+        if self._pos is None:
             return self._buf[: self._n]
         v, c = self._ladder()
         return np.repeat(v, c)
 
     def _ladder(self) -> tuple[np.ndarray, np.ndarray]:
         """The sketch's values in ascending order, and their counts."""
+        self._flush()
         assert self._pos is not None and self._neg is not None
         nk, nc = self._neg.items()
         pk, pc = self._pos.items()
@@ -197,20 +225,20 @@ class Quantiles:
 
     def order_stats(self, ranks: np.ndarray) -> np.ndarray:
         """The values at 0-based ``ranks`` of the sorted values (exact, or within ALPHA)."""
-        if self._buf is not None:
+        if self._pos is None:
             if self._sorted is None:
                 self._sorted = np.sort(self._buf[: self._n])
             return self._sorted[ranks]
         v, c = self._ladder()
         out = v[np.searchsorted(np.cumsum(c), ranks, side="right")]
-        return np.clip(out, self.lo, self.hi)  # the ends are known exactly
+        return np.clip(out, self._lo, self._hi)  # the ends are known exactly
 
     def quantiles(self, qs: Iterable[float]) -> list[float]:
         """Percentiles (0-100) with numpy's linear interpolation between closest ranks."""
         qs = list(qs)
         if self.n == 0:
             raise ValueError("no values")
-        if self._buf is not None:
+        if self._pos is None:
             return [float(x) for x in np.percentile(self._buf[: self._n].astype(np.float64), qs)]
         r = np.asarray(qs, dtype=np.float64) / 100.0 * (self.n - 1)
         lo = np.floor(r).astype(np.int64)
@@ -224,15 +252,16 @@ class Quantiles:
     def mean(self) -> float | None:
         if self.n == 0:
             return None
-        if self._buf is not None:  # as numpy sums (pairwise): the figure a short run had
+        if self._pos is None:  # as numpy sums (pairwise): the figure a short run had
             return float(self._buf[: self._n].astype(np.float64).mean())
-        return self.total / self.n
+        self._flush()
+        return self._total / self.n
 
     def nbytes(self) -> int:
-        if self._buf is not None:
+        if self._pos is None:
             return int(self._buf.nbytes)
-        assert self._pos is not None and self._neg is not None
-        return int(self._pos.counts.nbytes + self._neg.counts.nbytes)
+        assert self._neg is not None
+        return int(self._buf.nbytes + self._pos.counts.nbytes + self._neg.counts.nbytes)
 
 
 def row_keys(ids: np.ndarray) -> np.ndarray:

@@ -280,6 +280,7 @@ class ByStratum:
         self.segments: dict[int, dict[int, RowSample]] = {}
         self.cap: dict[int, int] = {}
         self._last: dict[int, int] = {}  # per stratum, the segment last added to
+        self.held: dict[int, int] = {}  # per stratum, values its segments' samples hold
 
     def add(self, v: np.ndarray, seg: np.ndarray, st: np.ndarray, rid: np.ndarray) -> None:
         if v.size == 0:
@@ -305,11 +306,14 @@ class ByStratum:
                     if last is not None:
                         last.compact()
                     self._last[sid] = g
+                held = len(rs)
                 rs.add(sk[mg], {"v": sv[mg]})
-            if sum(len(r) for r in segs.values()) > SEGMENT_BUDGET and self.cap[sid] > 10:
+                self.held[sid] = self.held.get(sid, 0) + len(rs) - held
+            if self.held[sid] > SEGMENT_BUDGET and self.cap[sid] > 10:
                 self.cap[sid] //= 2
                 for r in segs.values():
                     r.shrink(self.cap[sid])
+                self.held[sid] = sum(len(r) for r in segs.values())
 
     def count(self, sid: int) -> int:
         q = self.values.get(sid)
