@@ -123,9 +123,6 @@ class Quantiles:
     def exact(self) -> bool:
         return self._pos is None
 
-    def append(self, v: float) -> None:
-        self.extend(np.array([v]))
-
     def extend(self, v: np.ndarray) -> None:
         m = int(v.size)
         if m == 0:

@@ -293,6 +293,7 @@ class ByStratum:
                 q = self.values[sid] = Quantiles()
                 self.segments[sid] = {}
                 self.cap[sid] = SEGMENT_CAP
+                self.held[sid] = 0
             q.extend(v[m])
             segs, sv, sk = self.segments[sid], v[m], keys[m]
             ss = seg[m]
@@ -308,7 +309,7 @@ class ByStratum:
                     self._last[sid] = g
                 held = len(rs)
                 rs.add(sk[mg], {"v": sv[mg]})
-                self.held[sid] = self.held.get(sid, 0) + len(rs) - held
+                self.held[sid] += len(rs) - held
             if self.held[sid] > SEGMENT_BUDGET and self.cap[sid] > 10:
                 self.cap[sid] //= 2
                 for r in segs.values():
@@ -589,7 +590,10 @@ def _boot_medians(x: Quantiles, b: int, rng: np.random.Generator) -> np.ndarray:
 
 
 MIN_SAMPLES = 10
-_NONE = Stratum(Quantiles())
+
+
+def _count(strata: dict[int, Stratum], sid: int) -> int:
+    return len(strata[sid].values) if sid in strata else 0
 
 
 def ratio_ci_requests(
@@ -654,12 +658,10 @@ def ratio_ci_stratified(
     of the workload no request has reached yet) and ``coverage`` says what share of the
     workload's weight the figure holds.
     """
-    seen = sorted(
-        sid for sid in {*a, *b} if len(a.get(sid, _NONE).values) or len(b.get(sid, _NONE).values)
-    )
+    seen = sorted(sid for sid in {*a, *b} if _count(a, sid) or _count(b, sid))
     every = list(dict.fromkeys([*seen, *expected]))
-    n_a = {sid: len(a[sid].values) if sid in a else 0 for sid in every}
-    n_b = {sid: len(b[sid].values) if sid in b else 0 for sid in every}
+    n_a = {sid: _count(a, sid) for sid in every}
+    n_b = {sid: _count(b, sid) for sid in every}
     ids = [sid for sid in every if n_a[sid] >= MIN_SAMPLES and n_b[sid] >= MIN_SAMPLES]
     if not ids:
         return None
