@@ -222,6 +222,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ns.headless = args.headless
         ns.summary_json = args.summary_json
         ns.record = args.record
+        ns.record_rotate, ns.record_max_size = args.record_rotate, args.record_max_size
         ns.status_interval = args.status_interval
         ns.theme = args.theme
         ns.fps = args.fps
@@ -272,17 +273,17 @@ def _write_events_csv(rec: Any, output: str | None) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tokmon.recording.reader import read_recording
-    from tokmon.report.render import render
+    from tokmon.report.render import render_file
 
     files, others = list(args.file), list(args.compare or [])
     if args.map and not others:
         raise UsageError("--map goes with --compare (it pairs the two runs' arms)")
     if len(files) > 1 or len(others) > 1:
         return _report_runs(args, files, others)
-    rec = read_recording(files[0])
     if others:
         from tokmon.report.text import compare_recordings
 
+        rec = read_recording(files[0])
         other = read_recording(others[0])
         try:
             text = compare_recordings(rec, other, args.format, args.map)
@@ -290,7 +291,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         _write_out(args.output, text)
     else:
-        _write_out(args.output, render(rec, args.format, args.target_rate))
+        text, rec = render_file(files[0], args.format, args.target_rate)
+        _write_out(args.output, text)
         if args.format == "csv":
             _write_events_csv(rec, args.output)
     _notes(rec, files[0])

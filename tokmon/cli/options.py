@@ -160,6 +160,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--gpu-hour-price',), 'price of one GPU-hour: cost per million output tokens, live and in the summary', type=number(0, 1000000.0), metavar='PRICE', group='output'),
     Option(('--gpu-count',), 'GPUs the server uses (default: the GPUs sampled, else 1)', type=number(1, 100000, integer=True), group='output'),
     Option(('--record',), 'record the session to FILE (JSON Lines; .gz to compress)', metavar='FILE', group='output', text=True),
+    Option(('--record-rotate',), 'begin a new part of the recording every DURATION (1h, 6h): numbered files beside it (run.part002.jsonl.gz …) that report and replay read as one run, each readable alone', metavar='DURATION', group='output'),
+    Option(('--record-max-size',), 'begin a new part of the recording once a part holds SIZE (500MB, 2GB)', metavar='SIZE', group='output'),
     Option(('--group-readable',), "create the recording, summary and server logs 0640 (the group may read them) instead of 0600", action="store_true", group='output'),
     Option(('--record-prompts',), 'also record every prompt sent (for --replay-load of the very same requests; the file then holds the prompts)', action="store_true", group='output'),
     Option(('--record-chunks',), 'also record every chunk gap of every request', action="store_true", group='output'),

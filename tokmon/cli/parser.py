@@ -129,6 +129,8 @@ def build_parser() -> Parser:
     )
     demo.add_argument("--summary-json", default=None, metavar="FILE", help="as tokmon run")
     demo.add_argument("--record", default=None, metavar="FILE", help="as tokmon run")
+    demo.add_argument("--record-rotate", default=None, metavar="DURATION", help="as tokmon run")
+    demo.add_argument("--record-max-size", default=None, metavar="SIZE", help="as tokmon run")
     demo.add_argument("--status-interval", default="5s", help="headless status line period")
     add_display_options(demo)
 

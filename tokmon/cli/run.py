@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -909,8 +910,27 @@ def make_recorder(
             pass
     except OSError as e:
         raise UsageError(f"--record: cannot write {args.record}: {e.strerror or e}") from None
+    rotate_s, max_bytes = _rotation(args, append)
+    if rotate_s or max_bytes:
+        from tokmon.recording.parts import part_numbers, part_path
+
+        stale = [part_path(args.record, k) for k in sorted(part_numbers(args.record))]
+        if stale and not overwrite:
+            raise UsageError(
+                f"--record: {stale[0]} exists (a part of an earlier run) — give --overwrite "
+                "to replace the recording and its parts"
+            )
+        for p in stale:
+            try:
+                os.remove(p)
+            except OSError as e:
+                raise UsageError(f"--record: cannot remove {p}: {e.strerror or e}") from None
     recorder = Recorder(
-        args.record, secrets=tuple(secrets), chunks=getattr(args, "record_chunks", False)
+        args.record,
+        secrets=tuple(secrets),
+        chunks=getattr(args, "record_chunks", False),
+        rotate_s=rotate_s,
+        max_bytes=max_bytes,
     )
     recorder.mode = "wb" if overwrite else "ab"
     gpu_info: dict[str, Any] = {}
@@ -944,6 +964,47 @@ def make_recorder(
         },
     }
     return recorder, header
+
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+              "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+              "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """``500MB``, ``2GB``, ``1.5GiB`` or plain bytes -> bytes (ValueError: one line)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (use e.g. 500MB, 2GB)")
+    return int(float(m.group(1)) * SIZE_UNITS[unit])
+
+
+MIN_PART_BYTES = 1 << 16  # a part smaller than this would be mostly headers
+MIN_PART_S = 1.0
+
+
+def _rotation(args: argparse.Namespace, append: bool) -> tuple[float | None, int | None]:
+    """--record-rotate and --record-max-size, checked."""
+    every, size = getattr(args, "record_rotate", None), getattr(args, "record_max_size", None)
+    if not every and not size:
+        return None, None
+    if append:
+        raise UsageError("--append and --record-rotate/--record-max-size exclude each other "
+                         "(a rotated recording begins anew)")  # fmt: skip
+    rotate_s = max_bytes = None
+    if every:
+        rotate_s = dur("--record-rotate", every) or 0.0
+        if rotate_s < MIN_PART_S:
+            raise UsageError(f"--record-rotate: at least {MIN_PART_S:g}s, got {every}")
+    if size:
+        try:
+            max_bytes = parse_size(size)
+        except ValueError as e:
+            raise UsageError(f"--record-max-size: {e}") from None
+        if max_bytes < MIN_PART_BYTES:
+            raise UsageError(f"--record-max-size: at least 64KiB, got {size}")
+    return rotate_s, max_bytes
 
 
 def _redact_argv(

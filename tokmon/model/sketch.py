@@ -337,6 +337,11 @@ class RowSample:
         self._trim()
         return self._cols[name][: self._n]
 
+    def keys(self) -> np.ndarray:
+        """The kept rows' keys (aligned with ``col``)."""
+        self._trim()
+        return self._keys[: self._n]
+
     @property
     def sampled(self) -> bool:
         """True once rows were left out: figures from it are a sample's."""

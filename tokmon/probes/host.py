@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from tokmon.probes.base import Sampler
+from tokmon.recording.parts import run_bytes
 
 
 def _ours(p: psutil.Process) -> bool:
@@ -68,10 +69,8 @@ class HostProbe(Sampler):
         out["self_rss_mib"] = rss / 2**20
         out["self_procs"] = per
         if self.record is not None:
-            try:
-                out["record_bytes"] = os.stat(self.record).st_size
-            except OSError:
-                pass  # not written yet (recording starts with `r`), or moved away
+            if os.path.exists(self.record):  # (else not written yet, or moved away)
+                out["record_bytes"] = run_bytes(self.record)  # every part of a rotated one
             try:
                 folder = os.path.dirname(os.path.abspath(self.record))
                 out["disk_free_bytes"] = shutil.disk_usage(folder).free

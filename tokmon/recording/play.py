@@ -4,12 +4,17 @@ summary said."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from tokmon.model.analyses import Analyses
 from tokmon.model.facts import Fact, Requests, Tick
 from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import Event
-from tokmon.recording.reader import Recording
+from tokmon.recording import RecordingError
+from tokmon.recording.reader import Item, Recording, Session, no_gc, read_recording, scan
 from tokmon.recording.settings import settings_from_header
 
 COARSE_NS = 10_000_000_000  # while seeking, before the part on screen: a tick in ten at least
@@ -24,24 +29,80 @@ def end_of(rec: Recording) -> int:
 
 
 def fold_of(rec: Recording) -> Fold:
-    """The whole recording folded, as the live run had folded it at its end.
+    """The whole recording folded, as the live run had folded it at its end."""
+    return fold_report(held(rec)).fold
+
+
+@dataclass
+class Folded:
+    """A recording folded for a report: the fold (the summary, as live) and the report's
+    own analyses, taken from the same facts in one pass."""
+
+    rec: Recording
+    fold: Fold
+    analyses: Analyses
+
+
+def fold_report(items: Iterable[Item]) -> Folded:
+    """Every fact through the fold and the report's analyses, in one pass that holds no
+    request once it is folded: a report of a day-long recording streams (``scan`` with
+    ``cut=CUT``), a held recording goes through the same code (``held``).
 
     A tick only closes the step detector's seconds here (nothing is drawn), and the
     requests between two ticks are folded as one batch."""
-    fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
+    out: Folded | None = None
+    for item in items:
+        if isinstance(item, Session):
+            rec = item.rec
+            fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
+            out = Folded(rec, fold, Analyses(fold.settings.drift_alert_pct_h))
+        elif out is None:
+            raise RecordingError("a recording's facts before its header")
+        elif isinstance(item, Requests):
+            out.fold.apply(item)
+            out.analyses.requests(item.table)
+        elif isinstance(item, Tick):
+            out.fold.close_seconds(item.t)
+        else:
+            out.fold.apply(item)
+            if isinstance(item, Event):
+                out.analyses.event(item)
+    if out is None:
+        raise RecordingError("an empty recording")
+    return out
+
+
+CUT = (Event, Tick)  # the facts a report's fold takes the requests before
+
+
+def held(rec: Recording) -> Iterator[Item]:
+    """A recording read whole, as the items a scan gives (``cut=CUT``)."""
+    yield Session(rec)
     tb = rec.requests
     lo = 0
     for rows, fact in rec.timeline:
-        if rows > lo and isinstance(fact, (Event, Tick)):
-            fold.apply(Requests(tb.slice(lo, rows)))
+        if rows > lo and isinstance(fact, CUT):
+            yield Requests(tb.slice(lo, rows))
             lo = rows
-        if isinstance(fact, Tick):
-            fold.close_seconds(fact.t)
-        else:
-            fold.apply(fact)
+        yield fact
     if lo < tb.n:
-        fold.apply(Requests(tb.slice(lo, tb.n)))
-    return fold
+        yield Requests(tb.slice(lo, tb.n))
+
+
+def stream_report(path: str) -> Folded:
+    """A recording folded as it is read: its requests are never all in memory."""
+    with no_gc():
+        items = scan(path, series=False, cut=CUT)
+        first = next(items)
+        if isinstance(first, Session) and not _arms_named(first.rec):
+            # (a file whose header names no arm: its arms are known from its requests)
+            return fold_report(held(read_recording(path)))
+        return fold_report(itertools.chain([first], items))
+
+
+def _arms_named(rec: Recording) -> bool:
+    s = rec.header.get("settings") or {}
+    return any(isinstance(a, dict) and "name" in a for a in s.get("arms", []))
 
 
 def summary_of(rec: Recording, fold: Fold | None = None) -> dict[str, Any]:

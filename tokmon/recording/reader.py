@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.model.facts import Fact, Sample, Status, Tick, Tokens
+from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError
+from tokmon.recording.parts import part_numbers, part_path
 from tokmon.textsafe import loads, might_hold_surrogates
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
@@ -67,6 +68,9 @@ class Recording:
     timeline: list[tuple[int, Fact]] = field(default_factory=list)
     clocked: bool = False  # the file has the live run's ticks (else a replay makes them)
     prompts: dict[int, SentPrompt] = field(default_factory=dict)  # --record-prompts: by rid
+    t_seen: int = 0  # the latest time of any line read (a scan holds no request)
+    part: int = 0  # a later part of a rotated run, read alone (0: the run from its start)
+    missing: list[str] = field(default_factory=list)  # parts of a rotated run not found
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -87,7 +91,7 @@ class Recording:
 
     @property
     def last_t(self) -> int:
-        ts = [self.t_end or 0]
+        ts = [self.t_end or 0, self.t_seen]
         if self.requests.n:
             ts.append(int(self.requests.cols["t_end"].max()))
         if self.ticks:
@@ -186,7 +190,7 @@ BATCH = 50_000  # request lines turned into columns at a time
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     # Parsing makes millions of short-lived dicts and no cycles: the collector would only
     # walk the heap again and again (a fifth of the time of a big recording).
     enabled = gc.isenabled()
@@ -198,9 +202,24 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class Session:
+    """A scan's first item, and again where a later session was appended to the file
+    (``--append``): what came before was another run. ``rec`` fills as the scan goes
+    (everything but the requests, which come as ``Requests`` facts)."""
+
+    rec: Recording
+
+
+Item = Fact | Session
+
+
 def read_recording(path: str) -> Recording:
-    with _no_gc():
-        return _read(path)
+    """The whole recording in memory: its requests as one table and its facts as a
+    timeline (replay, HTML report, export). A report that only folds streams instead
+    (``scan``)."""
+    with no_gc():
+        return _hold(scan(path))
 
 
 def read_more(rec: Recording) -> int:
@@ -213,87 +232,222 @@ def read_more(rec: Recording) -> int:
         if new.lines > before:
             rec.__dict__.update(new.__dict__)
     else:
-        with _no_gc():
-            _read(rec.path, rec)
+        with no_gc():
+            _hold(scan(rec.path, cont=rec), rec)
     return rec.lines - before
 
 
-def _read(path: str, cont: Recording | None = None) -> Recording:
-    lines = _Lines(path, cont.offset or 0 if cont is not None else 0)
-    rec: Recording | None = cont
-    vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
+def _hold(items: Iterator[Item], cont: Recording | None = None) -> Recording:
+    """A scan kept whole: the requests joined into one table, the other facts placed on
+    the timeline by the request rows before them."""
+    rec = cont
     parts: list[RequestTable] = [cont.requests] if cont is not None else []
-    base = cont.requests.n if cont is not None else 0
-    batch: list[bytes] = []
-    # request lines so far, which of them were kept, and the other facts by that count
-    req_lines = 0
-    kept: list[np.ndarray] = []
-    facts: list[tuple[int, Fact]] = []
-    n_lines = 0
-    for line, is_cut in lines:
-        if is_cut:
-            if rec is not None and cont is None:
-                rec.truncated = True  # (following a file, a half-written line is normal)
-            break
-        n_lines += 1
-        if line.startswith(b'{"k":"r",') and rec is not None:
-            batch.append(line)  # parsed a batch at a time: millions of these
-            req_lines += 1
-            if len(batch) >= BATCH:
-                kept.append(_columns(batch, vocab, parts))
-                batch = []
-            continue
-        try:
-            obj = _loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError
-        except (ValueError, UnicodeDecodeError, _DecodeError):
-            if rec is None:
-                raise RecordingError(
-                    f"{path} is not a tokmon recording (line 1 is not JSON)"
-                ) from None
-            rec.corrupt += 1
-            continue
-        k = obj.get("k")
-        if rec is None:
-            if k != "header":
-                raise RecordingError(f"{path} is not a tokmon recording (no header line)")
-            v = obj.get("schema_version")
-            if not isinstance(v, int):
-                raise RecordingError(f"{path}: the header has no schema_version")
-            if v > SCHEMA_VERSION:
-                raise RecordingError(
-                    f"{path} was written by a newer tokmon (schema {v}; this "
-                    f"tokmon {__version__} reads up to {SCHEMA_VERSION}): upgrade tokmon"
-                )
-            _check_header(obj, path)
-            rec = Recording(path=path, header=obj)
-            continue
-        if k == "header" and cont is None:
-            # a later session appended to the same file (--append): the last one is read
-            _check_header(obj, path)
-            earlier = rec.sessions
-            rec = Recording(path=path, header=obj, sessions=earlier + 1)
-            vocab, parts, batch, kept, facts, req_lines = {}, [], [], [], [], 0
-            continue
-        if k == "r":
-            kept.append(_columns(batch, vocab, parts))  # keep the order of the file
-            batch = []
-            req_lines += 1
+    rows = cont.requests.n if cont is not None else 0
+    timeline: list[tuple[int, Fact]] = []
+    for item in items:
+        if isinstance(item, Session):
+            rec, parts, rows, timeline = item.rec, [], 0, []
+        elif isinstance(item, Requests):
+            parts.append(item.table)
+            rows += item.table.n
+        else:
+            timeline.append((rows, item))
+    assert rec is not None  # (a scan begins with its Session or raises)
+    vocab = rec.requests.vocab
+    # (following, the table a replay holds must stay whole: join without freeing)
+    rec.requests = RequestTable.concat(parts, vocab, free=cont is None)
+    rec.timeline.extend(timeline)
+    return rec
+
+
+def scan(
+    path: str,
+    *,
+    cont: Recording | None = None,
+    series: bool = True,
+    cut: tuple[type, ...] | None = None,
+) -> Iterator[Item]:
+    """One pass over a recording, in the order of the file: a ``Session`` first, then
+    every fact, the requests as ``Requests`` batches of at most ``BATCH`` rows (never the
+    whole run in memory). A rotated run (``--record-rotate``) is read part after part as
+    one run; a part named on its own is read alone.
+
+    ``cont``: follow mode, going on from where ``cont`` stopped. ``series``: keep the
+    token buckets and probe samples in ``rec.ticks``/``rec.samples`` (for the HTML
+    report's charts; a day of them is large). ``cut``: the facts before which the
+    request rows are handed over (default: before every fact; the report's fold takes
+    them before events and ticks only, as ``fold_of`` does)."""
+    st = _Scan(path, cont, series, cut)
+    yield from st.file(path, cont.offset or 0 if cont is not None else 0)
+    rec = st.rec
+    if rec is None:
+        raise RecordingError(f"{path} is empty or not a tokmon recording")
+    if cont is None:
+        for part_path in st.parts_after():
+            yield from st.file(part_path, 0)
+    if rec.t_end is None:
+        rec.truncated = True
+
+
+class _Foreign(Exception):
+    """A file named as a later part whose header is another run's."""
+
+
+class _Scan:
+    """What one pass holds: the recording so far and the request lines not yet parsed."""
+
+    def __init__(
+        self, path: str, cont: Recording | None, series: bool, cut: tuple[type, ...] | None
+    ) -> None:
+        self.path = path
+        self.rec = cont
+        self.cont = cont
+        self.series = series
+        self.cut = cut
+        self.vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
+        self.part = 0  # the part being read (0: a run not rotated)
+
+    # ------------------------------------------------------------------ parts
+    def parts_after(self) -> list[str]:
+        """The later parts of a rotated run whose first part was read (in order); a part
+        that is missing is named in ``rec.missing``, and the parts after it still read."""
+        rec = self.rec
+        rot = (rec.header.get("rotation") if rec is not None else None) or {}
+        if rec is None or rot.get("part") != 1:
+            return []
+        found = part_numbers(self.path)
+        out = []
+        for k in range(2, max(found, default=1) + 1):
+            if k in found:
+                out.append(part_path(self.path, k))
+            else:
+                rec.missing.append(part_path(self.path, k))
+        return out
+
+    # ------------------------------------------------------------------ one file
+    def file(self, path: str, offset: int) -> Iterator[Item]:
+        lines = _Lines(path, offset)
+        batch: list[bytes] = []  # request lines not yet parsed
+        held: list[tuple[int, Fact]] = []  # facts after them: (request lines before, fact)
+        first = True  # (a part's first line: its header)
+        n_lines = 0
+        for line, is_cut in lines:
+            if is_cut:
+                if self.rec is not None and self.cont is None:
+                    self.rec.truncated = True  # (following, a half-written line is normal)
+                break
+            n_lines += 1
+            if line.startswith(b'{"k":"r",') and self.rec is not None and not first:
+                batch.append(line)  # parsed a batch at a time: millions of these
+                if len(batch) >= BATCH:
+                    yield from self._flush(batch, held)
+                    batch, held = [], []
+                continue
             try:
-                kept.append(_append(RequestTable.from_lines([obj], vocab), parts))
-            except (KeyError, TypeError, ValueError, OverflowError):
-                kept.append(np.zeros(1, dtype=bool))
-            continue
+                obj = _loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError
+            except (ValueError, UnicodeDecodeError, _DecodeError):
+                if self.rec is None or first:
+                    raise RecordingError(
+                        f"{path} is not a tokmon recording (line 1 is not JSON)"
+                    ) from None
+                self.rec.corrupt += 1
+                continue
+            k = obj.get("k")
+            if first and (self.rec is None or self.cont is None):
+                first = False
+                try:
+                    item = self._header(obj, path)
+                except _Foreign:
+                    assert self.rec is not None
+                    self.rec.missing.append(f"{path} (the part of another run)")
+                    return
+                if item is not None:
+                    yield item
+                continue
+            first = False
+            if k == "header" and self.cont is None:
+                # a later session appended to the same file (--append): the last one is read
+                _check_header(obj, path)
+                assert self.rec is not None
+                earlier = self.rec.sessions
+                self.vocab = {}
+                self.rec = Recording(path=path, header=obj, sessions=earlier + 1,
+                                     requests=RequestTable.empty(self.vocab))  # fmt: skip
+                batch, held = [], []
+                yield Session(self.rec)
+                continue
+            if k == "r":
+                batch.append(line)  # (keys in another order: parsed with its batch)
+                continue
+            if obj.get("carried") and self.part > 1:
+                continue  # a part's repeat of the run's state: the parts before said it
+            fact = self._fact(obj, k)
+            if fact is not None:
+                held.append((len(batch), fact))
+                t = getattr(fact, "t", None)
+                if isinstance(t, int) and self.rec is not None and t > self.rec.t_seen:
+                    self.rec.t_seen = t
+        rec = self.rec
+        if rec is None:
+            raise RecordingError(f"{path} is empty or not a tokmon recording")
+        yield from self._flush(batch, held)
+        rec = self.rec
+        assert rec is not None
+        rec.lines += n_lines
+        rec.offset = None if lines.gzip or self.part > 1 else lines.offset
+        if lines.cut:
+            rec.truncated = True
+
+    def _header(self, obj: dict[str, Any], path: str) -> Session | None:
+        """A file's first line: the run's header, or the header of a later part."""
+        if obj.get("k") != "header":
+            raise RecordingError(f"{path} is not a tokmon recording (no header line)")
+        v = obj.get("schema_version")
+        if not isinstance(v, int):
+            raise RecordingError(f"{path}: the header has no schema_version")
+        if v > SCHEMA_VERSION:
+            raise RecordingError(
+                f"{path} was written by a newer tokmon (schema {v}; this "
+                f"tokmon {__version__} reads up to {SCHEMA_VERSION}): upgrade tokmon"
+            )
+        _check_header(obj, path)
+        rot = obj.get("rotation")
+        part = rot.get("part") if isinstance(rot, dict) else None
+        if self.rec is None:
+            self.part = part if isinstance(part, int) and part > 0 else 0
+            self.rec = Recording(path=path, header=obj, requests=RequestTable.empty(self.vocab))
+            if self.part > 1:
+                # (read alone, a later part is a run of its own: its repeat of the
+                # run's state is what it starts from)
+                self.rec.part = self.part
+                self.part = 1
+            return Session(self.rec)
+        first = self.rec.header.get("rotation") or {}
+        if (
+            not isinstance(part, int)
+            or not isinstance(rot, dict)
+            or (rot.get("run") != first.get("run"))
+        ):
+            raise _Foreign
+        self.part = part
+        return None
+
+    def _fact(self, obj: dict[str, Any], k: Any) -> Fact | None:
+        rec = self.rec
+        assert rec is not None
         try:
             fact: Fact | None = None
             if k == "tok":
                 got = [(_t(t), str(a), int(c)) for t, a, c in obj["v"]]
-                rec.ticks.extend(got)
+                if self.series:
+                    rec.ticks.extend(got)
                 fact = Tokens(tuple(TokenTick(t, a, c) for t, a, c in got))
             elif k == "p":
                 smp = (_t(obj["t"]), str(obj["src"]), dict(obj["v"]))
-                rec.samples.append(smp)
+                if self.series:
+                    rec.samples.append(smp)
                 fact = Sample(*smp)
             elif k == "e":
                 fact = Event(
@@ -318,29 +472,39 @@ def _read(path: str, cont: Recording | None = None) -> Recording:
             elif k == "gap":
                 rec.gaps.append({kk: vv for kk, vv in obj.items() if kk != "k"})
                 rec.lost_lines += int(obj.get("lines") or 0)
-            if fact is not None:
-                facts.append((req_lines, fact))
+            return fact
         except (KeyError, TypeError, ValueError):
             rec.corrupt += 1
-    if rec is None:
-        raise RecordingError(f"{path} is empty or not a tokmon recording")
-    kept.append(_columns(batch, vocab, parts))
-    mask = np.concatenate(kept) if kept else np.zeros(0, dtype=bool)
-    rec.corrupt += int((~mask).sum())
-    # a fact's place: the request *rows* before it (a corrupt line is not a row)
-    rows_before = np.concatenate([[0], np.cumsum(mask)])
-    rec.timeline.extend((base + int(rows_before[n]), f) for n, f in facts)
-    # (following, the table a replay holds must stay whole: join without freeing)
-    rec.requests = (
-        RequestTable.concat(parts, vocab, free=cont is None) if parts else RequestTable.empty(vocab)
-    )
-    rec.lines += n_lines
-    rec.offset = None if lines.gzip else lines.offset
-    if lines.cut:
-        rec.truncated = True
-    if rec.t_end is None:
-        rec.truncated = True
-    return rec
+            return None
+
+    def _flush(self, batch: list[bytes], held: list[tuple[int, Fact]]) -> Iterator[Item]:
+        """The batch's requests as columns, handed over between the facts in the order
+        of the file (a fact's place: the request *rows* before it; a corrupt line is not
+        a row)."""
+        rec = self.rec
+        assert rec is not None
+        parts: list[RequestTable] = []
+        mask = _columns(batch, self.vocab, parts)
+        rec.corrupt += int((~mask).sum())
+        tb = RequestTable.concat(parts, self.vocab) if len(parts) > 1 else (
+            parts[0] if parts else None)  # fmt: skip
+        rows_before = np.concatenate([[0], np.cumsum(mask)]) if batch else None
+        if tb is not None and tb.n:
+            rec.t_seen = max(rec.t_seen, int(tb.cols["t_end"].max()))
+        lo = 0
+        for n, fact in held:
+            if (
+                tb is not None
+                and rows_before is not None
+                and (self.cut is None or isinstance(fact, self.cut))
+            ):
+                rows = int(rows_before[n])
+                if rows > lo:
+                    yield Requests(tb.slice(lo, rows))
+                    lo = rows
+            yield fact
+        if tb is not None and lo < tb.n:
+            yield Requests(tb.slice(lo, tb.n) if lo else tb)
 
 
 def _sent(obj: dict[str, Any]) -> SentPrompt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import secrets as secrets_module
 import sys
 import threading
 import time
@@ -16,6 +17,7 @@ from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import Event, RequestRecord, SentPrompt
 from tokmon.model.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError
+from tokmon.recording.parts import part_path
 from tokmon.textsafe import dumps, open_private
 
 
@@ -49,6 +51,10 @@ def environment() -> dict[str, Any]:
     }
 
 
+# The events whose last one a later part repeats (``carried``): what the run was doing
+# when the part began -- the arm, the load level, the ladder step, a pause.
+CARRIED = ("arm", "level", "step", "ladder", "pause")
+
 # Bytes that could not be written (a full disk) are kept for the next try up to this
 # much; beyond it they are dropped, counted, and marked in the file when writing resumes.
 MAX_PENDING = 256 << 20
@@ -65,8 +71,25 @@ class Recorder:
     make the run's exit code non-zero.
     """
 
-    def __init__(self, path: str, *, secrets: tuple[str, ...] = (), chunks: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        secrets: tuple[str, ...] = (),
+        chunks: bool = False,
+        rotate_s: float | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
         self.path = path
+        # --record-rotate / --record-max-size: a new part at the first tick past either
+        self.rotate_ns = int(rotate_s * 1e9) if rotate_s else None
+        self.max_bytes = max_bytes or None
+        self.part = 1
+        self.part_path = path  # the file being written
+        self._part_t0 = 0  # when the part began (ns since the start)
+        self._part_bytes = 0  # bytes written to it
+        self._header: dict[str, Any] = {}
+        self._state: dict[str, dict[str, Any]] = {}  # the last event of each CARRIED kind
         self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
         self.chunks = chunks
         self.t0 = 0
@@ -101,20 +124,63 @@ class Recorder:
         if self.path.endswith(".gz"):
             self._gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing
         self.active = True
-        self._write(
-            {
-                "k": "header",
-                "schema_version": SCHEMA_VERSION,
-                **header,
-                "t0_ns": 0,
-                # The times in this file are relative to this perf_counter reading (on
-                # Linux the system-wide monotonic clock): other processes' stamps compare.
-                "t0_perf_ns": t0,
-            }
-        )
+        self._header = {
+            "k": "header",
+            "schema_version": SCHEMA_VERSION,
+            **header,
+            "t0_ns": 0,
+            # The times in this file are relative to this perf_counter reading (on
+            # Linux the system-wide monotonic clock): other processes' stamps compare.
+            "t0_perf_ns": t0,
+        }
+        if self.rotating:
+            run = secrets_module.token_hex(8)  # (which parts belong together)
+            self._header["rotation"] = {"part": 1, "run": run, "from_ns": 0}
+        self._write(self._header)
         self.flush()
         self._thread = threading.Thread(target=self._flusher, name="tokmon-recorder", daemon=True)
         self._thread.start()
+
+    @property
+    def rotating(self) -> bool:
+        return self.rotate_ns is not None or self.max_bytes is not None
+
+    def _rotate_due(self, t: int) -> bool:
+        if self.rotate_ns is not None and t - self._part_t0 >= self.rotate_ns:
+            return True
+        return self.max_bytes is not None and self._part_bytes >= self.max_bytes
+
+    def _rotate(self, t: int) -> None:
+        """Go on in the next part: this one is finished (a whole gzip stream), the next
+        begins with the header and the run's state, so that it reads alone."""
+        nxt = part_path(self.path, self.part + 1)
+        try:
+            raw = open_private(nxt, append=False, replace_any=True)
+        except OSError as e:
+            if self.on_error is not None:  # (the run goes on in the part it has)
+                self.on_error(f"recording: cannot begin {nxt}: {e.strerror or e}")
+            self._part_t0 = t  # (tried again a period later, not at every tick)
+            return
+        self.flush()
+        with self.lock:
+            old, gz = self._raw, self._gz
+            try:
+                if old is not None:
+                    if gz is not None:
+                        old.write(gz.flush(zlib.Z_FINISH))
+                    old.close()
+            except (OSError, ValueError):
+                pass
+            self._raw = raw
+            self._gz = zlib.compressobj(6, zlib.DEFLATED, 31) if self._gz is not None else None
+            self.part += 1
+            self.part_path = nxt
+            self._part_t0 = t
+            self._part_bytes = 0
+        rot = {**self._header["rotation"], "part": self.part, "from_ns": t}
+        self._write({**self._header, "rotation": rot})
+        for line in sorted(self._state.values(), key=lambda d: d["t"]):
+            self._write({**line, "carried": True})
 
     def _flusher(self) -> None:
         while not self._stop.wait(0.5):
@@ -151,6 +217,7 @@ class Recorder:
             try:
                 while data:
                     n = self._raw.write(data)
+                    self._part_bytes += n or 0
                     data = data[n or 0 :]
             except (OSError, ValueError) as e:
                 self._pending, self._pending_lines = data, n_lines
@@ -207,8 +274,11 @@ class Recorder:
         if not self.active:
             return
         if isinstance(f, Event):
-            self._write({"k": "e", "t": f.t, "kind": f.kind, "msg": f.message, "data": f.data,
-                         "wall": f.wall})  # fmt: skip
+            line = {"k": "e", "t": f.t, "kind": f.kind, "msg": f.message, "data": f.data,
+                    "wall": f.wall}  # fmt: skip
+            self._write(line)
+            if f.kind in CARRIED and self.rotating:
+                self._state[f.kind] = line
         elif isinstance(f, Tokens):
             self._write({"k": "tok", "v": [[b.t, b.arm, b.tokens] for b in f.buckets]})
         elif isinstance(f, Sample):
@@ -219,6 +289,8 @@ class Recorder:
             self._write(
                 {"k": "tick", "t": f.t, "final": True} if f.final else {"k": "tick", "t": f.t}
             )
+            if self.rotating and not f.final and self._rotate_due(f.t):
+                self._rotate(f.t)
         elif isinstance(f, Requests):
             raise TypeError("requests are written as their lines (request_lines)")
 

@@ -11,8 +11,18 @@ import numpy as np
 
 from tokmon.recording.reader import Recording
 from tokmon.report.html_verdict import arm_colour, verdict_html
-from tokmon.report.text import escape, groups, render_text
+from tokmon.report.text import escape, render_text
 from tokmon.textsafe import dumps
+
+
+def groups(keys: np.ndarray, idx: np.ndarray) -> dict[int, np.ndarray]:
+    """Rows ``idx`` split by ``keys`` (one sort, not one pass per key)."""
+    if idx.size == 0:
+        return {}
+    k = keys[idx]
+    order = np.argsort(k, kind="stable")
+    ks, starts = np.unique(k[order], return_index=True)
+    return {int(key): part for key, part in zip(ks, np.split(idx[order], starts[1:]), strict=True)}
 
 
 def resolution(end_s: float) -> float:

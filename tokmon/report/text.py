@@ -12,125 +12,26 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold, listed_events
 from tokmon.model.table import REQUEST_KEYS
-from tokmon.model.trend import can_tell, drift
 from tokmon.model.words import count
 from tokmon.model.workload import describe_load
-from tokmon.recording.play import fold_of, settings_of, summary_of
+from tokmon.recording.play import (
+    Folded,
+    end_of,
+    fold_of,
+    fold_report,
+    held,
+    settings_of,
+    summary_of,
+)
 from tokmon.recording.reader import Recording
 from tokmon.report.split_text import split_lines
 from tokmon.report.summary_text import alert_lines, fmt_ms, summary_table
 from tokmon.textsafe import clean_text, csv_cell, dumps
 
 FORMATS = ("text", "md", "json", "csv", "html")
-
-
-def _ok_mask(rec: Recording) -> np.ndarray:
-    """Rows every whole-run figure is made of: ok, not warm-up, not settling."""
-    tb = rec.requests
-    c = tb.cols
-    return (c["outcome"] == tb.code("outcome", "ok")) & ~c["warmup"] & ~c["settle"]
-
-
-def groups(keys: np.ndarray, idx: np.ndarray) -> dict[int, np.ndarray]:
-    """Rows ``idx`` split by ``keys`` (one sort, not one pass per key)."""
-    if idx.size == 0:
-        return {}
-    k = keys[idx]
-    order = np.argsort(k, kind="stable")
-    ks, starts = np.unique(k[order], return_index=True)
-    return {int(key): part for key, part in zip(ks, np.split(idx[order], starts[1:]), strict=True)}
-
-
-def _median(v: np.ndarray) -> float | None:
-    v = v[~np.isnan(v)]
-    return float(np.median(v)) if v.size else None
-
-
-def segments(rec: Recording) -> list[dict[str, Any]]:
-    """Per-segment figures (a segment: a stretch during which one arm was active)."""
-    arms = rec.arms
-    bounds: list[tuple[int, str, int]] = [(0, arms[0], 0)]
-    for ev in rec.events:
-        if ev.kind == "arm" and isinstance(ev.data.get("arm"), str):
-            bounds.append((len(bounds), str(ev.data["arm"]), ev.t))
-    end = rec.t_end if rec.t_end is not None else rec.last_t
-    tb = rec.requests
-    c = tb.cols
-    counted = ~c["warmup"] & ~c["settle"]
-    ok = c["outcome"] == tb.code("outcome", "ok")
-    by_seg = groups(c["segment"], np.flatnonzero(counted))
-    out = []
-    none = np.empty(0, dtype=np.int64)
-    for i, (seg, arm, t0) in enumerate(bounds):
-        t1 = bounds[i + 1][2] if i + 1 < len(bounds) else end
-        rs = by_seg.get(seg, none)
-        oks = rs[ok[rs]]
-        out.append(
-            {
-                "segment": seg,
-                "arm": arm,
-                "start_s": t0 / 1e9,
-                "duration_s": (t1 - t0) / 1e9,
-                "ok": int(oks.size),
-                "failed": int(rs.size - oks.size),
-                "decode_p50": _median(c["decode_tps"][oks]),
-                "ttft_p50": _median(c["ttft_ms"][oks]),
-            }
-        )
-    return out
-
-
-def counted_ok_by_arm(rec: Recording) -> dict[str, np.ndarray]:
-    """Rows of the requests every whole-run figure is made of, per arm."""
-    tb = rec.requests
-    return {
-        tb.vocab["arm"][a]: rows
-        for a, rows in groups(tb.cols["arm"], np.flatnonzero(_ok_mask(rec))).items()
-    }
-
-
-MIN_DRIFT_SPAN_S = 600.0  # a regime shorter than this cannot bound a drift of a few %/h
-
-
-def drifts(
-    rec: Recording, regimes: list[float], limit_pct_h: float
-) -> dict[str, list[dict[str, Any]]]:
-    """Drift per arm and per regime (a trend is never fitted across a change the user
-    made); a regime too short for its interval to tell a drift of ``limit_pct_h`` from none
-    (narrower than it, or wholly beyond it) gets no figure, only "too short to tell"."""
-    c = rec.requests.cols
-    bounds = [*regimes, float("inf")]
-    out: dict[str, list[dict[str, Any]]] = {}
-    for arm, rows in counted_ok_by_arm(rec).items():
-        t = c["t_end"][rows] / 1e9
-        found = []
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            sel = (t >= lo) & (t < hi)
-            if not sel.any():
-                continue
-            span = float(t[sel].max() - t[sel].min())
-            d: dict[str, Any] = {}
-            for key, col in (
-                ("decode_tokens_per_s", "decode_tps"),
-                ("ttft_ms", "ttft_ms"),
-                ("tpot_ms", "tpot_ms"),
-            ):
-                v = c[col][rows][sel]
-                m = ~np.isnan(v)
-                r = drift(t[sel][m], v[m]) if m.any() and span >= MIN_DRIFT_SPAN_S else None
-                if r is not None and not can_tell(r["ci95"][0], r["ci95"][1], limit_pct_h):
-                    r = None  # its interval cannot tell a drift that matters from none
-                d[key] = r
-            found.append({"from_s": round(max(lo, float(t[sel].min())), 3),
-                          "to_s": round(float(t[sel].max()), 3), "span_s": round(span, 3),
-                          "drift": d})  # fmt: skip
-        out[arm] = found
-    return out
 
 
 def longest_regime_s(starts: list[float], end_s: float) -> float:
@@ -153,45 +54,6 @@ def change_points(fold: Fold) -> dict[str, list[dict[str, Any]]]:
                 "change_pct": cp.change_pct,
             }
         )
-    return out
-
-
-def jitter(rec: Recording) -> dict[str, dict[str, Any]]:
-    """Spread of TPOT (p99/p50, coefficient of variation) and of chunk gaps, per arm."""
-    tb = rec.requests
-    c = tb.cols
-    out: dict[str, dict[str, Any]] = {}
-    for arm, rows in counted_ok_by_arm(rec).items():
-        tp = c["tpot_ms"][rows]
-        tp = tp[~np.isnan(tp)]
-        d: dict[str, Any] = {"stalls": int(c["stalls"][rows].sum())}
-        if tp.size >= 2:
-            d["tpot_p99_over_p50"] = float(np.percentile(tp, 99) / np.median(tp))
-            d["tpot_cv"] = float(tp.std() / tp.mean())
-        if tb.gaps is not None:
-            gaps = [np.frombuffer(tb.gaps[i], dtype="<f4") for i in rows if tb.gaps[i]]
-            if gaps:
-                g = np.concatenate(gaps)
-                d["gap_p50_ms"] = float(np.median(g))
-                d["gap_p99_over_p50"] = float(np.percentile(g, 99) / np.median(g))
-        mg = c["max_gap_ms"][rows]
-        mg = mg[~np.isnan(mg)]
-        if mg.size:
-            d["max_gap_ms"] = float(mg.max())
-        out[arm] = d
-    return out
-
-
-def errors_by_class(rec: Recording) -> dict[str, dict[str, int]]:
-    tb = rec.requests
-    c = tb.cols
-    out: dict[str, dict[str, int]] = {}
-    failed = np.flatnonzero(c["outcome"] != tb.code("outcome", "ok"))
-    for a, rows in groups(c["arm"], failed).items():
-        codes, counts = np.unique(c["outcome"][rows], return_counts=True)
-        out[tb.vocab["arm"][a]] = {
-            tb.vocab["outcome"][o]: int(n) for o, n in zip(codes, counts, strict=True)
-        }
     return out
 
 
@@ -219,18 +81,26 @@ def capacity(rec: Recording, summary: dict[str, Any], target_rate: float | None)
     return out
 
 
-def report_data(rec: Recording, target_rate: float | None = None) -> dict[str, Any]:
-    fold = fold_of(rec)
+def report_data(
+    rec: Recording, target_rate: float | None = None, folded: Folded | None = None
+) -> dict[str, Any]:
+    """Every figure of a report. ``folded``: the recording already folded as it was read
+    (``stream_report``: a long one is never held); else ``rec`` is folded whole."""
+    folded = folded or fold_report(held(rec))
+    rec, fold, an = folded.rec, folded.fold, folded.analyses
     return {
         "summary": (summary := summary_of(rec, fold)),
         "capacity": capacity(rec, summary, target_rate),
-        "segments": segments(rec),
-        "drift": drifts(rec, fold.regimes, fold.settings.drift_alert_pct_h),
+        "segments": an.segments.table(rec.events, rec.arms, end_of(rec)),
+        "drift": an.drift.figures(),
         "drift_limit": fold.settings.drift_alert_pct_h,
+        "drift_late": an.drift.late,
         "change_points": change_points(fold),
         "longest_regime_s": longest_regime_s(fold.regimes, summary["duration_s"]),
-        "jitter": jitter(rec),
-        "errors": errors_by_class(rec),
+        "jitter": an.jitter.figures(),
+        "errors": an.errors.figures(),
+        "missing_parts": list(rec.missing),
+        "part": rec.part,
         "environment": environment_block(rec),
         "truncated": rec.truncated,
         "corrupt_lines": rec.corrupt,
@@ -332,6 +202,20 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
         )
     for g in data.get("paused") or []:
         out.append(f"NOTE: recording paused from {g['from'] / 1e9:.1f} s to {g['to'] / 1e9:.1f} s.")
+    for m in data.get("missing_parts") or []:
+        out.append(f"NOTE: a part of this rotated run is missing: {clean_text(m, False)}; "
+                   "the figures cover the parts read.")  # fmt: skip
+    if data.get("part"):
+        out.append(
+            f"NOTE: part {data['part']} of a rotated run, read alone: the figures cover this "
+            "part (report the first part to read the whole run)."
+        )
+    late = sum(s.get("late", 0) for s in data["segments"]) + data.get("drift_late", 0)
+    if late:
+        out.append(
+            f"NOTE: {count(late, 'request')} ended after its segment or regime was settled: "
+            "counted, left out of that segment's medians and drift."
+        )
     if data.get("sessions", 1) > 1:
         out.append(
             f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."

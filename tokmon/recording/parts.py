@@ -1,0 +1,44 @@
+"""The parts of a rotated recording (``--record-rotate``, ``--record-max-size``): the
+first is the file named, the later ones beside it, numbered. Each part begins with the
+run's header (its ``rotation`` says which part it is and of which run) and the run's
+state at that moment (the last arm switch, load level, ladder step and pause, marked
+``carried``), so that a part is readable alone; read from the first, the parts are one
+run and the carried lines are skipped."""
+
+from __future__ import annotations
+
+import os
+import re
+
+
+def part_path(path: str, k: int) -> str:
+    """Part ``k`` of a rotated recording: the first is the file named, the others beside
+    it numbered (``run.jsonl.gz`` → ``run.part002.jsonl.gz``)."""
+    if k <= 1:
+        return path
+    d, name = os.path.split(path)
+    stem, dot, ext = name.partition(".")
+    return os.path.join(d, f"{stem}.part{k:03d}{dot}{ext}")
+
+
+def part_numbers(path: str) -> set[int]:
+    """The numbers of the later parts found beside ``path``."""
+    d, name = os.path.split(path)
+    stem, dot, ext = name.partition(".")
+    pat = re.compile(re.escape(stem) + r"\.part(\d{3,})" + re.escape(dot + ext) + "$")
+    try:
+        names = os.listdir(d or ".")
+    except OSError:
+        return set()
+    return {int(m.group(1)) for n in names if (m := pat.match(n))}
+
+
+def run_bytes(path: str) -> int:
+    """The size of a recording with all its parts (0 where none is written yet)."""
+    total = 0
+    for p in [path, *(part_path(path, k) for k in sorted(part_numbers(path)))]:
+        try:
+            total += os.stat(p).st_size
+        except OSError:
+            pass
+    return total
