@@ -73,9 +73,7 @@ def test_a_rotated_run_reads_as_one_run(rotated, tmp_path):
     rec, live = rotated
     parts = sorted(part_numbers(str(rec)))
     assert len(parts) >= 5, parts  # seven seconds, a part a second (at the first tick past)
-    assert run_bytes(str(rec)) == sum(
-        os.path.getsize(part_path(str(rec), k)) for k in [1, *parts]
-    )
+    assert run_bytes(str(rec)) == sum(os.path.getsize(part_path(str(rec), k)) for k in [1, *parts])
     r = tokmon("report", str(rec), "--format", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == live  # every part, as the live run folded them

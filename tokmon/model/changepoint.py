@@ -239,9 +239,12 @@ class StepWatch:
             width = WATCHED[metric][1]
             open_ = (t_end_s // width + 1) * width + LAG_S > self.last_close
             m = keep & open_ & ~np.isnan(vals)
-            for b, v in zip((t_end_s[m] // width).astype(np.int64).tolist(), vals[m].tolist(),
-                            strict=True):  # fmt: skip
-                self.bins.setdefault((arm, metric, b), []).append(v)
+            if not m.any():
+                continue
+            bins, vs = (t_end_s[m] // width).astype(np.int64), vals[m]
+            # a batch spans a bin or two: one list extension per bin, not per value
+            for b in np.unique(bins).tolist():
+                self.bins.setdefault((arm, metric, b), []).extend(vs[bins == b].tolist())
 
     def token_bucket(self, arm: str, t_s: float, n: int) -> None:
         if t_s >= self.t0 and int(t_s) + 1 + LAG_S > self.last_close:

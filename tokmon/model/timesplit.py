@@ -62,6 +62,7 @@ class TtftSplit:
     n: int = 0  # requests the split covers
     mismatched: int = 0  # requests whose remainder was below −1 ms
     front_holds: tuple[str, ...] = ()  # the parts not reported, inside the remainder
+    of: int = 0  # past ROWS requests: how many the uniform sample of ``n`` was drawn from
 
     @property
     def mismatch(self) -> bool:
@@ -79,6 +80,7 @@ class TtftSplit:
             "n": self.n,
             "mismatched": self.mismatched,
             "front_holds": list(self.front_holds),
+            **({"sampled_of": self.of} if self.of else {}),
         }
 
 
@@ -93,6 +95,7 @@ class TpotSplit:
     source: str = ""
     stat: str = "p50"
     n: int = 0
+    of: int = 0  # past ROWS requests: how many the uniform sample of ``n`` was drawn from
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +105,7 @@ class TpotSplit:
             "source": self.source or None,
             "stat": self.stat,
             "n": self.n,
+            **({"sampled_of": self.of} if self.of else {}),
         }
 
 
@@ -394,6 +398,7 @@ def _ttft(a: _Arm, rtt: float | None, client: Quantiles) -> TtftSplit:
             n=n,
             mismatched=int(bad.sum()),
             front_holds=holds + (() if has_q.all() else ("queue",)),
+            of=a.server.seen if a.server.sampled else 0,
         )
         if not split.mismatch and good.size:
             split = dataclasses.replace(split, front=float(np.median(np.maximum(good, 0.0))))
@@ -435,6 +440,7 @@ def _tpot(a: _Arm, client: Quantiles) -> TpotSplit:
             source="per-request",
             stat="p50",
             n=int(has.sum()),
+            of=a.decode.seen if a.decode.sampled else 0,
         )
     h = a.hist
     mean = client.mean()

@@ -17,15 +17,23 @@ def part_path(path: str, k: int) -> str:
     if k <= 1:
         return path
     d, name = os.path.split(path)
-    stem, dot, ext = name.partition(".")
-    return os.path.join(d, f"{stem}.part{k:03d}{dot}{ext}")
+    stem, ext = _split(name)
+    return os.path.join(d, f"{stem}.part{k:03d}{ext}")
+
+
+def _split(name: str) -> tuple[str, str]:
+    """A file name's stem and its recording extension (``.jsonl.gz`` whole)."""
+    for ext in (".jsonl.gz", ".json.gz", ".ndjson.gz"):
+        if name.endswith(ext) and len(name) > len(ext):
+            return name[: -len(ext)], ext
+    return os.path.splitext(name)
 
 
 def part_numbers(path: str) -> set[int]:
     """The numbers of the later parts found beside ``path``."""
     d, name = os.path.split(path)
-    stem, dot, ext = name.partition(".")
-    pat = re.compile(re.escape(stem) + r"\.part(\d{3,})" + re.escape(dot + ext) + "$")
+    stem, ext = _split(name)
+    pat = re.compile(re.escape(stem) + r"\.part(\d{3,})" + re.escape(ext) + "$")
     try:
         names = os.listdir(d or ".")
     except OSError:

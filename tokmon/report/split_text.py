@@ -69,7 +69,14 @@ def _scope(t: dict[str, Any]) -> str:
     src = t.get("source")
     if not src:
         return "no server figures"
-    return f"whole run {t.get('stat')} · {src} · {t.get('n')} req"
+    return f"whole run {t.get('stat')} · {src} · {_req(t)}"
+
+
+def _req(t: dict[str, Any]) -> str:
+    """``1200 req``, or past the split's bound ``a sample of 16384 of 2100000 req``."""
+    of = t.get("sampled_of")
+    n = t.get("n") or 0
+    return f"a sample of {n} of {of} req" if of else f"{n} req"
 
 
 def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
@@ -87,7 +94,8 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
             [
                 f"TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}",
                 f"stream {ms(_f(p.get('stream')))}",
-                f"(whole run {p.get('stat')}, {p.get('source')})",
+                f"(whole run {p.get('stat')}, {p.get('source')}"
+                + (f", {_req(p)})" if p.get("sampled_of") else ")"),
             ],
             "  ",
             width,
@@ -108,7 +116,7 @@ def kind_line(kind: str, sp: dict[str, Any]) -> str:
     tail = f" · TPOT {ms(_f(p.get('client')))}"
     if p.get("source"):
         tail += f" (server {ms(_f(p.get('server_step')))})"
-    return head + (" = " + " + ".join(parts) if parts else "") + tail + f" · {t.get('n') or 0} req"
+    return head + (" = " + " + ".join(parts) if parts else "") + tail + f" · {_req(t)}"
 
 
 def causes_parts(c: dict[str, Any] | None, measured: float | None = None) -> list[str]:
