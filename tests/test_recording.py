@@ -242,6 +242,8 @@ def test_export_parquet_keeps_types_and_missing_figures(recorded, tmp_path):
         (b'{"k": "r"}\n', "no header"),
         (b'{"k": "header", "schema_version": 99}\n', "newer tokmon"),
         (b"", "empty"),
+        (b'{"k": "header", "schema_version": 1, "rotation": 5}\n', "'rotation' is int"),
+        (b'{"k": "header", "schema_version": 1, "rotation": {"part": "x"}}\n', "rotation.part"),
     ],
 )
 def test_bad_recordings(tmp_path, content, needle):

@@ -308,6 +308,11 @@ def _notes(rec: Any, path: str) -> None:
         )
     if rec.corrupt:
         say(f"tokmon report: note: {count(rec.corrupt, 'corrupt line')} skipped", err=True)
+    for m in getattr(rec, "missing", ()):
+        say(f"tokmon report: note: a part of this rotated run is missing: {m}", err=True)
+    if getattr(rec, "part", 0):
+        say(f"tokmon report: note: {path} is part {rec.part} of a rotated run, read alone",
+            err=True)  # fmt: skip
 
 
 def _report_runs(args: argparse.Namespace, files: list[str], others: list[str]) -> int:

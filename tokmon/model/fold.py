@@ -385,14 +385,16 @@ class Fold:
         return out
 
     def close_seconds(self, t: int) -> None:
-        """A tick of a report: the step detector's seconds close as they did live."""
+        """A tick of a report (or passed over while a replay seeks): the window moves on
+        (a report streamed from a file holds no more requests than the live run did) and
+        the step detector's seconds close as they did live; nothing is drawn."""
         self.t_last = t
+        self._trim(t)
         for arm, cp, _ in self.watch.close(t / 1e9):
             self.change_points.append((arm, cp))
 
     def skip_tick(self, t: int) -> None:
-        """A tick passed over while a replay seeks: the window moves on, nothing is drawn."""
-        self._trim(t)
+        """A tick passed over while a replay seeks."""
         self.close_seconds(t)
 
     def seek_tick(self, t: int) -> None:

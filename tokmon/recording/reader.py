@@ -605,6 +605,7 @@ _HEADER_TYPES: dict[str, tuple[type, ...]] = {
     "gpu": (dict,),
     "servers": (dict,),
     "fold": (dict,),
+    "rotation": (dict,),
 }
 
 
@@ -624,6 +625,9 @@ def _check_header(h: dict[str, Any], path: str) -> None:
             raise bad(f"cost.{k} is not a number")
     if not all(isinstance(c, str) for c in h.get("command") or []):
         raise bad("command is not a list of words")
+    rot = h.get("rotation") or {}
+    if not isinstance(rot.get("part", 1), int) or isinstance(rot.get("part"), bool):
+        raise bad("rotation.part is not a part number")
     s = h.get("settings") or {}
     arms = s.get("arms", [])
     if not isinstance(arms, list) or len(arms) > MAX_ARMS:
