@@ -46,7 +46,6 @@ class Out:
         self.f = None
         self.z = None
         self.state: dict[str, str] = {}  # the last event of each carried kind
-        self.bytes = 0
 
     def begin(self, t_ns: int) -> None:
         from tokmon.recording.parts import part_path
@@ -67,7 +66,6 @@ class Out:
     def write(self, lines: list[str]) -> None:
         data = self.z.compress(("\n".join(lines) + "\n").encode())
         self.f.write(data)
-        self.bytes += len(data)
 
     def event(self, t: int, kind: str, msg: str, data: dict) -> str:
         line = json.dumps({"k": "e", "t": t, "kind": kind, "msg": msg, "data": data, "wall": 0},

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.fold import REGIME_KINDS
 from tokmon.model.records import Event
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
 from tokmon.model.table import RequestTable
 from tokmon.model.trend import can_tell, drift
 
-REGIME_KINDS = frozenset({"arm", "step", "level", "pause"})  # (as the fold: a user change)
 MIN_DRIFT_SPAN_S = 600.0  # a regime shorter than this cannot bound a drift of a few %/h
 DRIFT_ROWS = 1 << 16  # rows of one arm and regime a drift is taken from, at most
 OPEN = 2  # segments (regimes) held open behind the newest: requests still finishing
@@ -53,8 +53,9 @@ def _median(q: Quantiles) -> float | None:
 class _Segment:
     ok: int = 0
     failed: int = 0
-    decode: Quantiles | None = field(default_factory=Quantiles)
-    ttft: Quantiles | None = field(default_factory=Quantiles)
+    # (float64: only the open segments hold values, and their medians are exact)
+    decode: Quantiles | None = field(default_factory=lambda: Quantiles(np.float64))
+    ttft: Quantiles | None = field(default_factory=lambda: Quantiles(np.float64))
     decode_p50: float | None = None
     ttft_p50: float | None = None
     late: int = 0  # ok requests that ended after the segment was settled

@@ -389,12 +389,10 @@ class _Scan:
                 t = getattr(fact, "t", None)
                 if isinstance(t, int) and self.rec is not None and t > self.rec.t_seen:
                     self.rec.t_seen = t
-        rec = self.rec
-        if rec is None:
+        if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
         yield from self._flush(batch, held)
         rec = self.rec
-        assert rec is not None
         rec.lines += n_lines
         rec.offset = None if lines.gzip or self.part > 1 else lines.offset
         if lines.cut:
@@ -483,21 +481,16 @@ class _Scan:
         a row)."""
         rec = self.rec
         assert rec is not None
-        parts: list[RequestTable] = []
+        parts: list[RequestTable] = []  # (``_columns`` makes one table of a batch, or none)
         mask = _columns(batch, self.vocab, parts)
         rec.corrupt += int((~mask).sum())
-        tb = RequestTable.concat(parts, self.vocab) if len(parts) > 1 else (
-            parts[0] if parts else None)  # fmt: skip
-        rows_before = np.concatenate([[0], np.cumsum(mask)]) if batch else None
-        if tb is not None and tb.n:
+        tb = parts[0] if parts else None
+        rows_before = np.concatenate([[0], np.cumsum(mask)])
+        if tb is not None:
             rec.t_seen = max(rec.t_seen, int(tb.cols["t_end"].max()))
         lo = 0
         for n, fact in held:
-            if (
-                tb is not None
-                and rows_before is not None
-                and (self.cut is None or isinstance(fact, self.cut))
-            ):
+            if tb is not None and (self.cut is None or isinstance(fact, self.cut)):
                 rows = int(rows_before[n])
                 if rows > lo:
                     yield Requests(tb.slice(lo, rows))

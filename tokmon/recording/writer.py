@@ -84,8 +84,7 @@ class Recorder:
         # --record-rotate / --record-max-size: a new part at the first tick past either
         self.rotate_ns = int(rotate_s * 1e9) if rotate_s else None
         self.max_bytes = max_bytes or None
-        self.part = 1
-        self.part_path = path  # the file being written
+        self.part = 1  # the part being written (``parts.part_path``)
         self._part_t0 = 0  # when the part began (ns since the start)
         self._part_bytes = 0  # bytes written to it
         self._header: dict[str, Any] = {}
@@ -153,6 +152,9 @@ class Recorder:
     def _rotate(self, t: int) -> None:
         """Go on in the next part: this one is finished (a whole gzip stream), the next
         begins with the header and the run's state, so that it reads alone."""
+        self.flush()  # what is buffered goes to the part it belongs to
+        if self._pending:
+            return  # (a write is failing: the data held belongs to this part; next tick)
         nxt = part_path(self.path, self.part + 1)
         try:
             raw = open_private(nxt, append=False, replace_any=True)
@@ -161,7 +163,11 @@ class Recorder:
                 self.on_error(f"recording: cannot begin {nxt}: {e.strerror or e}")
             self._part_t0 = t  # (tried again a period later, not at every tick)
             return
-        self.flush()
+        rot = {**self._header["rotation"], "part": self.part + 1, "from_ns": t}
+        first = [self._line({**self._header, "rotation": rot})] + [
+            self._line({**line, "carried": True})
+            for line in sorted(self._state.values(), key=lambda d: d["t"])
+        ]
         with self.lock:
             old, gz = self._raw, self._gz
             try:
@@ -172,25 +178,27 @@ class Recorder:
             except (OSError, ValueError):
                 pass
             self._raw = raw
-            self._gz = zlib.compressobj(6, zlib.DEFLATED, 31) if self._gz is not None else None
+            self._gz = zlib.compressobj(6, zlib.DEFLATED, 31) if gz is not None else None
             self.part += 1
-            self.part_path = nxt
             self._part_t0 = t
             self._part_bytes = 0
-        rot = {**self._header["rotation"], "part": self.part, "from_ns": t}
-        self._write({**self._header, "rotation": rot})
-        for line in sorted(self._state.values(), key=lambda d: d["t"]):
-            self._write({**line, "carried": True})
+            # the header first, even before a line another thread wrote since the flush
+            self._buf[:0] = first
+            self.lines += len(first)
 
     def _flusher(self) -> None:
         while not self._stop.wait(0.5):
             self.flush()
 
-    def _write(self, obj: dict[str, Any]) -> None:
+    def _line(self, obj: dict[str, Any]) -> str:
         line = dumps(obj, compact=True)  # strict JSON: a NaN from a server becomes null
         for s in self.secrets:
             if s in line:
                 line = line.replace(s, "<redacted>")
+        return line
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        line = self._line(obj)
         with self.lock:
             self._buf.append(line)
             self.lines += 1

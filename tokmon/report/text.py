@@ -12,6 +12,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.model.analyses import DRIFT_ROWS
 from tokmon.model.changepoint import SPEAKS_AFTER_S
 from tokmon.model.fold import Fold, listed_events
 from tokmon.model.table import REQUEST_KEYS
@@ -259,6 +260,11 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
                 out.append(
                     f"{clean_text(arm, False):<10} {where:<14} {key:<20} "
                     f"{v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
+                    + (
+                        f"  (a sample of {DRIFT_ROWS:,} of {rg['sampled']:,} req)"
+                        if rg.get("sampled")
+                        else ""
+                    )  # fmt: skip
                 )
     if unknown:
         longest = data.get("longest_regime_s") or 0.0
