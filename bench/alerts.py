@@ -40,7 +40,7 @@ import tokmon.model.changepoint as cp  # noqa: E402
 from tokmon.model.arms import Arm  # noqa: E402
 from tokmon.model.config import RunConfig  # noqa: E402
 from tokmon.model.workload import LengthDist  # noqa: E402
-from tokmon.recording.play import fold_of  # noqa: E402
+from tokmon.recording.play import fold_report, held  # noqa: E402
 from tokmon.recording.reader import read_recording  # noqa: E402
 from tokmon.recording.writer import Recorder  # noqa: E402
 from tokmon.sources.live import LiveSession  # noqa: E402
@@ -83,7 +83,7 @@ def series(path: str) -> dict[str, np.ndarray]:
     real = cp.StepDetector
     cp.StepDetector = Taking  # type: ignore[misc]
     try:
-        fold_of(read_recording(path))
+        fold_report(held(read_recording(path)))
     finally:
         cp.StepDetector = real  # type: ignore[misc]
     out = {}

@@ -5,13 +5,15 @@ part reads alone; a part that is gone is named, and the rest still reads."""
 import json
 import os
 
+import numpy as np
 import pytest
 from helpers import tokmon
 
 from tokmon.model.facts import Requests
 from tokmon.recording.parts import part_numbers, part_path, run_bytes
 from tokmon.recording.play import summary_of
-from tokmon.recording.reader import Session, read_recording, scan
+from tokmon.recording.reader import Session, _part_at, read_recording, scan
+from tokmon.recording.window import Window
 from tokmon.recording.writer import Recorder
 from tokmon.report.render import render_file
 from tokmon.sim.process import SimProcess
@@ -153,3 +155,102 @@ def test_rotation_and_append_exclude_each_other():
     assert _rotation(argparse.Namespace(record_rotate="1h", record_max_size="2GB"), False) == (
         3600.0, 2 * 10**9)  # fmt: skip
     assert parse_size("1.5GiB") == int(1.5 * 2**30) and parse_size("500") == 500
+
+
+# ---------------------------------------------------------------- a window of the run
+def in_window(rec, lo_s, hi_s):
+    """Per arm, the ok requests sent and ended in [lo, hi] (from the raw columns)."""
+    whole = read_recording(str(rec))
+    c, vocab = whole.requests.cols, whole.requests.vocab
+    keep = (c["t_sched"] >= lo_s * 1e9) & (c["t_end"] <= hi_s * 1e9)
+    ok = np.array([vocab["outcome"][o] == "ok" for o in c["outcome"]], dtype=bool)
+    return {a: int((keep & ok & (c["arm"] == i)).sum()) for i, a in enumerate(vocab["arm"])}
+
+
+def test_a_window_counts_what_was_sent_and_ended_in_it(rotated):
+    rec, live = rotated
+    r = tokmon("report", str(rec), "--format", "json", "--from", "2.5s", "--to", "5.5s")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["window"] == {"from_s": 2.5, "to_s": 5.5} and s["duration_s"] == 3.0
+    want = in_window(rec, 2.5, 5.5)
+    assert {a: v["requests"]["ok"] for a, v in s["arms"].items()} == want
+    assert 0 < sum(want.values()) < sum(a["requests"]["ok"] for a in live["arms"].values())
+    # the arms took turns: the time each was measured lies in the window, and no more
+    assert 0 < sum(a["active_s"] for a in s["arms"].values()) <= 3.0
+    buckets = read_recording(str(rec)).ticks
+    for name, a in s["arms"].items():
+        arrived = sum(n for t, arm, n in buckets if arm == name and 2.5e9 <= t < 5.5e9)
+        assert a["active_tokens"] <= arrived  # no token from outside the window
+    text = tokmon("report", str(rec), "--from", "2.5s", "--to", "5.5s").stdout
+    assert "a window of the run from 0:00:02.5 to 0:00:05.5 into the run" in text
+
+
+def test_a_window_from_the_start_is_the_whole_run(rotated):
+    rec, live = rotated
+    s = json.loads(render_file(str(rec), "json", window=Window(0))[0])
+    assert s["arms"] == live["arms"] and s.get("comparison") == live.get("comparison")
+
+
+def test_a_window_reads_from_the_part_it_begins_in(rotated, tmp_path):
+    rec, _ = rotated
+    t = 4_500_000_000
+    k = _part_at(str(rec), t)
+    assert k > 1  # the parts before hold no request sent from t on: not read
+    first = next(i for i in scan(str(rec), start_ns=t) if isinstance(i, Requests))
+    assert first.table.n <= request_lines(part_path(str(rec), k))
+    one = tmp_path / "one.jsonl.gz"
+    unrotated(rec, one)
+    assert _part_at(str(one), t) == 1
+    w = Window(t, 6_500_000_000)
+    # the state carried into that part is the state the whole file reaches at t
+    assert render_file(str(rec), "json", window=w)[0] == render_file(str(one), "json", window=w)[0]
+
+
+def test_a_part_read_alone_covers_its_own_time(rotated):
+    rec, _ = rotated
+    third = part_path(str(rec), 3)
+    alone = read_recording(third)
+    t0 = alone.header["rotation"]["from_ns"]
+    s = summary_of(alone)
+    assert s["window"]["from_s"] == t0 / 1e9
+    span = s["window"]["to_s"] - s["window"]["from_s"]
+    assert 0 < sum(a["active_s"] for a in s["arms"].values()) <= span + 1e-9
+    assert {a: v["requests"]["ok"] for a, v in s["arms"].items()} == {
+        a: n for a, n in in_window_part(alone, t0).items()
+    }
+
+
+def in_window_part(rec, t0):
+    c, vocab = rec.requests.cols, rec.requests.vocab
+    ok = np.array([vocab["outcome"][o] == "ok" for o in c["outcome"]], dtype=bool)
+    keep = ok & (c["t_sched"] >= t0)
+    return {a: int((keep & (c["arm"] == i)).sum()) for i, a in enumerate(vocab["arm"])}
+
+
+def test_a_window_by_clock_time(rotated):
+    from datetime import datetime, timedelta
+
+    rec, _ = rotated
+    began = datetime.fromisoformat(read_recording(str(rec)).header["started_at"])
+    at = (began + timedelta(seconds=3)).isoformat()
+    by_clock = tokmon("report", str(rec), "-F", "json", "--from", at, "--to", "5s")
+    by_offset = tokmon("report", str(rec), "-F", "json", "--from", "3s", "--to", "5s")
+    assert by_clock.returncode == 0, by_clock.stderr
+    assert json.loads(by_clock.stdout) == json.loads(by_offset.stdout)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--from", "5s", "--to", "2s"], "--to must be later than --from"),
+        (["--from", "soon"], "--from: not a time: 'soon'"),
+        (["--from", "1999-01-01T00:00"], "--from 1999-01-01T00:00: before the run began"),
+        (["--from", "1s", "-F", "html"], "--from/--to: --format text, md or json"),
+    ],
+)
+def test_window_options_checked(rotated, args, needle):
+    rec, _ = rotated
+    r = tokmon("report", str(rec), *args)
+    assert r.returncode != 0
+    assert needle in r.stderr and "Traceback" not in r.stderr

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokmon.cli.parser import (
     EXIT_FAILED,
@@ -20,6 +20,9 @@ from tokmon.cli.parser import (
 from tokmon.cli.run import build_run, run_session
 from tokmon.model.words import count
 from tokmon.textsafe import say, write_out, write_text
+
+if TYPE_CHECKING:
+    from tokmon.recording.window import Window
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -278,6 +281,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     files, others = list(args.file), list(args.compare or [])
     if args.map and not others:
         raise UsageError("--map goes with --compare (it pairs the two runs' arms)")
+    window = _window(args, files[0])
+    if window is not None and (len(files) > 1 or others):
+        raise UsageError("--from/--to: one recording (not several, nor --compare)")
     if len(files) > 1 or len(others) > 1:
         return _report_runs(args, files, others)
     if others:
@@ -291,12 +297,67 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         _write_out(args.output, text)
     else:
-        text, rec = render_file(files[0], args.format, args.target_rate)
+        try:
+            text, rec = render_file(files[0], args.format, args.target_rate, window)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         _write_out(args.output, text)
         if args.format == "csv":
             _write_events_csv(rec, args.output)
     _notes(rec, files[0])
     return 0
+
+
+def _window(args: argparse.Namespace, path: str) -> Window | None:
+    """``--from``/``--to``: the stretch of the run to report, in ns from its start."""
+    t_from, t_to = getattr(args, "t_from", None), getattr(args, "t_to", None)
+    if t_from is None and t_to is None:
+        return None
+    from tokmon.recording.reader import header_of
+    from tokmon.recording.window import Window
+
+    head = header_of(path) or {}
+    lo = _instant(t_from, head, "--from") if t_from is not None else 0
+    hi = _instant(t_to, head, "--to") if t_to is not None else None
+    if hi is not None and hi <= lo:
+        raise UsageError("--to must be later than --from")
+    return Window(lo, hi)
+
+
+def _instant(value: str, head: dict[str, Any], opt: str) -> int:
+    """A time into the run (``18h``, ``90m``, ``3600``) or a clock time
+    (``2026-12-05T14:00``; without a zone, this machine's), in ns from the run's start
+    (the header's ``started_at``)."""
+    from datetime import datetime
+
+    from tokmon.model.workload import WorkloadError, parse_duration
+
+    try:
+        return int(round(parse_duration(value) * 1e9))
+    except WorkloadError:
+        pass
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise UsageError(
+            f"{opt}: not a time: {value!r} (a time into the run, e.g. 18h or 90m, or a "
+            "clock time, e.g. 2026-12-05T14:00)"
+        ) from None
+    try:
+        began = datetime.fromisoformat(str(head.get("started_at") or ""))
+    except ValueError:
+        raise UsageError(
+            f"{opt} {value}: the recording does not say when it began (give a time into "
+            "the run, e.g. 18h)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    if began.tzinfo is None:
+        began = began.astimezone()
+    s = (when - began).total_seconds()
+    if s < 0:
+        raise UsageError(f"{opt} {value}: before the run began ({began.isoformat()})")
+    return int(round(s * 1e9))
 
 
 def _notes(rec: Any, path: str) -> None:

@@ -179,6 +179,23 @@ def build_parser() -> Parser:
         help="with SLOs in the run: how many GPUs R requests/s would need",
     )
     rep.add_argument(
+        "--from",
+        dest="t_from",
+        default=None,
+        metavar="TIME",
+        help="report the run from TIME: a time into it (18h, 90m) or a clock time "
+        "(2026-12-05T14:00, this machine's zone unless given); of a rotated run, the "
+        "parts before are not read",
+    )
+    rep.add_argument(
+        "--to",
+        dest="t_to",
+        default=None,
+        metavar="TIME",
+        help="report the run up to TIME (as --from); the requests sent and ended "
+        "between the two count",
+    )
+    rep.add_argument(
         "--compare",
         default=None,
         nargs="+",

@@ -107,19 +107,30 @@ class SegmentFigures:
         return {"ok": sg.ok, "failed": sg.failed, "decode_p50": sg.decode_p50,
                 "ttft_p50": sg.ttft_p50, "late": sg.late}  # fmt: skip
 
-    def table(self, events: list[Event], arms: list[str], end: int) -> list[dict[str, Any]]:
-        """Every segment the run's arm switches made, with its figures."""
+    def table(
+        self, events: list[Event], arms: list[str], end: int, start: int = 0
+    ) -> list[dict[str, Any]]:
+        """Every segment the run's arm switches made between ``start`` and ``end`` (a
+        window of the run: the parts of its segments inside it), with its figures."""
         bounds: list[tuple[int, str, int]] = [(0, arms[0], 0)]
         for ev in events:
-            if ev.kind == "arm" and isinstance(ev.data.get("arm"), str):
-                bounds.append((len(bounds), str(ev.data["arm"]), ev.t))
+            arm, seg = ev.data.get("arm"), ev.data.get("segment")
+            if ev.kind == "arm" and isinstance(arm, str):
+                # (the id the engines tagged its requests with; a part read alone begins
+                # with a segment of the run's, not with the first)
+                sid = seg if isinstance(seg, int) and not isinstance(seg, bool) else len(bounds)
+                bounds.append((sid, arm, ev.t))
         out = []
         for i, (seg, arm, t0) in enumerate(bounds):
             t1 = bounds[i + 1][2] if i + 1 < len(bounds) else end
+            t0, t1 = max(t0, start), min(t1, end)
+            if start > 0 and t1 <= t0:
+                continue  # (outside the window)
             f = self.figures(seg)
             out.append({"segment": seg, "arm": arm, "start_s": t0 / 1e9,
-                        "duration_s": (t1 - t0) / 1e9, "ok": f["ok"], "failed": f["failed"],
-                        "decode_p50": f["decode_p50"], "ttft_p50": f["ttft_p50"],
+                        "duration_s": max(0, t1 - t0) / 1e9, "ok": f["ok"],
+                        "failed": f["failed"], "decode_p50": f["decode_p50"],
+                        "ttft_p50": f["ttft_p50"],
                         **({"late": f["late"]} if f["late"] else {})})  # fmt: skip
         return out
 

@@ -299,7 +299,9 @@ class Fold:
         *,
         derive: bool = False,
         vocab: dict[str, list[Any]] | None = None,
+        t0: int = 0,
     ) -> None:
+        """``t0``: where the run folded begins (a window of a run: its start)."""
         s = self.settings = settings
         self.derive = derive
         # the string codes every Requests table of this fold uses (a live session builds
@@ -328,7 +330,8 @@ class Fold:
         self.restarting: tuple[str, str, int] | None = None
         self.managed: dict[str, dict[str, Any]] = {}
         self.t_measure: int | None = None
-        self.segments = [Segment(0, self.arm, 0)]
+        self.t0 = t0
+        self.segments = [Segment(0, self.arm, t0)]
         self.alternations = 0
         self.comparison: dict[str, Any] | None = None
         self._cmp_view: tuple[dict[str, Any], ComparisonView] | None = None
@@ -845,6 +848,12 @@ class Fold:
     def _switch(self, new_arm: str, t: int) -> None:
         """End the current segment and start one for ``new_arm``."""
         cur = self.segments[-1]
+        if t <= cur.t0 and cur.id == 0:
+            # (the arm in force where a window of a run begins: no segment of the other
+            # arm before it, which would count as a cycle of the A/B)
+            cur.arm = new_arm
+            self.arm = new_arm
+            return
         cur.t1 = t
         self.segments.append(Segment(cur.id + 1, new_arm, t))
         # Complete A-B cycles: the fewest segments any arm has had (ABAB -> 2).
@@ -1182,7 +1191,7 @@ class Fold:
             self.t_measure,
             self.settings.assign != "switch",
             self.arm_names,
-            0,
+            self.t0,
             [(a, b) for a, b in self.idle],
         )
         return {a: (self.arm_tokens.within(a, sp), seconds(sp)) for a, sp in spans.items()}

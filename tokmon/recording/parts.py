@@ -10,6 +10,15 @@ from __future__ import annotations
 import os
 import re
 
+# The events whose last one a later part repeats (``carried``): what the run was doing
+# when the part began -- the arm, the load level, the ladder step, a pause. A report of
+# a window of the run starts from the same state (``recording/window.py``).
+CARRIED = ("arm", "level", "step", "ladder", "pause")
+
+# A request's line reaches the file when the parent has it, a little after the request
+# ended: a reader of a window reads this far past it, and from a part this far before.
+LATE_LINE_NS = 30_000_000_000
+
 
 def part_path(path: str, k: int) -> str:
     """Part ``k`` of a rotated recording: the first is the file named, the others beside

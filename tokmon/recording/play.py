@@ -16,6 +16,7 @@ from tokmon.model.records import Event
 from tokmon.recording import RecordingError
 from tokmon.recording.reader import Item, Recording, Session, no_gc, read_recording, scan
 from tokmon.recording.settings import settings_from_header
+from tokmon.recording.window import Window, window_of, windowed
 
 COARSE_NS = 10_000_000_000  # while seeking, before the part on screen: a tick in ten at least
 
@@ -28,34 +29,42 @@ def end_of(rec: Recording) -> int:
     return rec.t_end if rec.t_end is not None else rec.last_t
 
 
-def fold_of(rec: Recording) -> Fold:
-    """The whole recording folded, as the live run had folded it at its end."""
-    return fold_report(held(rec)).fold
-
-
 @dataclass
 class Folded:
     """A recording folded for a report: the fold (the summary, as live) and the report's
-    own analyses, taken from the same facts in one pass."""
+    own analyses, taken from the same facts in one pass; ``window``: the stretch of the
+    run they cover (None: all of it)."""
 
     rec: Recording
     fold: Fold
     analyses: Analyses
+    window: Window | None = None
+
+    @property
+    def end(self) -> int:
+        """Where the figures end (the run's end, or the window's)."""
+        run_end = end_of(self.rec)
+        return run_end if self.window is None else self.window.end(run_end)
 
 
-def fold_report(items: Iterable[Item]) -> Folded:
+def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
     """Every fact through the fold and the report's analyses, in one pass that holds no
     request once it is folded: a report of a day-long recording streams (``scan`` with
-    ``cut=CUT``), a held recording goes through the same code (``held``).
+    ``cut=CUT``), a held recording goes through the same code (``held``). ``window``: a
+    stretch of the run (``report --from/--to``); a later part read alone is the window
+    of its own time.
 
     A tick only closes the step detector's seconds here (nothing is drawn), and the
     requests between two ticks are folded as one batch."""
     out: Folded | None = None
-    for item in items:
+    it = iter(items)
+    first = next(it, None)
+    w = window_of(first.rec, window) if isinstance(first, Session) else None
+    for item in itertools.chain([first] if first is not None else [], windowed(it, w) if w else it):
         if isinstance(item, Session):
             rec = item.rec
-            fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
-            out = Folded(rec, fold, Analyses(fold.settings.drift_alert_pct_h))
+            fold = Fold(settings_of(rec), vocab=rec.requests.vocab, t0=w.t_from if w else 0)
+            out = Folded(rec, fold, Analyses(fold.settings.drift_alert_pct_h), w)
         elif out is None:
             raise RecordingError("a recording's facts before its header")
         elif isinstance(item, Requests):
@@ -89,15 +98,16 @@ def held(rec: Recording) -> Iterator[Item]:
         yield Requests(tb.slice(lo, tb.n))
 
 
-def stream_report(path: str) -> Folded:
-    """A recording folded as it is read: its requests are never all in memory."""
+def stream_report(path: str, window: Window | None = None) -> Folded:
+    """A recording folded as it is read: its requests are never all in memory. With a
+    ``window``, the parts of a rotated run that end before it are not read."""
     with no_gc():
-        items = scan(path, series=False, cut=CUT)
+        items = scan(path, series=False, cut=CUT, start_ns=window.t_from if window else 0)
         first = next(items)
         if isinstance(first, Session) and not _arms_named(first.rec):
             # (a file whose header names no arm: its arms are known from its requests)
-            return fold_report(held(read_recording(path)))
-        return fold_report(itertools.chain([first], items))
+            return fold_report(held(read_recording(path)), window)
+        return fold_report(itertools.chain([first], items), window)
 
 
 def _arms_named(rec: Recording) -> bool:
@@ -105,9 +115,16 @@ def _arms_named(rec: Recording) -> bool:
     return any(isinstance(a, dict) and "name" in a for a in s.get("arms", []))
 
 
-def summary_of(rec: Recording, fold: Fold | None = None) -> dict[str, Any]:
-    """The run's summary: what the live run's ``--summary-json`` said."""
-    out = (fold or fold_of(rec)).summary(end_of(rec))
+def summary_of(rec: Recording, folded: Folded | None = None) -> dict[str, Any]:
+    """The run's summary: what the live run's ``--summary-json`` said (of a window of
+    the run: the same figures over the window, and the window)."""
+    folded = folded or fold_report(held(rec))
+    out = folded.fold.summary(folded.end)
+    w = folded.window
+    if w is not None:
+        out["window"] = w.describe(end_of(rec))
+        out["duration_s"] = max(0.0, (folded.end - w.t_from) / 1e9)
+        return out  # (a check of outputs was of the whole run)
     live = rec.summary or {}
     if "output_check" not in out and isinstance(live.get("output_check"), dict):
         out["output_check"] = live["output_check"]  # measured live, not recomputable

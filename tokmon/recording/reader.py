@@ -21,7 +21,7 @@ from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError
-from tokmon.recording.parts import part_numbers, part_path
+from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
 from tokmon.textsafe import loads, might_hold_surrogates
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
@@ -266,6 +266,7 @@ def scan(
     cont: Recording | None = None,
     series: bool = True,
     cut: tuple[type, ...] | None = None,
+    start_ns: int = 0,
 ) -> Iterator[Item]:
     """One pass over a recording, in the order of the file: a ``Session`` first, then
     every fact, the requests as ``Requests`` batches of at most ``BATCH`` rows (never the
@@ -276,8 +277,12 @@ def scan(
     token buckets and probe samples in ``rec.ticks``/``rec.samples`` (for the HTML
     report's charts; a day of them is large). ``cut``: the facts before which the
     request rows are handed over (default: before every fact; the report's fold takes
-    them before events and ticks only, as ``fold_of`` does)."""
+    them before events and ticks only, as ``fold_report`` does). ``start_ns``: only what
+    a window from there needs: of a rotated run, the header, then the part in force at
+    that time (its carried state applied) and the parts after it."""
     st = _Scan(path, cont, series, cut)
+    first = _part_at(path, start_ns) if start_ns > 0 and cont is None else 1
+    st.from_part = first
     yield from st.file(path, cont.offset or 0 if cont is not None else 0)
     rec = st.rec
     if rec is None:
@@ -287,6 +292,50 @@ def scan(
             yield from st.file(part_path, 0)
     if rec.t_end is None:
         rec.truncated = True
+
+
+def _part_at(path: str, t: int) -> int:
+    """The part of a rotated run in force at ``t`` ns (1: the run is not rotated, or
+    ``t`` is in its first part), from the ``from_ns`` in each part's header."""
+    head = _first_line(path)
+    rot = head.get("rotation") if head is not None else None
+    if not isinstance(rot, dict) or rot.get("part") != 1:
+        return 1
+    best = 1
+    for k in sorted(part_numbers(path)):
+        h = _first_line(part_path(path, k))
+        r = h.get("rotation") if h is not None else None
+        if not isinstance(r, dict) or r.get("run") != rot.get("run"):
+            continue
+        # every request the window counts (sent at t or later) is in this part or after
+        # it: the parts before hold none sent so late (older parts: a margin for lines
+        # written a little after their request ended)
+        sent = r.get("sent_max")
+        t0 = r.get("from_ns")
+        if not isinstance(sent, int) or isinstance(sent, bool):
+            sent = t0 + LATE_LINE_NS if isinstance(t0, int) and not isinstance(t0, bool) else None
+        if sent is not None and sent < t:
+            best = k
+        else:
+            break
+    return best
+
+
+def header_of(path: str) -> dict[str, Any] | None:
+    """A recording's header line (None where it cannot be read as one)."""
+    head = _first_line(path)
+    return head if head is not None and head.get("k") == "header" else None
+
+
+def _first_line(path: str) -> dict[str, Any] | None:
+    """A file's first line as JSON (None where it cannot be read as such)."""
+    try:
+        for line, cut in _Lines(path):
+            obj = _loads(line) if not cut else None
+            return obj if isinstance(obj, dict) else None
+    except (RecordingError, ValueError, UnicodeDecodeError, _DecodeError):
+        return None
+    return None
 
 
 class _Foreign(Exception):
@@ -306,6 +355,7 @@ class _Scan:
         self.cut = cut
         self.vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
         self.part = 0  # the part being read (0: a run not rotated)
+        self.from_part = 1  # the first part read (a later one: its carried state applies)
 
     # ------------------------------------------------------------------ parts
     def parts_after(self) -> list[str]:
@@ -317,7 +367,7 @@ class _Scan:
             return []
         found = part_numbers(self.path)
         out = []
-        for k in range(2, max(found, default=1) + 1):
+        for k in range(max(2, self.from_part), max(found, default=1) + 1):
             if k in found:
                 out.append(part_path(self.path, k))
             else:
@@ -365,6 +415,8 @@ class _Scan:
                     return
                 if item is not None:
                     yield item
+                    if self.from_part > 1 and self.part == 1:
+                        return  # (a window from a later part: the first gives its header)
                 continue
             first = False
             if k == "header" and self.cont is None:
@@ -381,7 +433,7 @@ class _Scan:
             if k == "r":
                 batch.append(line)  # (keys in another order: parsed with its batch)
                 continue
-            if obj.get("carried") and self.part > 1:
+            if obj.get("carried") and self.part > max(1, self.from_part):
                 continue  # a part's repeat of the run's state: the parts before said it
             fact = self._fact(obj, k)
             if fact is not None:

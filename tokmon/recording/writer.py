@@ -17,7 +17,7 @@ from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import Event, RequestRecord, SentPrompt
 from tokmon.model.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError
-from tokmon.recording.parts import part_path
+from tokmon.recording.parts import CARRIED, part_path
 from tokmon.textsafe import dumps, open_private
 
 
@@ -50,10 +50,6 @@ def environment() -> dict[str, Any]:
         "stamps": stamp_sources(),
     }
 
-
-# The events whose last one a later part repeats (``carried``): what the run was doing
-# when the part began -- the arm, the load level, the ladder step, a pause.
-CARRIED = ("arm", "level", "step", "ladder", "pause")
 
 # Bytes that could not be written (a full disk) are kept for the next try up to this
 # much; beyond it they are dropped, counted, and marked in the file when writing resumes.
@@ -89,6 +85,7 @@ class Recorder:
         self._part_bytes = 0  # bytes written to it
         self._header: dict[str, Any] = {}
         self._state: dict[str, dict[str, Any]] = {}  # the last event of each CARRIED kind
+        self._sent_max = 0  # the latest t_sched of the request lines written (rotating)
         self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
         self.chunks = chunks
         self.t0 = 0
@@ -163,7 +160,10 @@ class Recorder:
                 self.on_error(f"recording: cannot begin {nxt}: {e.strerror or e}")
             self._part_t0 = t  # (tried again a period later, not at every tick)
             return
-        rot = {**self._header["rotation"], "part": self.part + 1, "from_ns": t}
+        # sent_max: the last request sent of those in the parts before (a report from a
+        # later time need not read them: ``report --from``)
+        rot = {**self._header["rotation"], "part": self.part + 1, "from_ns": t,
+               "sent_max": self._sent_max}  # fmt: skip
         first = [self._line({**self._header, "rotation": rot})] + [
             self._line({**line, "carried": True})
             for line in sorted(self._state.values(), key=lambda d: d["t"])
@@ -266,6 +266,9 @@ class Recorder:
         for d in lines:
             self._write(d)
         self.requests += len(lines)
+        if self.rotating and lines:
+            ts = [d["ts"] for d in lines if isinstance(d.get("ts"), int)]
+            self._sent_max = max(self._sent_max, *ts)
 
     def prompts(self, sent: list[SentPrompt]) -> None:
         """What requests sent (``--record-prompts``): a ``q`` line each."""

@@ -77,7 +77,8 @@ def summary_table(summary: dict[str, Any]) -> str:
         where = next(iter(servers.values()))
     out = [
         f"tokmon {summary['tokmon_version']} · {where} · "
-        f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s",
+        f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s"
+        + window_words(summary.get("window")),
         "times in ms, decode in tokens/s per request; warm-up excluded",
         *lines,
     ]
@@ -350,3 +351,17 @@ def stratum_label(m: dict[str, Any]) -> str:
     if isinstance(step, int) and step >= 0:
         name += f" at step {step + 1}"
     return f"{name} ({n[0]} and {n[1]} requests; {MIN_SAMPLES} in each arm needed)"
+
+
+def window_words(w: Any) -> str:
+    """A report of a stretch of a run says which (the times from the run's start)."""
+    if not isinstance(w, dict):
+        return ""
+    return f" from {_clock(w['from_s'])} to {_clock(w['to_s'])} into the run"
+
+
+def _clock(s: float) -> str:
+    """Seconds into a run as h:mm:ss (a day-long run is read in hours)."""
+    whole = int(s)
+    sec = f"{whole % 60:02d}" if s == whole else f"{s % 60:04.1f}"
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{sec}"

@@ -20,8 +20,6 @@ from tokmon.model.words import count
 from tokmon.model.workload import describe_load
 from tokmon.recording.play import (
     Folded,
-    end_of,
-    fold_of,
     fold_report,
     held,
     settings_of,
@@ -29,7 +27,7 @@ from tokmon.recording.play import (
 )
 from tokmon.recording.reader import Recording
 from tokmon.report.split_text import split_lines
-from tokmon.report.summary_text import alert_lines, fmt_ms, summary_table
+from tokmon.report.summary_text import alert_lines, fmt_ms, summary_table, window_words
 from tokmon.textsafe import clean_text, csv_cell, dumps
 
 FORMATS = ("text", "md", "json", "csv", "html")
@@ -89,10 +87,16 @@ def report_data(
     (``stream_report``: a long one is never held); else ``rec`` is folded whole."""
     folded = folded or fold_report(held(rec))
     rec, fold, an = folded.rec, folded.fold, folded.analyses
+    w, end = folded.window, folded.end
+    start = w.t_from if w is not None else 0
+
+    def inside(t: float) -> bool:
+        return w is None or start <= t <= end
+
     return {
-        "summary": (summary := summary_of(rec, fold)),
+        "summary": (summary := summary_of(rec, folded)),
         "capacity": capacity(rec, summary, target_rate),
-        "segments": an.segments.table(rec.events, rec.arms, end_of(rec)),
+        "segments": an.segments.table(rec.events, rec.arms, end, start),
         "drift": an.drift.figures(),
         "drift_limit": fold.settings.drift_alert_pct_h,
         "drift_late": an.drift.late,
@@ -106,9 +110,13 @@ def report_data(
         "truncated": rec.truncated,
         "corrupt_lines": rec.corrupt,
         "lost_lines": rec.lost_lines,
-        "paused": [g for g in rec.gaps if g.get("why") == "paused"],
+        "paused": [g for g in rec.gaps if g.get("why") == "paused" and inside(g.get("to") or 0)],
         "sessions": rec.sessions,
-        "events": [{"t_s": e.t / 1e9, "kind": e.kind, "message": e.message} for e in rec.events],
+        "events": [
+            {"t_s": e.t / 1e9, "kind": e.kind, "message": e.message}
+            for e in rec.events
+            if inside(e.t)
+        ],
     }
 
 
@@ -209,7 +217,13 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
     if data.get("part"):
         out.append(
             f"NOTE: part {data['part']} of a rotated run, read alone: the figures cover this "
-            "part (report the first part to read the whole run)."
+            "part, from the instant it began (report the first part to read the whole run)."
+        )
+    elif data["summary"].get("window"):
+        out.append(
+            "NOTE: the figures cover a window of the run"
+            f"{window_words(data['summary']['window'])}: the requests sent and ended in it, "
+            "the tokens that arrived in it."
         )
     late = sum(s.get("late", 0) for s in data["segments"]) + data.get("drift_late", 0)
     if late:
@@ -455,11 +469,12 @@ def compare_recordings(
     from tokmon.report.environment import compare_lines, compare_rows, machine_rows
 
     pairs, how = pair_arms(list(a.arms), list(b.arms), mapping)
-    fa, fb = fold_of(a), fold_of(b)
+    ra, rb = fold_report(held(a)), fold_report(held(b))
+    fa, fb = ra.fold, rb.fold
     weights = fa.settings.kind_weights
     kw = dict(weights) if weights and weights == fb.settings.kind_weights else None
     comps = [(p, compare(fa.totals[p.a], fb.totals[p.b], 0, kw)) for p in pairs]
-    sa, sb = summary_of(a, fa), summary_of(b, fb)
+    sa, sb = summary_of(a, ra), summary_of(b, rb)
     machines = (machine_rows(a.header), machine_rows(b.header))
     envs: list[tuple[ArmPair | None, list[Any], list[Any]]] = [
         (p, _env_of(fa, p.a), _env_of(fb, p.b)) for p in pairs
