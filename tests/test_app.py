@@ -29,10 +29,9 @@ async def test_keys_send_commands():
         assert src.level == 7.0
         await pilot.press("r")
         assert src.recording
-        await pilot.press("z")
-        assert app.view == "whole"
-        await pilot.press("z")
-        assert app.view == "recent"
+        for view in ("hour", "day", "whole", "recent"):
+            await pilot.press("z")
+            assert app.view == view
         await pilot.press("m")
         assert isinstance(app.screen, MarkerScreen)
         await pilot.press(*"slow node", "enter")
@@ -174,3 +173,43 @@ async def test_a_notice_takes_its_own_line_and_covers_nothing():
         app._notice = ("x", "information", 0.0)  # its time is up
         await pilot.pause(0.6)
         assert not line.display
+
+
+async def test_time_views_in_clock_time():
+    """`z`: the last hour and the last day are labelled from one clock time to another
+    (this machine's zone: the run's start plus the points' times)."""
+    import dataclasses
+    import time
+
+    src = FakeSource()
+    start = time.mktime((2026, 12, 6, 14, 0, 0, 0, 0, -1))
+    src._snap = dataclasses.replace(src._snap, wall_start=start)
+    n = len(src._snap.recent)
+    end = time.strftime("%H:%M", time.localtime(start + n))
+    app = DashboardApp(src)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        axis = app.screen.query_one("#marks", MarkerRow)
+        assert axis.axis.startswith("recent · ")
+        await pilot.press("z")
+        await pilot.pause()
+        assert axis.axis.startswith(f"hour 14:00–{end}")
+        await pilot.press("z")
+        await pilot.pause()
+        assert axis.axis.startswith(f"day 14:00–{end}")
+        await pilot.press("z")
+        await pilot.pause()
+        assert axis.axis.startswith("whole run · ")
+
+
+def test_the_last_day_is_the_whole_runs_last_day():
+    import dataclasses
+
+    from tokmon.model.history import Point
+    from tokmon.ui.app import axis_label, view_points
+
+    pts = tuple(Point(t=float(i * 600), span=600.0, tok_s=1.0) for i in range(3 * 144))  # 3 days
+    snap = dataclasses.replace(FakeSource()._snap, whole=pts)
+    day = view_points(snap, "day", 100)
+    assert len(day) == 144 and day[0].t == 2 * 86_400.0
+    assert axis_label("day", day, 864.0, 0.0) == "last day · 24:00:00 · 14 min/col"

@@ -1039,6 +1039,7 @@ class Fold:
             arm_views=tuple(arm_views),
             recent=tuple(self.history.recent),
             whole=tuple(self.history.whole_view()),
+            wall_start=s.wall_start,
             events=tuple(self.events),
             comparison=self._comparison_view(),
             probes=ProbeView.of(probes),

@@ -83,6 +83,46 @@ def merge(a: Point, b: Point) -> Point:
     )  # type: ignore[arg-type]
 
 
+def merge_all(pts: list[Point]) -> Point:
+    """Adjacent points as one, in one pass (a column of a chart that stands for many):
+    each field the mean of the points that have it, weighted by their spans; failures
+    summed; each arm's tokens/s the mean over the whole span (0 where a point has none).
+    Equal to ``merge`` for two points of equal span."""
+    if len(pts) == 1:
+        return pts[0]
+    total = sum(p.span for p in pts)
+    kw: dict[str, Any] = {}
+    for f in FIELDS:
+        num = den = 0.0
+        for p in pts:
+            v = getattr(p, f)
+            if v is not None:
+                if f == "errors":
+                    num += v
+                else:
+                    num += v * p.span
+                    den += p.span
+        if f == "errors":
+            kw[f] = num if any(p.errors is not None for p in pts) else None
+        else:
+            kw[f] = num / den if den > 0 else None
+    arms: dict[str, float] = {}
+    for p in pts:
+        for name, v in p.arm_tok_s:
+            arms[name] = arms.get(name, 0.0) + v * p.span
+    marks: dict[str, None] = {}
+    for p in pts:
+        marks.update(dict.fromkeys(p.marks))
+    return replace(
+        pts[0],
+        span=total,
+        arm=pts[-1].arm,
+        marks=tuple(marks),
+        arm_tok_s=tuple((n, v / total) for n, v in arms.items()),
+        **kw,
+    )  # type: ignore[arg-type]
+
+
 class History:
     def __init__(self, recent_points: int = 3600, whole_points: int = 1024) -> None:
         self.recent: deque[Point] = deque(maxlen=recent_points)

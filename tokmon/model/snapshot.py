@@ -79,6 +79,7 @@ class Snapshot:
     storage: StorageView = field(default_factory=StorageView)  # memory, recording, disk
     crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
     scenario: str = ""  # --scenario: the kind of service the run stands for
+    wall_start: float = 0.0  # the run's start, epoch seconds (the clock on the time axis)
 
     @property
     def t_start(self) -> int:

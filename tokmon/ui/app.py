@@ -22,7 +22,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label
 
-from tokmon.model.history import Point, merge
+from tokmon.model.history import Point, merge_all
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.report.split_text import arm_lines, causes_parts, wrap
@@ -56,7 +56,8 @@ HELP = """\
  + / -   more / less load (streams or rate)
  m       add a marker (with a note)
  r       start / stop recording
- z       time view: recent ⇄ whole run
+ z       time view: recent → last hour → last day → whole run (the
+         hour and the day in clock time)
  b       panels: fold the charts away, the comparison and events whole
  w       where the time goes: each arm's TTFT in parts (network, front
          end, queue, prefill), its TPOT split, TPOT by batch, and the
@@ -377,7 +378,10 @@ class DashboardApp(App[None]):
         )
         yield SystemCommand("Add marker", "Mark this moment with a note (m)", self.action_marker)
         yield SystemCommand("Recording on / off", "Start or stop recording (r)", self.action_record)
-        yield SystemCommand("Time view", "Recent minutes or the whole run (z)", self.action_zoom)
+        yield SystemCommand(
+            "Time view", "Recent minutes, the last hour, the last day or the whole run (z)",
+            self.action_zoom,
+        )  # fmt: skip
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         cmd = self.ACTION_COMMANDS.get(action)
@@ -463,7 +467,7 @@ class DashboardApp(App[None]):
         self.push_screen(MarkerScreen(), done)
 
     def action_zoom(self) -> None:
-        self.view = "whole" if self.view == "recent" else "recent"
+        self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
         self.last_snapshot = None  # redraw now
         self.draw()
 
@@ -557,7 +561,7 @@ class DashboardApp(App[None]):
 
     def _series(self, snap: Snapshot, width: int) -> tuple[list[Point], float]:
         """The points to draw, one a column, and the seconds each column stands for."""
-        pts = list(snap.recent)[-width:] if self.view == "recent" else list(snap.whole)
+        pts = view_points(snap, self.view, width)
         span = pts[0].span if pts else 1.0
         if 0 < len(pts) < width and width > 0:
             # a short run fills the width: each point drawn over as many columns as fit
@@ -573,13 +577,7 @@ class DashboardApp(App[None]):
         if len(pts) <= width or width <= 0:
             return pts, span
         group = -(-len(pts) // width)
-        out = []
-        for i in range(0, len(pts), group):
-            p = pts[i]
-            for q in pts[i + 1 : i + group]:
-                p = merge(p, q)
-            out.append(p)
-        return out, span * group
+        return [merge_all(pts[i : i + group]) for i in range(0, len(pts), group)], span * group
 
     def _draw(self, screen: Dashboard, snap: Snapshot) -> None:
         header = screen.query_one("#header", InfoPanel)
@@ -611,10 +609,7 @@ class DashboardApp(App[None]):
             ch.show(tuple(col.get(ch.key, ())), l1, l2)
         marks = screen.query_one("#marks", MarkerRow)
         marks.marks = tuple(p.marks for p in pts)
-        span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
-        view = "recent" if self.view == "recent" else "whole run"
-        scale = _scale(per_col)
-        marks.axis = f"{view} · {hms(span)}" + (f" · {scale}" if scale else " shown")
+        marks.axis = axis_label(self.view, pts, per_col, snap.wall_start)
         screen.has_split = any(sp.ttft.source or sp.tpot.source for sp in snap.time_split)
         wide = screen.wide()
         panes = 1 if screen.narrow() else 3 if wide else 2
@@ -988,6 +983,40 @@ def more_line(names: list[str], width: int) -> str:
 
 def _num(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f}"
+
+
+# The time views `z` cycles through: the recent minutes (a column a second), the last
+# hour (every second of it, merged to the width), the last day (the whole run's points
+# of it) and the whole run.
+VIEWS = ("recent", "hour", "day", "whole")
+DAY_S = 86_400.0
+
+
+def view_points(snap: Snapshot, view: str, width: int) -> list[Point]:
+    """The points a time view draws (before they are merged to the width)."""
+    if view == "recent":
+        return list(snap.recent)[-width:]
+    if view == "hour":
+        return list(snap.recent)  # (the last 3,600 seconds, one point each)
+    pts = list(snap.whole)
+    if view == "day" and pts:
+        end = pts[-1].t + pts[-1].span
+        pts = [p for p in pts if p.t + p.span > end - DAY_S]
+    return pts
+
+
+def axis_label(view: str, pts: list[Point], per_col: float, wall_start: float) -> str:
+    """What the time axis shows: the view and its span (the hour and the day from one
+    clock time to another, this machine's zone), and the seconds a column stands for."""
+    scale = _scale(per_col)
+    span = pts[-1].t - pts[0].t + pts[-1].span if pts else 0
+    if view in ("hour", "day") and pts and wall_start > 0:
+        a, b = wall_start + pts[0].t, wall_start + pts[-1].t + pts[-1].span
+        fmt = "%H:%M" if b - a >= 120 else "%H:%M:%S"
+        when = f"{time.strftime(fmt, time.localtime(a))}–{time.strftime(fmt, time.localtime(b))}"
+        return f"{view} {when}" + (f" · {scale}" if scale else "")
+    name = {"recent": "recent", "hour": "last hour", "day": "last day"}.get(view, "whole run")
+    return f"{name} · {hms(span)}" + (f" · {scale}" if scale else " shown")
 
 
 def _scale(seconds_per_column: float) -> str:
