@@ -19,6 +19,7 @@ from tokmon.report.render import render_file
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
 from tokmon.sources.replay import ReplaySource
+from tokmon.textsafe import dumps
 
 
 @pytest.fixture(scope="module")
@@ -254,3 +255,21 @@ def test_window_options_checked(rotated, args, needle):
     r = tokmon("report", str(rec), *args)
     assert r.returncode != 0
     assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_replay_of_a_window_opens_at_its_start_and_ends_as_its_report(rotated):
+    rec, _ = rotated
+    w = Window(3_500_000_000, 6_000_000_000)
+    src = ReplaySource(str(rec), window=w)
+    assert src.rec.requests.n < read_recording(str(rec)).requests.n  # parts before: unread
+    src.start()
+    snap = src.snapshot()
+    assert src.pos == w.t_from and snap.replay["from_s"] == 3.5
+    src.command("seek", "-100")
+    assert src.pos == w.t_from  # never before the window
+    src.command("end")
+    report = json.loads(render_file(str(rec), "json", window=w)[0])
+    assert json.loads(dumps(src.summary())) == report  # the replay ends where its report is
+    src.close()
+    r = tokmon("replay", str(rec), "--from", "3s", "--follow")
+    assert r.returncode != 0 and "do not go with --follow" in r.stderr

@@ -490,6 +490,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         read_recording(args.file)  # a bad file is one line here, not in the page
         page = [sys.executable, "-m", "tokmon", "replay", os.path.abspath(args.file)]
         page += ["--speed", f"{args.speed:g}"] + (["--theme", args.theme] if args.theme else [])
+        for opt, v in (("--from", args.t_from), ("--to", args.t_to)):
+            page += [opt, v] if v is not None else []
         web = start_web(listen, page, title=f"tokmon replay {os.path.basename(args.file)}")
         try:
             say("tokmon: serving the replay; Ctrl-C to stop", err=True, flush=True)
@@ -500,8 +502,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             web.close()
         return 0
 
+    window = _window(args, args.file)
+    if window is not None and args.follow:
+        raise UsageError("--from/--to do not go with --follow (it reads the run as it grows)")
     src = ReplaySource(
-        args.file, speed=min(SPEEDS, key=lambda s: abs(s - args.speed)), follow=args.follow
+        args.file,
+        speed=min(SPEEDS, key=lambda s: abs(s - args.speed)),
+        follow=args.follow,
+        window=window,
     )
     src.start()
     try:

@@ -149,6 +149,16 @@ def build_parser() -> Parser:
         action="store_true",
         help="keep reading a file that a running tokmon is still writing",
     )
+    rp.add_argument(
+        "--from",
+        dest="t_from",
+        default=None,
+        metavar="TIME",
+        help="open at TIME (18h, or a clock time), in the state the run was in, the "
+        "figures covering the run from there; of a rotated run, the parts before are not "
+        "read",
+    )
+    rp.add_argument("--to", dest="t_to", default=None, metavar="TIME", help="replay up to TIME")
     add_display_options(rp)
 
     rep = sub.add_parser(

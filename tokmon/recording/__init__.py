@@ -27,7 +27,25 @@ reader takes every complete line and says that the file was cut.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of a run, ``[t_from, t_to)`` in ns from its start (``t_to`` None: to
+    its end): what a report or a replay of part of a run covers (``recording.window``)."""
+
+    t_from: int
+    t_to: int | None = None
+
+    def end(self, run_end: int) -> int:
+        """Where the window ends in a run that ended at ``run_end``."""
+        return run_end if self.t_to is None else min(self.t_to, run_end)
+
+    def describe(self, run_end: int) -> dict[str, float]:
+        return {"from_s": self.t_from / 1e9, "to_s": self.end(run_end) / 1e9}
 
 
 class RecordingError(Exception):

@@ -162,11 +162,12 @@ class Player:
 
     def reset(self) -> None:
         rec = self.rec
-        self.fold = Fold(settings_of(rec), vocab=rec.requests.vocab)
+        self.start = rec.window.t_from if rec.window is not None else 0  # (a window: its start)
+        self.fold = Fold(settings_of(rec), vocab=rec.requests.vocab, t0=self.start)
         self.timeline = rec.timeline if rec.clocked else legacy_timeline(rec)
         self.i = 0  # next entry of the timeline
         self.row = 0  # next request row
-        self.pos = 0  # time of the last tick played
+        self.pos = self.start  # time of the last tick played
         ticks = [f.t for _, f in self.timeline if isinstance(f, Tick)]
         self.end_t = max(ticks[-1] if ticks else 0, 0)
         self._coarse_next = 0

@@ -20,7 +20,7 @@ from tokmon import __version__
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
-from tokmon.recording import SCHEMA_VERSION, RecordingError
+from tokmon.recording import SCHEMA_VERSION, RecordingError, Window
 from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
 from tokmon.textsafe import loads, might_hold_surrogates
 
@@ -71,6 +71,7 @@ class Recording:
     t_seen: int = 0  # the latest time of any line read (a scan holds no request)
     part: int = 0  # a later part of a rotated run, read alone (0: the run from its start)
     missing: list[str] = field(default_factory=list)  # parts of a rotated run not found
+    window: Window | None = None  # read as a window of the run (``read_window``)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -219,7 +220,7 @@ def read_recording(path: str) -> Recording:
     timeline (replay, HTML report, export). A report that only folds streams instead
     (``scan``)."""
     with no_gc():
-        return _hold(scan(path))
+        return hold(scan(path))
 
 
 def read_more(rec: Recording) -> int:
@@ -233,11 +234,11 @@ def read_more(rec: Recording) -> int:
             rec.__dict__.update(new.__dict__)
     else:
         with no_gc():
-            _hold(scan(rec.path, cont=rec), rec)
+            hold(scan(rec.path, cont=rec), rec)
     return rec.lines - before
 
 
-def _hold(items: Iterator[Item], cont: Recording | None = None) -> Recording:
+def hold(items: Iterator[Item], cont: Recording | None = None) -> Recording:
     """A scan kept whole: the requests joined into one table, the other facts placed on
     the timeline by the request rows before them."""
     rec = cont

@@ -19,30 +19,18 @@ What a window counts (METRICS.md, "A window of a run"):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
 from tokmon.model.facts import Requests, Tick, Tokens
 from tokmon.model.records import Event
+from tokmon.recording import Window
 from tokmon.recording.parts import CARRIED, LATE_LINE_NS
-from tokmon.recording.reader import Item, Recording, Session
+from tokmon.recording.reader import Item, Recording, Session, hold, no_gc, scan
 
-
-@dataclass(frozen=True)
-class Window:
-    """``[t_from, t_to)`` in ns from the run's start; ``t_to`` None: to the run's end."""
-
-    t_from: int
-    t_to: int | None = None
-
-    def end(self, run_end: int) -> int:
-        """Where the window ends in a run that ended at ``run_end``."""
-        return run_end if self.t_to is None else min(self.t_to, run_end)
-
-    def describe(self, run_end: int) -> dict[str, float]:
-        return {"from_s": self.t_from / 1e9, "to_s": self.end(run_end) / 1e9}
+__all__ = ["Window", "read_window", "window_of", "windowed"]
 
 
 def window_of(rec: Recording, asked: Window | None) -> Window | None:
@@ -50,6 +38,8 @@ def window_of(rec: Recording, asked: Window | None) -> Window | None:
     covers its own time (from the instant it began); else the whole run (None)."""
     if asked is not None:
         return asked
+    if rec.window is not None:
+        return rec.window  # (read as a window: ``read_window``)
     rot = rec.header.get("rotation")
     if rec.part > 1 and isinstance(rot, dict):
         t = rot.get("from_ns")
@@ -95,6 +85,8 @@ def windowed(items: Iterable[Item], w: Window) -> Iterator[Item]:
         if not inside:
             inside = True
             yield from carried(state, lo)
+            if lo > 0 and not (isinstance(item, Tick) and t == lo):
+                yield Tick(lo)  # (a replay of the window draws its first frame at its start)
         if t > hi:
             if isinstance(item, Tick) and t > hi + LATE_LINE_NS:
                 break  # (the requests that ended in the window are all read)
@@ -134,3 +126,14 @@ def mask_of(cols: dict[str, np.ndarray], w: Window) -> np.ndarray:
     if w.t_to is not None:
         keep &= cols["t_end"] <= w.t_to
     return keep
+
+
+def read_window(path: str, w: Window) -> Recording:
+    """A window of a recording held in memory (``replay --from/--to``): of a rotated run,
+    only the parts it needs are read."""
+    with no_gc():
+        items = scan(path, start_ns=w.t_from)
+        first = next(items)
+        rec = hold(itertools.chain([first], windowed(items, w)))
+    rec.window = w
+    return rec

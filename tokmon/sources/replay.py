@@ -15,8 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from tokmon.model.snapshot import Snapshot
+from tokmon.recording import Window
 from tokmon.recording.play import Player, summary_of
 from tokmon.recording.reader import Recording, read_more, read_recording
+from tokmon.recording.window import read_window
 
 SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FINE_NS = 600_000_000_000  # a seek draws every tick of the last ten minutes before it
@@ -26,10 +28,18 @@ class ReplaySource:
     commands = frozenset({"play", "speed", "seek", "jump", "end"})
 
     def __init__(
-        self, path: str, *, speed: float = 1.0, follow: bool = False, rec: Recording | None = None
+        self,
+        path: str,
+        *,
+        speed: float = 1.0,
+        follow: bool = False,
+        rec: Recording | None = None,
+        window: Window | None = None,
     ) -> None:
+        """``window``: replay that stretch of the run (``--from/--to``): it opens at its
+        start, in the state the run was in, and its figures cover the window."""
         self.path = path
-        self.rec = rec or read_recording(path)
+        self.rec = rec or (read_recording(path) if window is None else read_window(path, window))
         self.follow = follow
         self.speed = speed
         self.playing = True
@@ -37,7 +47,7 @@ class ReplaySource:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.player = Player(self.rec)
-        self.pos = 0
+        self.pos = self.player.start  # (a window of the run: where it begins)
         self._shown: Snapshot | None = None
         self._shown_key: tuple[Any, ...] = ()
         self._events()
@@ -52,7 +62,7 @@ class ReplaySource:
     # ------------------------------------------------------------------ source
     def start(self) -> None:
         with self.lock:
-            self.player.play_until(0)
+            self.player.play_until(self.pos)
         self._thread = threading.Thread(target=self._run, name="tokmon-replay", daemon=True)
         self._thread.start()
 
@@ -106,12 +116,13 @@ class ReplaySource:
                     "pos_s": self.pos / 1e9,
                     "end_s": self.end_t / 1e9,
                     "truncated": self.rec.truncated,
+                    **({"from_s": self.player.start / 1e9} if self.player.start else {}),
                 },
             )
             return self._shown
 
     def seek_to(self, t: int) -> None:
-        t = max(0, min(self.end_t, t))
+        t = max(self.player.start, min(self.end_t, t))
         with self.lock:
             if t < self.player.pos:
                 self.player = Player(self.rec)

@@ -83,6 +83,8 @@ def header_text(s: Snapshot, width: int) -> Text:
     if s.replay is not None:
         state = "▶" if s.replay.get("playing") else "⏸"
         one.append(item(f"REPLAY {s.replay.get('speed', 1):g}× {state}"))
+        if s.replay.get("from_s"):  # a window of the run: every figure begins there
+            one.append(item(f"figures from {hms(s.replay['from_s'])}", "bold"))
     one.append(item(hms(s.elapsed_s)))
     one.append(Item(((("arm ", ""), (clean_text(s.arm, False), "bold reverse")),)))
     one.append(item(load_text(s.mode, s.level)))
