@@ -511,6 +511,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         follow=args.follow,
         window=window,
     )
+    if window is not None:
+        from tokmon.recording.window import past_end
+
+        why = past_end(window, src.end_t)
+        if why:
+            raise UsageError(why)
     src.start()
     try:
         from tokmon.ui.app import run_app

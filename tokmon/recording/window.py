@@ -91,8 +91,6 @@ def windowed(items: Iterable[Item], w: Window) -> Iterator[Item]:
             if isinstance(item, Tick) and t > hi + LATE_LINE_NS:
                 break  # (the requests that ended in the window are all read)
             continue
-        if isinstance(item, Tick) and item.final and w.t_to is not None and t > w.t_to:
-            continue
         yield item
     if not inside:
         yield from carried(state, lo)
@@ -118,6 +116,14 @@ def carried(state: dict[str, Event], t: int) -> list[Event]:
             continue
         out.append(dataclasses.replace(ev, t=t, data={**data, "carried": True}))
     return out
+
+
+def past_end(w: Window, run_end: int) -> str | None:
+    """Why a window holds nothing of a run that ended at ``run_end`` (None: it does)."""
+    if w.t_from < run_end:
+        return None
+    s = int(run_end // 1_000_000_000)
+    return f"--from is past the run's end (it ran {s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d})"
 
 
 def mask_of(cols: dict[str, np.ndarray], w: Window) -> np.ndarray:

@@ -3,9 +3,9 @@ HTML, JSON, CSV), so that no writer imports another's caller."""
 
 from __future__ import annotations
 
-from tokmon.recording.play import stream_report, summary_of
+from tokmon.recording.play import end_of, stream_report, summary_of
 from tokmon.recording.reader import Recording, read_recording
-from tokmon.recording.window import Window
+from tokmon.recording.window import Window, past_end
 from tokmon.report.html import render_html
 from tokmon.report.text import export_csv, render_text, report_data
 from tokmon.textsafe import dumps
@@ -25,6 +25,9 @@ def render_file(
         return render(rec, fmt, target_rate), rec
     folded = stream_report(path, window)
     rec = folded.rec
+    why = past_end(window, end_of(rec)) if window is not None else None
+    if why:
+        raise ValueError(why)
     if fmt == "json":
         return dumps(summary_of(rec, folded), indent=2) + "\n", rec
     return render_text(report_data(rec, target_rate, folded), md=(fmt == "md")), rec
