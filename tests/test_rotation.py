@@ -274,3 +274,30 @@ def test_a_replay_of_a_window_opens_at_its_start_and_ends_as_its_report(rotated)
     src.close()
     r = tokmon("replay", str(rec), "--from", "3s", "--follow")
     assert r.returncode != 0 and "do not go with --follow" in r.stderr
+
+
+def test_windowed_cuts_facts_by_their_own_times():
+    """The state before the window arrives at its start; a tick's token buckets are cut
+    each by its time, even when they come before any other fact of the window."""
+    from tokmon.model.facts import Tick, Tokens
+    from tokmon.model.records import Event, TokenTick
+    from tokmon.recording.window import windowed
+
+    s = 1_000_000_000
+    items = [
+        Event(1 * s, "step", "step 1", {"step": 0, "arm": "a", "warm_s": 10}),
+        Event(2 * s, "arm", "arm → b", {"arm": "b", "segment": 1}),
+        Event(3 * s, "pause", "paused", {}),
+        Event(4 * s, "pause", "resumed", {}),
+        Tokens((TokenTick(5 * s - 1, "b", 7), TokenTick(5 * s + 1, "b", 9))),
+        Tick(6 * s),
+        Tokens((TokenTick(8 * s - 1, "b", 3), TokenTick(8 * s, "b", 4))),
+        Tick(9 * s),
+    ]
+    out = list(windowed(items, Window(5 * s, 8 * s)))
+    head = [e for e in out if isinstance(e, Event)]
+    assert [(e.kind, e.t) for e in head] == [("arm", 5 * s), ("step", 5 * s)]  # resumed: none
+    assert head[1].data["warm_s"] == 6.0 and all(e.data["carried"] for e in head)
+    toks = [b for f in out if isinstance(f, Tokens) for b in f.buckets]
+    assert [(b.t, b.tokens) for b in toks] == [(5 * s + 1, 9), (8 * s - 1, 3)]
+    assert [f.t for f in out if isinstance(f, Tick)] == [5 * s, 6 * s]  # a frame at the start

@@ -55,3 +55,12 @@ class Tick:
 
 
 Fact = Requests | Tokens | Sample | Status | Tick | Event
+
+
+def time_of(fact: Fact) -> int | None:
+    """When a fact happened (token buckets: the latest bucket's start; a batch of
+    requests or an engine's status: no one time, None)."""
+    if isinstance(fact, Tokens):
+        return max((b.t for b in fact.buckets), default=None)
+    t = getattr(fact, "t", None)
+    return t if isinstance(t, int) else None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokmon.model.analyses import Analyses
-from tokmon.model.facts import Fact, Requests, Tick
+from tokmon.model.facts import Fact, Requests, Tick, time_of
 from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import Event
 from tokmon.recording import RecordingError
@@ -59,8 +59,12 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
     out: Folded | None = None
     it = iter(items)
     first = next(it, None)
-    w = window_of(first.rec, window) if isinstance(first, Session) else None
-    for item in itertools.chain([first] if first is not None else [], windowed(it, w) if w else it):
+    w = None
+    if isinstance(first, Session):
+        w = window_of(first.rec, window)
+        if w is not None and w != first.rec.window:  # (one read as a window is cut already)
+            it = windowed(it, w)
+    for item in itertools.chain([first] if first is not None else [], it):
         if isinstance(item, Session):
             rec = item.rec
             fold = Fold(settings_of(rec), vocab=rec.requests.vocab, t0=w.t_from if w else 0)
@@ -138,9 +142,7 @@ def legacy_timeline(rec: Recording) -> list[tuple[int, Fact]]:
     t_end = rec.requests.cols["t_end"]
     k = 1
     for rows, fact in rec.timeline:
-        t = getattr(fact, "t", None)
-        if t is None:  # token buckets
-            t = max((b.t for b in getattr(fact, "buckets", ())), default=0)
+        t = time_of(fact) or 0
         while k * 1_000_000_000 <= t:
             out.append((rows, Tick(k * 1_000_000_000)))
             k += 1

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from tokmon.model.facts import Requests, Tick, Tokens
+from tokmon.model.facts import Requests, Tick, Tokens, time_of
 from tokmon.model.records import Event
+from tokmon.model.words import hms
 from tokmon.recording import Window
 from tokmon.recording.parts import CARRIED, LATE_LINE_NS
 from tokmon.recording.reader import Item, Recording, Session, hold, no_gc, scan
@@ -67,14 +68,8 @@ def windowed(items: Iterable[Item], w: Window) -> Iterator[Item]:
             elif keep.any():
                 yield Requests(item.table.take(keep))
             continue
-        if isinstance(item, Tokens):
-            if inside:
-                kept = tuple(b for b in item.buckets if lo <= b.t < hi)
-                if kept:
-                    yield item if len(kept) == len(item.buckets) else Tokens(kept)
-            continue
-        t = getattr(item, "t", None)
-        if not isinstance(t, int):
+        t = time_of(item)
+        if t is None:
             if inside:
                 yield item  # (a status: no time of its own)
             continue
@@ -87,6 +82,11 @@ def windowed(items: Iterable[Item], w: Window) -> Iterator[Item]:
             yield from carried(state, lo)
             if lo > 0 and not (isinstance(item, Tick) and t == lo):
                 yield Tick(lo)  # (a replay of the window draws its first frame at its start)
+        if isinstance(item, Tokens):  # (the buckets of a tick: those inside, each by its time)
+            kept = tuple(b for b in item.buckets if lo <= b.t < hi)
+            if kept:
+                yield item if len(kept) == len(item.buckets) else Tokens(kept)
+            continue
         if t > hi:
             if isinstance(item, Tick) and t > hi + LATE_LINE_NS:
                 break  # (the requests that ended in the window are all read)
@@ -122,8 +122,7 @@ def past_end(w: Window, run_end: int) -> str | None:
     """Why a window holds nothing of a run that ended at ``run_end`` (None: it does)."""
     if w.t_from < run_end:
         return None
-    s = int(run_end // 1_000_000_000)
-    return f"--from is past the run's end (it ran {s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d})"
+    return f"--from is past the run's end (it ran {hms(run_end / 1e9, hours=True)})"
 
 
 def mask_of(cols: dict[str, np.ndarray], w: Window) -> np.ndarray:

@@ -268,7 +268,7 @@ class Recorder:
         self.requests += len(lines)
         if self.rotating and lines:
             ts = [d["ts"] for d in lines if isinstance(d.get("ts"), int)]
-            self._sent_max = max(self._sent_max, *ts)
+            self._sent_max = max([self._sent_max, *ts])
 
     def prompts(self, sent: list[SentPrompt]) -> None:
         """What requests sent (``--record-prompts``): a ``q`` line each."""

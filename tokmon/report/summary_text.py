@@ -8,7 +8,7 @@ from typing import Any
 from tokmon.model.stats import MIN_SAMPLES
 from tokmon.model.storage import human_bytes
 from tokmon.model.summary import RATIO_KEYS, describe_output_check
-from tokmon.model.words import count
+from tokmon.model.words import count, hms
 from tokmon.textsafe import clean_text
 
 
@@ -361,7 +361,6 @@ def window_words(w: Any) -> str:
 
 
 def _clock(s: float) -> str:
-    """Seconds into a run as h:mm:ss (a day-long run is read in hours)."""
-    whole = int(s)
-    sec = f"{whole % 60:02d}" if s == whole else f"{s % 60:04.1f}"
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{sec}"
+    """Seconds into a run as h:mm:ss, and the tenth where the edge is not on a second."""
+    tenths = round(s * 10)
+    return hms(tenths // 10, hours=True) + (f".{tenths % 10}" if tenths % 10 else "")

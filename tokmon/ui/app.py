@@ -25,10 +25,11 @@ from textual.widgets import Button, Input, Label
 from tokmon.model.history import Point, merge_all
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot, Source
+from tokmon.model.words import hms
 from tokmon.report.split_text import arm_lines, causes_parts, wrap
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
-from tokmon.ui.header import LAG_HOT_MS, header_text, hms
+from tokmon.ui.header import LAG_HOT_MS, header_text
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
 from tokmon.ui.widgets import InfoPanel, KeyBar, MarkerRow, MetricSpark
 

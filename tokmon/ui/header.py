@@ -12,19 +12,12 @@ from rich.text import Text
 
 from tokmon.model.snapshot import Snapshot
 from tokmon.model.storage import human_bytes
+from tokmon.model.words import hms
 from tokmon.model.workload import load_text
 from tokmon.textsafe import clean_text
 
 SEP = " · "
 LAG_HOT_MS = 50  # a client this late against its schedule is the limit, not the server
-
-
-def hms(s: float) -> str:
-    """Seconds as a clock: 00:50, 1:02:03."""
-    s = max(0, int(s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
 
 
 @dataclass(frozen=True)
@@ -84,7 +77,7 @@ def header_text(s: Snapshot, width: int) -> Text:
         state = "▶" if s.replay.get("playing") else "⏸"
         one.append(item(f"REPLAY {s.replay.get('speed', 1):g}× {state}"))
         if s.replay.get("from_s"):  # a window of the run: every figure begins there
-            one.append(item(f"figures from {hms(s.replay['from_s'])}", "bold"))
+            one.append(item(f"figures from {hms(s.replay['from_s'], hours=True)}", "bold"))
     one.append(item(hms(s.elapsed_s)))
     one.append(Item(((("arm ", ""), (clean_text(s.arm, False), "bold reverse")),)))
     one.append(item(load_text(s.mode, s.level)))
