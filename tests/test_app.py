@@ -206,7 +206,7 @@ def test_the_last_day_is_the_whole_runs_last_day():
     import dataclasses
 
     from tokmon.model.history import Point
-    from tokmon.ui.app import axis_label, view_points
+    from tokmon.ui.panels import axis_label, view_points
 
     pts = tuple(Point(t=float(i * 600), span=600.0, tok_s=1.0) for i in range(3 * 144))  # 3 days
     snap = dataclasses.replace(FakeSource()._snap, whole=pts)

@@ -62,7 +62,7 @@ def test_two_arms_capacities_give_their_ratio_with_the_bracket_left_open():
     """Plain holds 8 streams (9 fails), spec 12 (13 fails): ×1.5, and since each true
     capacity lies in [capacity, fails_at), the ratio lies in [12/9, 13/8]; what each
     serves there comes from its probe's step."""
-    from tokmon.model.fold import capacity_summary
+    from tokmon.model.capacity import capacity_summary
     from tokmon.report.summary_text import capacity_lines
 
     searches = {

@@ -490,7 +490,7 @@ def test_statuses_and_encodings_are_named(tmp_path, status, headers, outcome, sa
 
 
 def test_arm_table_counts_never_merge():
-    from tokmon.ui.app import _count
+    from tokmon.ui.panels import _count
 
     for n in (0, 999, 9_999, 10_000, 672_313, 447_000_000, 5 * 10**12):
         assert len(_count(n)) <= 4, n

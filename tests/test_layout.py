@@ -28,7 +28,9 @@ FORBIDDEN = {
         "tokmon.sources", "tokmon.ui", "tokmon.report", "tokmon.cli", "tokmon.recording",
         "tokmon.probes", "textual", "rich",
     },
-    "recording": {"tokmon.sources", "tokmon.ui", "tokmon.report", "tokmon.cli", "textual", "rich"},
+    # (where the stamps come from, for the header: tokmon.stamps, not the engine's client)
+    "recording": {"tokmon.sources", "tokmon.ui", "tokmon.report", "tokmon.cli", "tokmon.engine",
+                  "textual", "rich"},
     "probes": {"tokmon.sources", "tokmon.ui", "tokmon.report", "tokmon.cli", "tokmon.engine",
                "textual", "rich"},
     "sources": {"tokmon.ui", "tokmon.report", "tokmon.cli", "textual", "rich"},

@@ -41,7 +41,8 @@ def test_each_load_generator_shows_its_host_streams_lag_and_cpu():
     from tokmon.sim.process import SimProcess
     from tokmon.sim.server import SimConfig
     from tokmon.sources.live import LiveSession
-    from tokmon.ui.app import DashboardApp, _worker_line, fit_blocks
+    from tokmon.ui.app import DashboardApp
+    from tokmon.ui.panels import fit_blocks, worker_line
 
     with SimProcess(SimConfig(schedule=(20.0, 5.0, 1), seed=3)) as sim:
         cfg = RunConfig(arms=(Arm("a", url=sim.url, model="sim-27b"),), concurrency=4,
@@ -57,7 +58,7 @@ def test_each_load_generator_shows_its_host_streams_lag_and_cpu():
     assert f"worker 0 {socket.gethostname()[:16]} · 0 in flight · lag " in shown
     assert "worker 1 " in shown and "CPU " in shown
     # a load generator at its limit is loud
-    hot = _worker_line(replace(snap.workers[0], send_lag_ms=80.0, cpu_pct=97.0))
+    hot = worker_line(replace(snap.workers[0], send_lag_ms=80.0, cpu_pct=97.0))
     assert isinstance(hot, Text)
     assert {hot.plain[sp.start : sp.end] for sp in hot.spans if "reverse" in str(sp.style)} == {
         "lag 80.0 ms",

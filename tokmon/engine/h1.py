@@ -6,7 +6,7 @@ went down the stack, each read when its bytes reached this machine -- not when t
 process got round to them, so a busy loop, a slow frame or a preempted process never
 moves a timestamp. Where the kernel gives no send stamp, the send is stamped just before
 the final send call: an earlier bound, never a later one (a TTFT can then only be too
-long, never impossible). ``stamp_sources()`` says which source each side uses here.
+long, never impossible). ``tokmon.stamps`` asks the kernel for the stamps and reads them.
 
 Why not httpx for these streams: through httpx → httpcore → h11 a streamed token cost
 2.4× a bare aiohttp reader in CPU (h11 turns each piece of the chunked encoding into an
@@ -21,33 +21,21 @@ import asyncio
 import contextlib
 import socket
 import ssl
-import struct
-import sys
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Protocol
 
 from tokmon import __version__
 from tokmon.engine.clock import CLOCK
+from tokmon.stamps import (
+    ANC_SIZE,
+    MSG_ERRQUEUE,
+    STAMP_WINDOW_NS,
+    enable_stamps,
+    read_stamp,
+    send_stamp,
+)
 
-_LINUX = sys.platform.startswith("linux")
-# Linux's numbers (the same on every architecture that runs tokmon); Python's socket
-# module names none of them.
-SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if _LINUX else None)
-SO_TIMESTAMPING: int | None = getattr(socket, "SO_TIMESTAMPING", 37 if _LINUX else None)
-MSG_ERRQUEUE = 0x2000
-_TS_TX_SOFTWARE, _TS_RX_SOFTWARE, _TS_SOFTWARE = 1 << 1, 1 << 3, 1 << 4
-_TS_OPT_ID, _TS_OPT_TSONLY = 1 << 7, 1 << 11
-TS_FLAGS = _TS_TX_SOFTWARE | _TS_RX_SOFTWARE | _TS_SOFTWARE | _TS_OPT_ID | _TS_OPT_TSONLY
-_RECVERR = ((socket.IPPROTO_IP, 11), (getattr(socket, "IPPROTO_IPV6", 41), 25))  # IP(V6)_RECVERR
-_SO_EE_ORIGIN_TIMESTAMPING = 4
-_TIMESPEC = struct.Struct("@qq")
-_EXT_ERR = struct.Struct("@IBBBBII")  # struct sock_extended_err
-ANC_SIZE = 256
-_RX_KINDS = frozenset(k for k in (SO_TIMESTAMPNS, SO_TIMESTAMPING) if k is not None)
-# A kernel stamp older than this (or later than now) is not trusted: the wall clock
-# stepped between the stamp and the read. The read time is used instead.
-_STAMP_WINDOW_NS = 30_000_000_000
 READ_SIZE = 256 * 1024
 MAX_HEAD = 64 * 1024
 DRAIN_S = 2.0  # a server that keeps the body open after the stream's end gets this long
@@ -356,19 +344,11 @@ class Connection:
             except OSError:  # empty (EAGAIN), or nothing to read there at all
                 return
             now = perf_counter_ns()
-            wall = ident = None
-            for level, kind, raw in anc:
-                if kind == SO_TIMESTAMPING and level == socket.SOL_SOCKET and len(raw) >= 16:
-                    sec, nsec = _TIMESPEC.unpack_from(raw)
-                    wall = sec * 1_000_000_000 + nsec
-                elif (level, kind) in _RECVERR and len(raw) >= _EXT_ERR.size:
-                    _, origin, _, _, _, _, data = _EXT_ERR.unpack_from(raw)
-                    if origin == _SO_EE_ORIGIN_TIMESTAMPING:
-                        ident = data
+            wall, ident = send_stamp(anc)
             if wall and ident == key and self._tx_wait:
                 k = CLOCK.to_mono(wall, now)
                 # never before the pre-send stamp (the send cannot precede its call)
-                if now - _STAMP_WINDOW_NS < k <= now and k >= self.t_send:
+                if now - STAMP_WINDOW_NS < k <= now and k >= self.t_send:
                     self.t_send = k
                 self._tx_wait = False
 
@@ -390,13 +370,12 @@ class Connection:
             return
         now = perf_counter_ns()
         t = now
-        for level, kind, raw in anc:
-            if level == socket.SOL_SOCKET and kind in _RX_KINDS and len(raw) >= 16:
-                sec, nsec = _TIMESPEC.unpack_from(raw)
-                # The kernel stamps with the wall clock; move it to perf_counter's clock.
-                k = CLOCK.to_mono(sec * 1_000_000_000 + nsec, now)
-                if now - _STAMP_WINDOW_NS < k <= now:
-                    t = k
+        wall = read_stamp(anc)
+        if wall is not None:
+            # The kernel stamps with the wall clock; move it to perf_counter's clock.
+            k = CLOCK.to_mono(wall, now)
+            if now - STAMP_WINDOW_NS < k <= now:
+                t = k
         eof = not data
         if self.tls is not None and data:
             got = self._decrypt(data)
@@ -640,41 +619,6 @@ class Connection:
                     self.loop.remove_reader(self.fd)
             self.sock.close()
             self.sock = None
-
-
-def enable_stamps(sock: socket.socket) -> tuple[bool, bool]:
-    """Ask the kernel to stamp this socket's sends and reads: (sends, reads) stamped.
-    On TCP it must be established (``OPT_ID`` counts bytes from this moment)."""
-    if SO_TIMESTAMPING is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
-            return True, True
-    if SO_TIMESTAMPNS is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            return False, True
-    return False, False
-
-
-def stamp_sources() -> dict[str, str]:
-    """Where this machine's send and chunk stamps come from (tried on a loopback pair)."""
-    tx = rx = False
-    with contextlib.suppress(OSError), socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        with socket.create_connection(srv.getsockname()) as c:
-            srv.accept()[0].close()
-            tx, rx = enable_stamps(c)
-    return {
-        "send": "kernel (SO_TIMESTAMPING, software TX)" if tx else "before the send call",
-        "chunks": (
-            "kernel (SO_TIMESTAMPING, software RX)"
-            if tx
-            else "kernel (SO_TIMESTAMPNS)"
-            if rx
-            else "when read"
-        ),
-    }
 
 
 class Pool:

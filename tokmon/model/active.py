@@ -9,6 +9,8 @@ tokens and not in the seconds: 410.9 tok/s from 8 streams that can make 321).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 Span = tuple[int, int]
@@ -116,3 +118,72 @@ class ArmTokens:
         s = np.array([a for a, _ in spans], dtype=np.int64)
         e = np.array([b for _, b in spans], dtype=np.int64)
         return float(np.sum(before(e) - before(s)))
+
+
+@dataclass
+class Segment:
+    """A stretch of the run on one arm (arms switched by hand or by alternation)."""
+
+    id: int
+    arm: str
+    t0: int
+    t1: int | None = None
+
+
+class Turns:
+    """Which arm runs when: the A/B's segments, its complete cycles, and the spans when
+    nothing was sent (a pause, a managed server's drain and restart). Arms side by side
+    (``concurrent``) share one segment and every span."""
+
+    def __init__(self, arms: list[str], t0: int, concurrent: bool) -> None:
+        self.arms = arms
+        self.arm = arms[0]
+        self.t0 = t0
+        self.concurrent = concurrent
+        self.segments = [Segment(0, self.arm, t0)]
+        self.alternations = 0
+        self.idle: list[list[int | None]] = []  # [start, end or None]
+
+    def switch(self, new_arm: str, t: int) -> None:
+        """End the current segment and start one for ``new_arm``."""
+        cur = self.segments[-1]
+        if t <= cur.t0 and cur.id == 0:
+            # (the arm in force where a window of a run begins: no segment of the other
+            # arm before it, which would count as a cycle of the A/B)
+            cur.arm = new_arm
+            self.arm = new_arm
+            return
+        cur.t1 = t
+        self.segments.append(Segment(cur.id + 1, new_arm, t))
+        # Complete A-B cycles: the fewest segments any arm has had (ABAB -> 2).
+        self.alternations = min(sum(1 for sg in self.segments if sg.arm == a) for a in self.arms)
+        self.arm = new_arm
+
+    def next_segment(self) -> int:
+        """The id the next arm switch gives its segment (the engines tag requests with it)."""
+        return self.segments[-1].id + 1
+
+    def pause(self, t: int, begins: bool) -> None:
+        """Nothing is sent from ``t`` (``begins``) or again from ``t``: the spans are
+        left out of each arm's active time."""
+        open_ = bool(self.idle) and self.idle[-1][1] is None
+        if begins and not open_:
+            self.idle.append([t, None])
+        elif not begins and open_:
+            self.idle[-1][1] = t
+
+    def of(self, arm: str) -> list[Segment]:
+        """``arm``'s segments (arms side by side: all of them)."""
+        return [sg for sg in self.segments if sg.arm == arm or self.concurrent]
+
+    def spans(self, t: int, t_measure: int | None) -> dict[str, list[Span]]:
+        """Per arm, its measured spans up to ``t`` (see ``active_spans``)."""
+        return active_spans(
+            [(sg.id, sg.arm, sg.t0, sg.t1) for sg in self.segments],
+            t,
+            t_measure,
+            self.concurrent,
+            self.arms,
+            self.t0,
+            [(int(a), b) for a, b in self.idle if a is not None],
+        )

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.fold import REGIME_KINDS
+from tokmon.model.eventlog import REGIME_KINDS
 from tokmon.model.records import Event
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
 from tokmon.model.table import RequestTable

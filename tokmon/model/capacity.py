@@ -246,3 +246,36 @@ class CapacityReducer:
 
     def to_json(self) -> dict[str, Any]:
         return {a: s.to_json() for a, s in self.searches.items()}
+
+
+def capacity_summary(searches: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each arm's search with what it serves at its capacity (the probe's throughput,
+    cost per Mtok and TTFT p95, from its step), and with two arms the ratio of their
+    capacities, bracketed by what each search left open (capacity to fails_at)."""
+    for arm, r in searches.items():
+        cap = r.get("capacity")
+        at = [st for st in steps if st.get("arm") == arm and cap is not None
+              and _level(st.get("value")) == cap]  # fmt: skip
+        if at:
+            st = at[-1]
+            r["serves"] = {k: st.get(k) for k in
+                           ("tokens_per_s", "cost_per_million_tokens", "ttft_p95", "tpot_p50")}  # fmt: skip
+    arms = list(searches)
+    if len(arms) == 2:
+        a, b = (searches[x] for x in arms)
+        ca, cb, fa, fb = a.get("capacity"), b.get("capacity"), a.get("fails_at"), b.get("fails_at")
+        if ca and cb:
+            searches[arms[1]]["ratio_to"] = {
+                "baseline": arms[0],
+                "ratio": round(cb / ca, 4),
+                # the true capacities lie in [capacity, fails_at): the ratio in between
+                "bracket": [round(cb / fa, 4) if fa else None, round(fb / ca, 4) if fb else None],
+            }
+    return searches
+
+
+def _level(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

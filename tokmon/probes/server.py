@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokmon.model.fold import INCONSISTENT
+from tokmon.model.probe_state import INCONSISTENT
 from tokmon.probes.base import Sampler
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokmon.model.analyses import Analyses
 from tokmon.model.facts import Fact, Requests, Tick, time_of
-from tokmon.model.fold import Fold, FoldSettings
+from tokmon.model.fold import Fold, FoldSettings, Pace
 from tokmon.model.records import Event
 from tokmon.recording import RecordingError
 from tokmon.recording.reader import Item, Recording, Session, no_gc, read_recording, scan
@@ -75,7 +75,7 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
             out.fold.apply(item)
             out.analyses.requests(item.table)
         elif isinstance(item, Tick):
-            out.fold.close_seconds(item.t)
+            out.fold.tick(item.t, Pace.CLOSE)
         else:
             out.fold.apply(item)
             if isinstance(item, Event):
@@ -205,10 +205,10 @@ class Player:
                     break
                 self._feed_rows(rows)
                 if fact.t < fine_from and fact.t < self._coarse_next and not fact.final:
-                    self.fold.skip_tick(fact.t)
+                    self.fold.tick(fact.t, Pace.CLOSE)
                 else:
                     if seeking and not fact.final:
-                        self.fold.seek_tick(fact.t)
+                        self.fold.tick(fact.t, Pace.SEEK)
                     else:
                         self.fold.apply(fact)
                     self._coarse_next = fact.t + coarse
@@ -219,5 +219,5 @@ class Player:
                 self.fold.apply(fact)
             self.i += 1
         if seeking and drew:
-            self.fold.compare_now()
+            self.fold.tick(self.fold.t_last, Pace.SETTLE)
         return drew

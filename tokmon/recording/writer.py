@@ -12,12 +12,12 @@ import zlib
 from dataclasses import asdict
 from typing import IO, Any
 
-from tokmon.engine.h1 import stamp_sources
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import Event, RequestRecord, SentPrompt
 from tokmon.model.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError
 from tokmon.recording.parts import CARRIED, part_path
+from tokmon.stamps import stamp_sources
 from tokmon.textsafe import dumps, open_private
 
 

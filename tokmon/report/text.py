@@ -14,7 +14,8 @@ from typing import Any
 
 from tokmon.model.analyses import DRIFT_ROWS
 from tokmon.model.changepoint import SPEAKS_AFTER_S
-from tokmon.model.fold import Fold, listed_events
+from tokmon.model.eventlog import listed_events
+from tokmon.model.fold import Fold
 from tokmon.model.table import REQUEST_KEYS
 from tokmon.model.words import count
 from tokmon.model.workload import describe_load

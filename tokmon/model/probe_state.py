@@ -1,0 +1,239 @@
+"""What the probes saw: the latest sample of each source, each server's counter deltas
+(speculative decoding, the prefix cache), every network round trip, and the GPU's power
+over time — a reducer of ``Sample`` facts, read by the snapshot and the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokmon.model.active import Segment
+from tokmon.model.coerce import number, text
+from tokmon.model.facts import Sample
+from tokmon.model.stats import ArmTotals, GrowArray
+
+SERVER_OFF = {"server_note": "server metrics off"}
+INCONSISTENT = "inconsistent: more tokens accepted than drafted"
+
+
+@dataclass
+class _Server:
+    """What one server's /metrics samples gave: its arms and the counter deltas."""
+
+    arms: tuple[str, ...]
+    deltas: list[tuple[int, float, float, float]] = field(default_factory=list)
+    # (t, prompt tokens looked up in the prefix cache, of which hit)
+    prefix: list[tuple[int, float, float]] = field(default_factory=list)
+
+
+@dataclass
+class _Net:
+    """What one server's network probe gave: its arms and every round trip (ms)."""
+
+    arms: tuple[str, ...]
+    rtt: list[float] = field(default_factory=list)
+    connect: list[float] = field(default_factory=list)
+
+
+def _arm_names(v: Any) -> tuple[str, ...]:
+    return tuple(a for a in v if isinstance(a, str)) if isinstance(v, list) else ()
+
+
+def _in_spans(t: int, t0: int | None, segments: list[tuple[int, int | None]] | None) -> bool:
+    if t0 is not None and t < t0:
+        return False
+    return segments is None or any(s <= t <= (e if e is not None else t) for s, e in segments)
+
+
+def prefix_hit_rate(
+    prefix: list[tuple[int, float, float]],
+    t0: int | None = None,
+    segments: list[tuple[int, int | None]] | None = None,
+) -> float | None:
+    """The server's prefix-cache hit rate over a span: prompt tokens found cached over
+    those looked up, from its own counters (vLLM ``prefix_cache_hits``/``_queries``)."""
+    q = h = 0.0
+    for t, dq, dh in prefix:
+        if _in_spans(t, t0, segments):
+            q, h = q + dq, h + dh
+    return h / q if q > 0 else None
+
+
+def spec_totals(
+    deltas: list[tuple[int, float, float, float]],
+    t0: int | None = None,
+    segments: list[tuple[int, int | None]] | None = None,
+) -> dict[str, Any] | None:
+    """Acceptance over a span (or over segments) from /metrics counter deltas
+    (drafts, draft tokens, accepted tokens), as docs/METRICS.md defines it."""
+    dn = dd = da = 0.0
+    for t, a, b, c in deltas:
+        if _in_spans(t, t0, segments):
+            dn, dd, da = dn + a, dd + b, da + c
+    if dd <= 0:
+        return None
+    if da > dd:
+        return {
+            "acceptance_rate": None,
+            "source": f"server counters ({INCONSISTENT})",
+        }
+    return {
+        "acceptance_rate": da / dd,
+        "source": "server counters",
+        "acceptance_length": 1 + da / dn if dn > 0 else None,
+        "draft_tokens": dd,
+        "accepted_tokens": da,
+        "drafts": dn,
+    }
+
+
+class ProbeState:
+    """The probes' samples, folded. ``gpus``: the GPUs a price covers (None: as many as
+    the GPU probe sees)."""
+
+    def __init__(self, arms: list[str], gpus: int | None, server_metrics: bool) -> None:
+        self.arms = arms
+        self.server_metrics = server_metrics
+        self.latest: dict[str, dict[str, Any]] = {}  # per source (server, net: per URL)
+        self.servers: dict[str, _Server] = {}
+        self.net: dict[str, _Net] = {}
+        # (t, GPU watts) of every sample: energy per token (16 bytes a sample)
+        self.power_t, self.power_w = GrowArray(64, np.int64), GrowArray(64, np.float64)
+        self._gpus_set = gpus is not None
+        self.gpus = gpus or 1
+
+    def sample(self, smp: Sample) -> tuple[str, ...] | None:
+        """Fold one sample in; a server's sample returns the arms that server serves."""
+        v = smp.values
+        key = smp.src
+        served = None
+        if smp.src == "server":
+            url = text(v.get("url"))
+            key = f"server {url}"
+            srv = self.servers.get(url)
+            if srv is None:
+                srv = self.servers[url] = _Server(_arm_names(v.get("arms")))
+            served = srv.arms or tuple(self.arms)
+            d = v.get("delta")
+            if isinstance(d, list) and len(d) in (3, 5) and all(number(x) is not None for x in d):
+                srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
+                if len(d) == 5 and d[3] > 0 and 0 <= d[4] <= d[3]:  # never a hit rate over 100%
+                    srv.prefix.append((smp.t, float(d[3]), float(d[4])))
+        elif smp.src == "net":
+            url = text(v.get("url"))
+            key = f"net {url}"
+            net = self.net.get(url)
+            if net is None:
+                net = self.net[url] = _Net(_arm_names(v.get("arms")))
+            for name, out in (("net_rtt_ms", net.rtt), ("net_connect_ms", net.connect)):
+                x = number(v.get(name))
+                if x is not None and 0 <= x < 3.6e6:
+                    out.append(x)
+        self.latest[key] = v
+        power = number(v.get("gpu_power_w"))
+        if smp.src == "gpu" and power is not None:
+            self.power_t.append(smp.t)
+            self.power_w.append(power)
+            devices = v.get("gpu_devices")
+            if not self._gpus_set and isinstance(devices, list) and devices:
+                self.gpus = len(devices)
+        return served
+
+    def fields(self, arm: str) -> dict[str, Any]:
+        """The latest probe fields; the server's are those of ``arm``'s server."""
+        out: dict[str, Any] = {}
+        for key in ("host", "gpu"):
+            out.update(self.latest.get(key, {}))
+        srv = None
+        for url, s in self.servers.items():
+            if arm in s.arms or (srv is None and not s.arms):
+                srv = self.latest.get(f"server {url}")
+        if srv is not None:
+            out.update(srv)
+        elif not self.server_metrics:
+            out.update(SERVER_OFF)
+        for url, n in self.net.items():
+            if arm in n.arms or not n.arms:
+                out.update(self.latest.get(f"net {url}", {}))
+                break
+        return out
+
+    def rtt_ms(self, arm: str) -> float | None:
+        """The network round trip (p50 of the run's samples) to ``arm``'s server."""
+        for n in self.net.values():
+            if (arm in n.arms or not n.arms) and n.rtt:
+                return float(np.median(n.rtt))
+        return None
+
+    def network_summary(self, totals: dict[str, ArmTotals]) -> dict[str, Any]:
+        """Per server: the round trips sampled during the run and the share of TTFT that
+        the network alone explains (round trip p50 / TTFT p50 of the arms there)."""
+        out: dict[str, Any] = {}
+        for url, n in self.net.items():
+            if not n.rtt and not n.connect:
+                continue
+            rtt = np.asarray(n.rtt, dtype=np.float64)
+            d: dict[str, Any] = {
+                "arms": list(n.arms),
+                "samples": int(rtt.size),
+                "rtt_ms": None
+                if not rtt.size
+                else {
+                    "p50": float(np.median(rtt)),
+                    "min": float(rtt.min()),
+                    "max": float(rtt.max()),
+                },
+                "connect_ms_p50": float(np.median(n.connect)) if n.connect else None,
+            }
+            shares = {}
+            for arm in n.arms or tuple(self.arms):
+                tot = totals.get(arm)
+                p50 = tot.ttft.median() if tot is not None else None
+                if rtt.size and p50 is not None and p50 > 0:
+                    shares[arm] = min(1.0, float(np.median(rtt)) / p50)
+            d["ttft_share"] = shares
+            out[url] = d
+        return out
+
+    def mean_power(self, segs: list[Segment], t_measure: int | None, t_end: int) -> float | None:
+        """Mean GPU power over ``segs`` (after the warm-up). Asked every tick: O(samples)
+        in numpy, not samples × segments in Python (a day has 86,400 of one and 5,760 of
+        the other)."""
+        t0 = t_measure if t_measure is not None else 0
+        if not segs or not len(self.power_t):
+            return None
+        t, w = self.power_t.values, self.power_w.values
+        starts = np.array([sg.t0 for sg in segs], dtype=np.int64)
+        ends = np.array([sg.t1 if sg.t1 is not None else t_end for sg in segs], dtype=np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order])
+        j = np.searchsorted(starts, t, side="right") - 1  # the last span begun by t
+        inside = (j >= 0) & (t >= t0) & (t < ends[np.maximum(j, 0)])
+        return float(w[inside].mean()) if inside.any() else None
+
+    def server_spec(
+        self, segments: list[Segment], t_measure: int | None, concurrent: bool
+    ) -> dict[str, dict[str, Any]]:
+        """Acceptance per arm from its server's counters over the measured part of the run."""
+        out: dict[str, dict[str, Any]] = {}
+        for arm in self.arms:
+            for srv in self.servers.values():
+                if arm not in srv.arms:
+                    continue
+                if len(srv.arms) == 1:
+                    tot = spec_totals(srv.deltas, t0=t_measure)
+                    hits = prefix_hit_rate(srv.prefix, t0=t_measure)
+                elif concurrent:
+                    # two arms at once on one server: counters cannot tell them apart
+                    tot = hits = None
+                else:
+                    tm = t_measure
+                    segs = [(max(sg.t0, tm or sg.t0), sg.t1) for sg in segments if sg.arm == arm]
+                    tot = spec_totals(srv.deltas, segments=segs)
+                    hits = prefix_hit_rate(srv.prefix, segments=segs)
+                if tot is not None or hits is not None:
+                    out[arm] = (tot or {}) | {"prefix_cache_hit_rate": hits}
+        return out
