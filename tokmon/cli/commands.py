@@ -110,9 +110,9 @@ def sim_config(
     schedule: str | None,
     alter: float,
 ) -> Any:
+    from tokmon.sim.config import SimConfig
     from tokmon.sim.faults import Faults
     from tokmon.sim.model import parse_profile
-    from tokmon.sim.server import SimConfig
 
     try:
         prof = parse_profile(profile, overrides)

@@ -9,7 +9,8 @@ import os
 import signal
 from typing import Any
 
-from tokmon.sim.server import SimConfig, serve
+from tokmon.sim.config import SimConfig
+from tokmon.sim.server import serve
 
 
 def _child(cfg: SimConfig, host: str, port: int, conn: Any) -> None:
