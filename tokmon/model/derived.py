@@ -54,12 +54,16 @@ class Derivations:
         self._last_burst = -(10**18)
         self._quality_alerted = False
 
+    def live(self, raised: list[Raised]) -> list[Raised]:
+        """``raised`` where events are derived (live), else none."""
+        return raised if self.on else []
+
     def requests(self, tb: RequestTable) -> list[tuple[int, Raised]]:
         """A batch's stalls and an arm's server down or back, each with its time."""
         c = tb.cols
         out: list[tuple[int, Raised]] = []
         st = c["stalls"]
-        for i in np.flatnonzero(st).tolist() if st.any() else ():
+        for i in np.flatnonzero(st).tolist():
             self.stalls_total += int(st[i])
             t_end = int(c["t_end"][i])
             if self.on and t_end - self._last_stall >= STALL_EVERY_NS:

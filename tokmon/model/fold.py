@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.active import ArmTokens, Turns, seconds
+from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.capacity import CapacityReducer, capacity_summary
 from tokmon.model.changepoint import ChangePoint, StepWatch
@@ -62,7 +62,7 @@ class Pace(Enum):
     # a tick drawn while a replay seeks: all but the whole-run A/B comparison (a
     # bootstrap over every request), which SETTLE makes once, at the end
     SEEK = "seek"
-    SETTLE = "settle"  # after a seek: the comparison and the trends at the last tick
+    SETTLE = "settle"  # after a seek: the comparison and the trends at its last tick
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ class Fold:
         return self.turns.arm
 
     @property
-    def segments(self) -> list[Any]:
+    def segments(self) -> list[Segment]:
         return self.turns.segments
 
     @property
@@ -201,7 +201,7 @@ class Fold:
         return self.ladder.steps
 
     @property
-    def events(self) -> Any:
+    def events(self) -> deque[Event]:
         return self.log.recent
 
     @property
@@ -244,16 +244,16 @@ class Fold:
             for arm, cp, _ in self.watch.close(t / 1e9):
                 self.change_points.append((arm, cp))
         elif pace is Pace.SETTLE:
-            self._settle()
+            self._settle(t)
         else:
             self._tick(t, pace is Pace.FINAL, out, quick=pace is Pace.SEEK)
         return out
 
-    def _settle(self) -> None:
+    def _settle(self, t: int) -> None:
         if self.snapshot is None:
             return
         if len(self.arm_names) >= 2:
-            self._compare(self.t_last)
+            self._compare(t)
         if not self.snapshot.warming_up:
             self.alerts.check()
         self.snapshot = replace(
@@ -479,9 +479,8 @@ class Fold:
         # events derived at a tick are folded after its snapshot: the recording holds them
         # after the tick, and a replay must draw the tick as the live run drew it
         later = self.derived.burst(now, win, width)
-        for msg, data in self.storage.take_warnings():  # the disk about to fill: once
-            if self.derived.on:
-                later.append(("disk", msg, data))
+        # the disk about to fill: once
+        later += self.derived.live([("disk", m, d) for m, d in self.storage.take_warnings()])
         qd = self.quality.diff(*self.arm_names[:2]) if len(self.arm_names) >= 2 else None
         later += self.derived.quality(qd)
         n_failed = sum(t.failed for t in self.totals.values())
@@ -515,16 +514,13 @@ class Fold:
         warming = s.warmup and self.t_measure is None
         for arm, cp, basis in self.watch.close(now / 1e9):
             self.change_points.append((arm, cp))
-            if self.derived.on:
-                later.append(change_alert(arm, cp, basis))
+            later += self.derived.live([change_alert(arm, cp, basis)])
         if not warming:  # the ramp of a warm-up is not a change of the server
             rss = number(probes.get("self_rss_mib"))
             if quick:  # (a seek checks once, at its end: the checks read the whole run)
                 self.alerts.note(point, rss)
             else:
-                alerts = self.alerts.add(point, rss)
-                if self.derived.on:
-                    later += alerts
+                later += self.derived.live(self.alerts.add(point, rss))
         # Cost per arm from its whole run so far (tokens over its own active time, power
         # over its own spans), as the summary computes it: a window would price the arm
         # that is not running from the tail of its last turn. "—" before 5 s of it.

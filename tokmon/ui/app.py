@@ -608,7 +608,7 @@ class DashboardApp(App[None]):
         wide = screen.wide()
         panes = 1 if screen.narrow() else 3 if wide else 2
         width = screen.size.width // panes - 2
-        blocks = compare_blocks(snap, width, self.split)
+        blocks = self._compare_blocks(snap, width)
         need = sum(len(b.lines) for b in blocks)
         side = split_blocks(snap, width, "where the time goes") if wide else []
         if not screen.narrow():  # side by side: the events and the split want rows too
