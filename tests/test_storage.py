@@ -10,6 +10,7 @@ from helpers import tokmon
 
 from tokmon.model.facts import Sample, Tick
 from tokmon.model.fold import Fold, FoldSettings
+from tokmon.model.samples import HostSample
 from tokmon.model.snapshot import Snapshot
 from tokmon.model.storage import GROWTH_WINDOW_NS, StorageReducer, human_bytes
 from tokmon.probes.host import HostProbe
@@ -35,7 +36,7 @@ def test_the_disk_warning_comes_once_when_the_disk_fills_within_two_hours():
     r = StorageReducer()
     said = []
     for t, v in filling(3 * 3600, 250_000, 4_000_000_000):
-        r.sample(t, v)
+        r.sample(t, HostSample.of(v))
         said += [(t, text) for text, _ in r.take_warnings()]
     assert len(said) == 1, said
     t, text = said[0]
@@ -53,12 +54,14 @@ def test_the_disk_warning_comes_once_when_the_disk_fills_within_two_hours():
 def test_no_warning_with_room_and_a_new_file_starts_the_growth_anew():
     r = StorageReducer()
     for t, v in filling(3600, 1_000, 500_000_000_000):
-        r.sample(t, v)
+        r.sample(t, HostSample.of(v))
     assert r.take_warnings() == [] and r.view().warning == ""
-    r.sample(3601 * S, {"record_bytes": 10, "disk_free_bytes": 500_000_000_000})
+    r.sample(3601 * S, HostSample.of({"record_bytes": 10, "disk_free_bytes": 500_000_000_000}))
     assert list(r.sizes) == [(3601 * S, 10)] and r.growth() is None
     # figures a probe cannot mean are ignored, never shown
-    r.sample(3602 * S, {"record_bytes": -5, "disk_free_bytes": "lots", "self_rss_mib": -1})
+    r.sample(
+        3602 * S, HostSample.of({"record_bytes": -5, "disk_free_bytes": "lots", "self_rss_mib": -1})
+    )
     assert r.size == 10 and r.free == 500_000_000_000 and r.rss == 61.0
 
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.ab_live import LiveComparison
 from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.capacity import CapacityReducer, capacity_summary
 from tokmon.model.changepoint import ChangePoint, StepWatch
-from tokmon.model.coerce import integer, number, text
-from tokmon.model.crossover import Crossover
+from tokmon.model.coerce import integer, number
 from tokmon.model.derived import Derivations, Raised, change_alert
 from tokmon.model.environment import ServerEnv
 from tokmon.model.eventlog import REGIME_KINDS, EventLog, listed_events
@@ -36,17 +36,18 @@ from tokmon.model.managed import ManagedServers
 from tokmon.model.probe_state import ProbeState
 from tokmon.model.quality import KIND_PREFIX, QualityReducer
 from tokmon.model.records import EngineStatus, Event
+from tokmon.model.samples import HostSample, ServerSample
+from tokmon.model.samples import read as read_sample
 from tokmon.model.sketch import Quantiles
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats
 from tokmon.model.steps import Steps
 from tokmon.model.storage import StorageReducer
-from tokmon.model.summary import alerts_from_events, build_summary, compare
+from tokmon.model.summary import alerts_from_events, build_summary
 from tokmon.model.table import RequestTable
-from tokmon.model.timesplit import SpeedupCauses, TimeSplit, TimeSplitReducer
-from tokmon.model.views import ArmCost, ComparisonView, Cost, Price, ProbeView, RestartView
+from tokmon.model.timesplit import TimeSplit, TimeSplitReducer
+from tokmon.model.views import ArmCost, Cost, Price, RestartView
 
-COMPARE_EVERY_NS = 3_000_000_000  # the whole-run A/B comparison: a bootstrap, not every tick
 SPLIT_EVERY_NS = 2_000_000_000  # the time split: medians over the run, not every tick
 
 
@@ -176,12 +177,9 @@ class Fold:
         self.regimes: list[float] = [0.0]  # when each regime began (s)
         self.change_points: list[tuple[str, ChangePoint]] = []  # (arm, change), all found
         # what the projectors keep between ticks
-        self.comparison: dict[str, Any] | None = None
-        self._cmp_view: tuple[dict[str, Any], ComparisonView] | None = None
-        self._next_compare = 0
-        self.causes: SpeedupCauses | None = None
-        self.causes_by_kind: tuple[SpeedupCauses, ...] = ()
-        self.crossovers: tuple[Crossover, ...] = ()
+        self.ab = LiveComparison(
+            self.arm_names, dict(settings.kind_weights) if settings.kind_weights else None
+        )
         self._split_view: tuple[TimeSplit, ...] = ()
         self._split_next = 0
         self._last_errors = 0
@@ -252,35 +250,16 @@ class Fold:
     def _settle(self, t: int) -> None:
         if self.snapshot is None:
             return
-        if len(self.arm_names) >= 2:
-            self._compare(t)
+        self._compare(t, final=True)
         if not self.snapshot.warming_up:
             self.alerts.check()
         self.snapshot = replace(
-            self.snapshot, comparison=self._comparison_view(), trends=dict(self.alerts.trends)
+            self.snapshot, comparison=self.ab.view(), trends=dict(self.alerts.trends)
         )
 
-    def _comparison_view(self) -> ComparisonView | None:
-        c = self.comparison
-        if c is None:
-            return None
-        if self._cmp_view is None or self._cmp_view[0] is not c:
-            self._cmp_view = (c, ComparisonView.of(c))
-        return self._cmp_view[1]
-
-    def _compare(self, now: int) -> None:
-        self._next_compare = now + COMPARE_EVERY_NS
-        s = self.settings
-        a, b = self.arm_names[0], self.arm_names[1]
-        self.comparison = compare(
-            self.totals[a],
-            self.totals[b],
-            self.turns.alternations,
-            dict(s.kind_weights) if s.kind_weights else None,
-        )
-        self.causes = self.split.causes(a, b)
-        self.causes_by_kind = self.split.causes_by_kind(a, b)
-        self.crossovers = self.ladder.crossovers(a, b)
+    def _compare(self, now: int, final: bool) -> None:
+        if self.ab.due(now, final):
+            self.ab.update(now, self.totals, self.turns, self.split, self.ladder)
 
     def time_split(self) -> tuple[TimeSplit, ...]:
         out = []
@@ -364,15 +343,18 @@ class Fold:
 
     # ------------------------------------------------------------------ samples
     def _sample(self, smp: Sample) -> None:
-        served = self.probes.sample(smp)
-        if served is not None:
+        r = read_sample(smp.src, smp.values)  # typed and checked, here where it is read
+        if r is None:
+            return
+        served = self.probes.sample(smp.t, r)
+        if served is not None and isinstance(r, ServerSample):
             one = served[0] if len(served) == 1 else None
             if one is None and self.settings.assign == "switch" and self.arm in served:
                 one = self.arm  # arms take turns on this server: the one in force
-            self.split.server(smp.t, one, served, smp.values, self.ladder.current())
-        if smp.src == "host":
-            self.storage.sample(smp.t, smp.values)
-        self.ladder.sample(smp.t, smp.values)
+            self.split.server(smp.t, one, served, r, self.ladder.current())
+        if isinstance(r, HostSample):
+            self.storage.sample(smp.t, r)
+        self.ladder.sample(smp.t, r)
 
     # ------------------------------------------------------------------ events
     def _event(self, ev: Event) -> None:
@@ -466,15 +448,14 @@ class Fold:
             aw = window_stats(win_tb, sel, tok.get(name, 0), now, width, name, self.slo)
             t = self.totals[name]
             arm_views.append(ArmView(name, t.ok, t.failed, aw))
-        probes = self.probes.fields(self.arm)
-        acc_rate = number(probes.get("spec_acceptance_rate"))
-        acc_len = number(probes.get("spec_acceptance_length"))
-        if acc_rate is not None or acc_len is not None:
+        probes = self.probes.reading(self.arm)
+        srv = probes.server
+        if srv.acceptance_rate is not None or srv.acceptance_length is not None:
             win = replace(
                 win,
-                acceptance_rate=acc_rate,
-                acceptance_length=acc_len,
-                acceptance_source=text(probes.get("spec_source"), "server counters"),
+                acceptance_rate=srv.acceptance_rate,
+                acceptance_length=srv.acceptance_length,
+                acceptance_source=srv.spec_source or "server counters",
             )
         # events derived at a tick are folded after its snapshot: the recording holds them
         # after the tick, and a replay must draw the tick as the live run drew it
@@ -500,23 +481,23 @@ class Fold:
             err_rate=(win.failed / win.ended) if win.ended else None,
             acc_rate=win.acceptance_rate,
             acc_len=win.acceptance_length,
-            gpu_util=number(probes.get("gpu_util")),
-            gpu_mem_pct=number(probes.get("gpu_mem_pct")),
-            kv_pct=number(probes.get("kv_pct")),
-            queue=number(probes.get("queue")),
+            gpu_util=probes.gpu.util,
+            gpu_mem_pct=probes.gpu.mem_pct,
+            kv_pct=srv.kv_pct,
+            queue=srv.queue,
             send_lag=lag,
             marks=self.log.take_marks(),
             arm_tok_s=tuple((v.name, v.window.tokens_per_s) for v in arm_views if v.window),
         )
         self.history.add(point)
-        if (now >= self._next_compare or final) and len(self.arm_names) >= 2 and not quick:
-            self._compare(now)
+        if not quick:
+            self._compare(now, final)
         warming = s.warmup and self.t_measure is None
         for arm, cp, basis in self.watch.close(now / 1e9):
             self.change_points.append((arm, cp))
             later += self.derived.live([change_alert(arm, cp, basis)])
         if not warming:  # the ramp of a warm-up is not a change of the server
-            rss = number(probes.get("self_rss_mib"))
+            rss = probes.host.self_rss_mib
             if quick:  # (a seek checks once, at its end: the checks read the whole run)
                 self.alerts.note(point, rss)
             else:
@@ -559,8 +540,8 @@ class Fold:
             whole=tuple(self.history.whole_view()),
             wall_start=s.wall_start,
             events=tuple(self.log.recent),
-            comparison=self._comparison_view(),
-            probes=ProbeView.of(probes),
+            comparison=self.ab.view(),
+            probes=probes.view(),
             done=final,
             loop_lag_ms=max((x.loop_lag_ms for x in stat), default=0.0),
             send_lag_ms=lag,
@@ -577,10 +558,10 @@ class Fold:
             price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.probes.gpus),
             time_split=self._time_split_view(now, final),
             capacity=self.capacity.views(),
-            crossovers=self.crossovers,
+            crossovers=self.ab.crossovers,
             scenario=s.scenario,
-            causes=self.causes,
-            causes_by_kind=self.causes_by_kind,
+            causes=self.ab.causes,
+            causes_by_kind=self.ab.causes_by_kind,
             quality=self.quality.views(),
             quality_diff=qd,
             storage=self.storage.view(),

@@ -1,6 +1,7 @@
 """What the probes saw: the latest sample of each source, each server's counter deltas
 (speculative decoding, the prefix cache), every network round trip, and the GPU's power
-over time — a reducer of ``Sample`` facts, read by the snapshot and the summary.
+over time — a reducer of typed probe samples (``model/samples.py``), read by the snapshot
+and the summary.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.active import Segment
-from tokmon.model.coerce import number, text
-from tokmon.model.facts import Sample
+from tokmon.model.samples import GpuSample, HostSample, NetSample, ProbeSample, ServerSample
 from tokmon.model.stats import ArmTotals, GrowArray
+from tokmon.model.views import ProbeView
 
-SERVER_OFF = {"server_note": "server metrics off"}
+SERVER_OFF = ServerSample(note="server metrics off")
 INCONSISTENT = "inconsistent: more tokens accepted than drafted"
 
 
@@ -38,8 +39,36 @@ class _Net:
     connect: list[float] = field(default_factory=list)
 
 
-def _arm_names(v: Any) -> tuple[str, ...]:
-    return tuple(a for a in v if isinstance(a, str)) if isinstance(v, list) else ()
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The latest sample of each probe as one arm sees it: the GPU and the host, and the
+    server and network of that arm's server (an empty sample: none came)."""
+
+    gpu: GpuSample = GpuSample()
+    host: HostSample = HostSample()
+    server: ServerSample = ServerSample()
+    net: NetSample = NetSample()
+
+    def view(self) -> ProbeView:
+        g, h, srv = self.gpu, self.host, self.server
+        return ProbeView(
+            gpu_util=g.util,
+            gpu_mem_used_gib=g.mem_used_gib,
+            gpu_mem_pct=g.mem_pct,
+            gpu_power_w=g.power_w,
+            gpu_temp_c=g.temp_c,
+            gpu_note=g.note,
+            kv_pct=srv.kv_pct,
+            queue=srv.queue,
+            running=srv.running,
+            prefix_hit_pct=srv.prefix_hit_pct,
+            engine=srv.engine,
+            server_note=srv.note,
+            self_cpu_pct=h.self_cpu_pct,
+            host_cpu_pct=h.host_cpu_pct,
+            self_rss_mib=h.self_rss_mib,
+            net_rtt_ms=self.net.rtt_ms,
+        )
 
 
 def _in_spans(t: int, t0: int | None, segments: list[tuple[int, int | None]] | None) -> bool:
@@ -97,7 +126,9 @@ class ProbeState:
     def __init__(self, arms: list[str], gpus: int | None, server_metrics: bool) -> None:
         self.arms = arms
         self.server_metrics = server_metrics
-        self.latest: dict[str, dict[str, Any]] = {}  # per source (server, net: per URL)
+        self.gpu, self.host = GpuSample(), HostSample()
+        self.server_latest: dict[str, ServerSample] = {}  # per URL
+        self.net_latest: dict[str, NetSample] = {}
         self.servers: dict[str, _Server] = {}
         self.net: dict[str, _Net] = {}
         # (t, GPU watts) of every sample: energy per token (16 bytes a sample)
@@ -105,61 +136,55 @@ class ProbeState:
         self._gpus_set = gpus is not None
         self.gpus = gpus or 1
 
-    def sample(self, smp: Sample) -> tuple[str, ...] | None:
+    def sample(self, t: int, r: ProbeSample) -> tuple[str, ...] | None:
         """Fold one sample in; a server's sample returns the arms that server serves."""
-        v = smp.values
-        key = smp.src
-        served = None
-        if smp.src == "server":
-            url = text(v.get("url"))
-            key = f"server {url}"
-            srv = self.servers.get(url)
-            if srv is None:
-                srv = self.servers[url] = _Server(_arm_names(v.get("arms")))
-            served = srv.arms or tuple(self.arms)
-            d = v.get("delta")
-            if isinstance(d, list) and len(d) in (3, 5) and all(number(x) is not None for x in d):
-                srv.deltas.append((smp.t, float(d[0]), float(d[1]), float(d[2])))
-                if len(d) == 5 and d[3] > 0 and 0 <= d[4] <= d[3]:  # never a hit rate over 100%
-                    srv.prefix.append((smp.t, float(d[3]), float(d[4])))
-        elif smp.src == "net":
-            url = text(v.get("url"))
-            key = f"net {url}"
-            net = self.net.get(url)
-            if net is None:
-                net = self.net[url] = _Net(_arm_names(v.get("arms")))
-            for name, out in (("net_rtt_ms", net.rtt), ("net_connect_ms", net.connect)):
-                x = number(v.get(name))
-                if x is not None and 0 <= x < 3.6e6:
-                    out.append(x)
-        self.latest[key] = v
-        power = number(v.get("gpu_power_w"))
-        if smp.src == "gpu" and power is not None:
-            self.power_t.append(smp.t)
-            self.power_w.append(power)
-            devices = v.get("gpu_devices")
-            if not self._gpus_set and isinstance(devices, list) and devices:
-                self.gpus = len(devices)
-        return served
+        match r:
+            case ServerSample():
+                srv = self.servers.get(r.url)
+                if srv is None:
+                    srv = self.servers[r.url] = _Server(r.arms)
+                self.server_latest[r.url] = r
+                if r.delta is not None:
+                    d = r.delta
+                    srv.deltas.append((t, d.drafts, d.draft_tokens, d.accepted))
+                    if d.prefix is not None:
+                        srv.prefix.append((t, *d.prefix))
+                return srv.arms or tuple(self.arms)
+            case NetSample():
+                net = self.net.get(r.url)
+                if net is None:
+                    net = self.net[r.url] = _Net(r.arms)
+                self.net_latest[r.url] = r
+                if r.rtt_ms is not None:
+                    net.rtt.append(r.rtt_ms)
+                if r.connect_ms is not None:
+                    net.connect.append(r.connect_ms)
+            case GpuSample():
+                self.gpu = r
+                if r.power_w is not None:
+                    self.power_t.append(t)
+                    self.power_w.append(r.power_w)
+                if not self._gpus_set and r.devices:
+                    self.gpus = r.devices
+            case HostSample():
+                self.host = r
+        return None
 
-    def fields(self, arm: str) -> dict[str, Any]:
-        """The latest probe fields; the server's are those of ``arm``'s server."""
-        out: dict[str, Any] = {}
-        for key in ("host", "gpu"):
-            out.update(self.latest.get(key, {}))
+    def reading(self, arm: str) -> Reading:
+        """The latest samples; the server's and the network's are those of ``arm``'s
+        server."""
         srv = None
         for url, s in self.servers.items():
             if arm in s.arms or (srv is None and not s.arms):
-                srv = self.latest.get(f"server {url}")
-        if srv is not None:
-            out.update(srv)
-        elif not self.server_metrics:
-            out.update(SERVER_OFF)
+                srv = self.server_latest.get(url)
+        if srv is None:
+            srv = ServerSample() if self.server_metrics else SERVER_OFF
+        net = NetSample()
         for url, n in self.net.items():
             if arm in n.arms or not n.arms:
-                out.update(self.latest.get(f"net {url}", {}))
+                net = self.net_latest.get(url, net)
                 break
-        return out
+        return Reading(self.gpu, self.host, srv, net)
 
     def rtt_ms(self, arm: str) -> float | None:
         """The network round trip (p50 of the run's samples) to ``arm``'s server."""

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.alerts import cost_figures
-from tokmon.model.coerce import number
 from tokmon.model.crossover import AtLoad, Crossover, crossover
 from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.quality import KIND_PREFIX
+from tokmon.model.samples import GpuSample, ProbeSample, ServerSample
 from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import MIN_SAMPLES, Slo, ratio_ci_requests
 from tokmon.model.table import RequestTable
@@ -87,16 +87,19 @@ class Steps:
                 st.tokens += n
                 break
 
-    def sample(self, t: int, values: dict[str, Any]) -> None:
+    def sample(self, t: int, r: ProbeSample) -> None:
         """GPU memory and KV cache per step (long inputs run memory out): their peak."""
+        mem = r.mem_pct if isinstance(r, GpuSample) else None
+        kv = r.kv_pct if isinstance(r, ServerSample) else None
+        if mem is None and kv is None:
+            return
         for st in reversed(self.steps):
             if not (st.t0 <= t and (st.t1 is None or t < st.t1)):
                 continue
-            for key, attr in (("gpu_mem_pct", "gpu_mem_max"), ("kv_pct", "kv_max")):
-                v = number(values.get(key))
-                if v is not None:
-                    cur = getattr(st, attr)
-                    setattr(st, attr, v if cur is None else max(cur, v))
+            if mem is not None:
+                st.gpu_mem_max = mem if st.gpu_mem_max is None else max(st.gpu_mem_max, mem)
+            if kv is not None:
+                st.kv_max = kv if st.kv_max is None else max(st.kv_max, kv)
             break
 
     def view(self, now: int) -> LadderView | None:

@@ -1,8 +1,8 @@
 """The room a long run needs: tokmon's own memory, the recording's size and the disk left
 beside it, and a warning before the disk fills.
 
-A reducer of the fold: it takes the host probe's samples (``self_rss_mib``,
-``record_bytes``, ``disk_free_bytes``) and keeps only the last ten minutes of the
+A reducer of the fold: it takes the host probe's samples (tokmon's memory, the
+recording's size, the disk free) and keeps only the last ten minutes of the
 recording's size, so its memory does not grow with the run. The warning is an event,
 made where the figure is made, once per crossing (and again only after the room came
 back), so a days-long soak does not fill its own event log with it."""
@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from tokmon.model.coerce import number
+from tokmon.model.samples import HostSample
 
 GROWTH_WINDOW_NS = 600_000_000_000  # the recording's growth is read over ten minutes
 GROWTH_MIN_NS = 30_000_000_000  # and only once it has grown for half a minute
@@ -53,16 +53,15 @@ class StorageReducer:
         self.warned = False
         self.pending: list[tuple[str, dict[str, Any]]] = []  # warnings not yet said
 
-    def sample(self, t: int, values: dict[str, Any]) -> None:
-        rss = number(values.get("self_rss_mib"))
-        if rss is not None and rss >= 0:
+    def sample(self, t: int, host: HostSample) -> None:
+        rss = host.self_rss_mib
+        if rss is not None:
             self.rss = rss
             self.rss_max = rss if self.rss_max is None else max(self.rss_max, rss)
-        free = number(values.get("disk_free_bytes"))
-        if free is not None and free >= 0:
-            self.free = int(free)
-        size = number(values.get("record_bytes"))
-        if size is None or size < 0:
+        if host.disk_free_bytes is not None:
+            self.free = int(host.disk_free_bytes)
+        size = host.record_bytes
+        if size is None:
             return
         if self.sizes and (size < self.sizes[-1][1] or t < self.sizes[-1][0]):
             self.sizes.clear()  # a new file (or a clock that went back): growth anew

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.quality import KIND_PREFIX
+from tokmon.model.samples import ServerSample
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
 from tokmon.model.stats import GrowArray, ratio_ci_requests
 from tokmon.model.table import RequestTable
@@ -259,22 +260,20 @@ class TimeSplitReducer:
         t: int,
         hist_arm: str | None,
         run_arms: tuple[str, ...],
-        values: dict[str, Any],
+        smp: ServerSample,
         step: int = -1,
     ) -> None:
         """A server sample: its histogram deltas belong to ``hist_arm`` (the one arm
         in force on that server; None where arms share it and the histograms cannot be
         told apart), its running batch to every arm it serves; both to the ladder
         ``step`` running then too."""
-        d = values.get("split")
-        if hist_arm is not None and isinstance(d, list) and len(d) == 6:
-            v = np.array([x if isinstance(x, (int, float)) else np.nan for x in d], dtype=float)
-            if np.isfinite(v).all() and (v >= 0).all():
-                self._arm(hist_arm).hist += v
-                if step >= 0:
-                    self._step(hist_arm, step).hist += v
-        r = values.get("running")
-        if isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r < 1e6:
+        if hist_arm is not None and smp.split is not None:
+            v = np.array(smp.split, dtype=float)
+            self._arm(hist_arm).hist += v
+            if step >= 0:
+                self._step(hist_arm, step).hist += v
+        r = smp.running
+        if r is not None:
             for name in run_arms:
                 for a in (self._arm(name), *((self._step(name, step),) if step >= 0 else ())):
                     a.run_t.append(t / 1e9)

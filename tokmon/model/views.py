@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokmon.model.coerce import number
 from tokmon.model.stats import MIN_SAMPLES
 
 
@@ -35,17 +34,6 @@ class ProbeView:
     host_cpu_pct: float | None = None
     self_rss_mib: float | None = None
     net_rtt_ms: float | None = None  # the round trip to the active arm's server
-
-    @classmethod
-    def of(cls, fields: dict[str, Any]) -> ProbeView:
-        kw: dict[str, Any] = {}
-        for name in cls.__slots__:  # type: ignore[attr-defined]
-            v = fields.get(name)
-            kw[name] = _text(v) if name in _TEXT_FIELDS else number(v, strings=False)
-        return cls(**kw)
-
-
-_TEXT_FIELDS = frozenset({"gpu_note", "engine", "server_note"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ class Recording:
     header: dict[str, Any]
     requests: RequestTable = field(default_factory=RequestTable.empty)
     ticks: list[tuple[int, str, int]] = field(default_factory=list)
-    samples: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     t_end: int | None = None
@@ -496,10 +496,9 @@ class _Scan:
                     rec.ticks.extend(got)
                 fact = Tokens(tuple(TokenTick(t, a, c) for t, a, c in got))
             elif k == "p":
-                smp = (_t(obj["t"]), str(obj["src"]), dict(obj["v"]))
+                fact = smp = Sample(_t(obj["t"]), str(obj["src"]), dict(obj["v"]))
                 if self.series:
                     rec.samples.append(smp)
-                fact = Sample(*smp)
             elif k == "e":
                 fact = Event(
                     t=_t(obj["t"]),

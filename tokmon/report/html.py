@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.samples import GpuSample, ServerSample
+from tokmon.model.samples import read as read_sample
 from tokmon.recording.reader import Recording
 from tokmon.report.html_verdict import arm_colour, verdict_html
 from tokmon.report.text import escape, render_text
@@ -80,18 +82,19 @@ def _series(rec: Recording, arms: list[str], width_s: float) -> dict[str, Any]:
     # the line, never a straight line drawn across the other arm's period
     acc: dict[str, tuple[list[float], list[float | None]]] = {}
     gpu_t, gpu = [], []
-    for ts, src, v in rec.samples:
-        if src == "server":
-            names = v.get("arms")
-            name = ", ".join(map(str, names)) if isinstance(names, list) and names else "server"
-            rate = v.get("spec_acceptance_rate")
+    for smp in rec.samples:
+        r = read_sample(smp.src, smp.values)  # typed and checked: the file is untrusted
+        ts = smp.t
+        if isinstance(r, ServerSample):
+            name = ", ".join(r.arms) if r.arms else "server"
+            rate = r.acceptance_rate
             if rate is not None or name in acc:
                 xs, ys = acc.setdefault(name, ([], []))
                 xs.append(ts / 1e9)
                 ys.append(None if rate is None else 100 * rate)
-        if src == "gpu" and v.get("gpu_mem_used_gib") is not None:
+        if isinstance(r, GpuSample) and r.mem_used_gib is not None:
             gpu_t.append(ts / 1e9)
-            gpu.append(v["gpu_mem_used_gib"])
+            gpu.append(r.mem_used_gib)
     # the last window holds only the run's end: divide by the time it covers
     widths = np.full(n, width_s)
     widths[-1] = max(1e-9, end / 1e9 - (n - 1) * width_s)
