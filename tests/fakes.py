@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
+from tokmon.model.commands import Command
 from tokmon.model.history import Point
 from tokmon.model.records import Event
 from tokmon.model.snapshot import ArmView, Snapshot
@@ -152,7 +154,8 @@ class FakeSource:
     def snapshot(self) -> Snapshot:
         return self._snap
 
-    def command(self, name: str, *args: Any) -> str | None:
+    def command(self, cmd: Command) -> str | None:
+        name, args = cmd.name, tuple(getattr(cmd, f.name) for f in fields(cmd))
         self.calls.append((name, *args))
         if name == "switch":
             self.arm = "spec" if self.arm == "baseline" else "baseline"

@@ -5,6 +5,7 @@ import json
 import pytest
 from helpers import tokmon
 
+from tokmon.model.commands import End
 from tokmon.sim.model import ALPHA, parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -185,7 +186,7 @@ def test_replay_of_a_ladder_shows_what_the_live_run_showed(make_sim, tmp_path):
     src = ReplaySource(str(rec), speed=1.0)
     src.start()
     try:
-        src.command("end")
+        src.command(End())
         snap = src.snapshot()
         assert snap is not None and snap.ladder is not None
         done = snap.ladder.done

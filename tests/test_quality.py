@@ -10,6 +10,7 @@ import random
 import numpy as np
 from helpers import tokmon
 
+from tokmon.model.commands import Check
 from tokmon.model.quality import (
     QUALITY_PASS,
     TASKS,
@@ -232,7 +233,7 @@ def test_a_quality_pass_on_demand():
                         requests=QUALITY_PASS + 200, max_tokens=LengthDist("fixed", 8))  # fmt: skip
         s = LiveSession(cfg, target=sim.url, model="sim-27b")
         s.start()
-        said = s.command("check")
+        said = s.command(Check())
         assert said == f"quality pass: {QUALITY_PASS} questions", said
         assert s.wait(60)
         s.close()

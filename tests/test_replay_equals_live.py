@@ -20,6 +20,7 @@ from fake_nvml import make
 
 from tokmon.model.arms import Arm
 from tokmon.model.capacity import CapacityPlan
+from tokmon.model.commands import Command, Marker, TogglePause
 from tokmon.model.config import RunConfig
 from tokmon.model.ladder import parse_ladder
 from tokmon.model.snapshot import Snapshot
@@ -75,7 +76,7 @@ class Fixed:
     def snapshot(self) -> Snapshot:
         return self.snap
 
-    def command(self, name: str, *args: object) -> None:
+    def command(self, cmd: Command) -> None:
         return None
 
     def close(self) -> None:
@@ -155,10 +156,10 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
     s.start()
     try:
         ticks(2)
-        s.command("marker", "before the pause")
-        s.command("pause")
+        s.command(Marker("before the pause"))
+        s.command(TogglePause())
         ticks(len(snaps) + 1)
-        s.command("pause")
+        s.command(TogglePause())
         assert s.wait(60)
     finally:
         s.close()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
+from tokmon.model.commands import End, Seek
 from tokmon.model.facts import Requests
 from tokmon.recording.parts import part_numbers, part_path, run_bytes
 from tokmon.recording.play import summary_of
@@ -89,7 +90,7 @@ def test_a_rotated_run_reads_as_one_run(rotated, tmp_path):
     # and a replay plays every part to the same end
     src = ReplaySource(str(rec))
     src.start()
-    src.command("end")
+    src.command(End())
     assert src.summary() == live
     assert src.end_t == ReplaySource(str(one)).end_t
     src.close()
@@ -266,9 +267,9 @@ def test_a_replay_of_a_window_opens_at_its_start_and_ends_as_its_report(rotated)
     src.start()
     snap = src.snapshot()
     assert src.pos == w.t_from and snap.replay["from_s"] == 3.5
-    src.command("seek", "-100")
+    src.command(Seek(-100))
     assert src.pos == w.t_from  # never before the window
-    src.command("end")
+    src.command(End())
     report = json.loads(render_file(str(rec), "json", window=w)[0])
     assert json.loads(dumps(src.summary())) == report  # the replay ends where its report is
     src.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeSource
 
+from tokmon.model.commands import End
 from tokmon.sources.replay import ReplaySource
 from tokmon.ui.app import HELP, DashboardApp
 
@@ -34,7 +35,7 @@ def ladder_replay():
     src = ReplaySource(str(LADDER_AB))
     src.start()
     try:
-        src.command("end")
+        src.command(End())
         yield src
     finally:
         src.close()
@@ -113,7 +114,7 @@ async def test_every_row_is_used_and_every_figure_whole(layout, size):
     src = ReplaySource(str(rec))
     src.start()
     try:
-        src.command("end")
+        src.command(End())
         app = DashboardApp(src)
         async with app.run_test(size=size) as pilot:
             lines = await drawn(app, pilot)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeSource
 
+from tokmon.model.commands import Switch
 from tokmon.sources.remote import RemoteSource, ViewServer
 from tokmon.ui.app import DashboardApp
 
@@ -303,7 +304,7 @@ async def test_a_read_only_view_cannot_act_on_the_run():
     try:
         assert remote.commands == frozenset()
         remote._commands = frozenset({"switch"})  # a view that lies about what it may do
-        assert remote.command("switch") == "read-only view (--web-control)"
+        assert remote.command(Switch()) == "read-only view (--web-control)"
         assert src.arm != "spec"
     finally:
         remote.close()
@@ -409,3 +410,40 @@ def test_every_type_a_snapshot_can_hold_is_one_a_frame_can_carry():
     assert len(seen) > 20
     missing = sorted(t.__qualname__ for t in seen if t not in frames._NAMES)
     assert not missing, missing
+
+
+def test_a_view_with_control_acts_through_typed_commands_and_a_crafted_one_is_refused():
+    """--web-control: a view's key is a typed command that reaches the run as it was
+    sent; one whose fields a crafted frame filled with the wrong types is refused with a
+    line (it reaches no handler), and the run goes on."""
+    import struct
+
+    from tokmon.model.commands import ChangeLevel, CommandError, Seek, checked
+    from tokmon.sources import frames
+
+    src = FakeSource()
+    server = ViewServer(src, interval=0.05, control=True)
+    remote = RemoteSource(server.path)
+    try:
+        assert remote.command(Switch()) == "switch done" and src.arm == "spec"
+        assert remote.command(ChangeLevel(-1)) == "level done"
+        assert src.calls[-1] == ("level", -1, None)
+        crafted = frames.encode(("cmd", 99, ChangeLevel(1)))
+        crafted = crafted.replace(b'"sign":1', b'"sign":"lots"')
+        with remote._wlock:
+            remote.sock.sendall(struct.pack(">I", len(crafted)) + crafted)
+        with remote._cv:
+            remote._cv.wait_for(lambda: 99 in remote._replies, timeout=5.0)
+        notice = remote._replies.pop(99)
+        assert notice is not None and notice.startswith("command refused: level: sign"), notice
+        assert src.calls[-1] == ("level", -1, None)  # nothing reached the run
+        assert remote.command(Seek(5)) == "not available here: seek"  # a replay's key
+    finally:
+        remote.close()
+        server.close()
+    with pytest.raises(CommandError):
+        Seek("5")  # type: ignore[arg-type]
+    with pytest.raises(CommandError):
+        ChangeLevel(True)
+    with pytest.raises(CommandError):
+        checked(("cmd", "level"))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tokmon import __version__
 from tokmon.cli.listen import can_listen, parse_listen
 from tokmon.cli.parser import RunFailed, UsageError, api_key
+from tokmon.model.commands import StopRun
 from tokmon.model.redact import redact_argv, secrets_in
 from tokmon.model.words import count
 from tokmon.textsafe import (
@@ -774,7 +775,7 @@ def run_session(
             from tokmon.ui.app import run_app
 
             interrupted = 130 if run_app(session, theme=args.theme, fps=args.fps) else 0
-        session.command("stop", True)
+        session.command(StopRun(hard=True))
         session.wait(10.0)
         linger = dur("--prometheus-linger", getattr(args, "prometheus_linger", "0s")) or 0.0
         if session.prom is not None and linger > 0 and not interrupted:
@@ -1172,9 +1173,9 @@ def run_headless(session: Any, every: float) -> int:
                 "(Ctrl-C again to stop now)",
                 err=True,
             )
-            session.command("stop")
+            session.command(StopRun())
         else:
-            session.command("stop", True)
+            session.command(StopRun(hard=True))
 
     old = {sig: signal.signal(sig, on_signal) for sig in SIGNAL_EXIT}
     last_t = None

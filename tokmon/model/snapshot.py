@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from tokmon.model.alerts import Trend
 from tokmon.model.capacity import CapacityView
+from tokmon.model.commands import Command
 from tokmon.model.crossover import Crossover
 from tokmon.model.history import Point
 from tokmon.model.quality import Accuracy, QualityDiff
@@ -92,7 +93,7 @@ class Source(Protocol):
 
     def snapshot(self) -> Snapshot | None: ...
 
-    def command(self, name: str, *args: Any) -> str | None:
+    def command(self, cmd: Command) -> str | None:
         """Apply a user command; returns a short notice for the user, or None."""
         ...
 

@@ -15,6 +15,8 @@ from time import perf_counter_ns
 from typing import Any, Protocol
 
 from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
+from tokmon.model.commands import AbortInFlight, StopRun, TogglePause
+from tokmon.model.commands import Command as UserCommand
 from tokmon.model.ladder import Ladder, StepTotals, stop_reason
 from tokmon.model.records import BeginStep, Command, SetLevel
 
@@ -42,7 +44,7 @@ class Stage(Protocol):
 
     def _switch_to(self, arm: str, now: int) -> None: ...
 
-    def command(self, name: str, *args: Any) -> str | None: ...
+    def command(self, cmd: UserCommand) -> str | None: ...
 
 
 def conduct(s: Stage, plan: Ladder | CapacityPlan) -> None:
@@ -113,7 +115,7 @@ def run_ladder(s: Stage, lad: Ladder) -> None:
 def end(s: Stage, message: str, reason: str | None) -> None:
     """The schedule is over (its event ends the ladder in the figures): the run stops."""
     s._event("ladder", message, {"reason": reason}, t=perf_counter_ns())
-    s.command("stop")
+    s.command(StopRun())
 
 
 def _step_of(s: Stage, i: int, arm: str | None) -> StepTotals | None:
@@ -203,17 +205,17 @@ def drain(s: Stage, limit_s: float) -> bool:
     with s.lock:
         if s.fold.paused:
             return True
-    s.command("pause")
+    s.command(TogglePause())
     try:
         ended = _until_idle(s, limit_s)
         if ended is None:
-            s.command("abort", f"the backlog of a failed probe, after {limit_s:g} s")
+            s.command(AbortInFlight(f"the backlog of a failed probe, after {limit_s:g} s"))
             ended = _until_idle(s, ABORT_WAIT_S)  # (its records come with the next flush)
         if ended is False:
             return False
     finally:
         if not s.stopping:
-            s.command("pause")  # resumed
+            s.command(TogglePause())  # resumed
     return True
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from tokmon.model import (
     alerts,
     capacity,
+    commands,
     crossover,
     history,
     quality,
@@ -34,7 +35,7 @@ from tokmon.model import (
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
 _MODULES = (
     snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover, quality,
-    storage,
+    storage, commands,
 )  # fmt: skip
 
 

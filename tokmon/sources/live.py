@@ -17,6 +17,18 @@ from time import perf_counter_ns
 from typing import Any
 
 from tokmon.engine.worker import engine_main
+from tokmon.model.commands import (
+    LIVE,
+    AbortInFlight,
+    ChangeLevel,
+    Check,
+    Marker,
+    StopRun,
+    Switch,
+    TogglePause,
+    ToggleRecord,
+)
+from tokmon.model.commands import Command as UserCommand
 from tokmon.model.config import RunConfig
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.fold import Fold, FoldSettings, mix_weights
@@ -48,7 +60,7 @@ TRACE_LEAD_NS = 20_000_000
 
 
 class LiveSession:
-    commands = frozenset({"switch", "pause", "level", "marker", "stop", "record", "check"})
+    commands = LIVE
 
     def __init__(
         self,
@@ -283,9 +295,9 @@ class LiveSession:
                 return
             if self.cycles and self.segments_begun >= self.cycles * len(self.arm_names):
                 self._event("stop", f"{self.cycles} cycles of every arm done")
-                self.command("stop")
+                self.command(StopRun())
                 return
-            self.command("switch")
+            self.command(Switch())
             while self._restarting.is_set() and not self._done.wait(0.2):
                 pass
 
@@ -369,7 +381,7 @@ class LiveSession:
                     continue
                 if fatal:
                     self.engine_errors.append(f"managed server of arm {arm}: {msg}")
-                    self.command("stop", True)
+                    self.command(StopRun(hard=True))
                 return None
             ready = time.monotonic() - t0
             warmed = m.warm(srv.url, model or srv.arm.model, arm)
@@ -425,7 +437,7 @@ class LiveSession:
                     {"phase": "failed", "arm": srv.arm.name, "log_tail": srv.log_tail()},
                 )
                 self.engine_errors.append(msg)
-                self.command("stop", True)
+                self.command(StopRun(hard=True))
                 return
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -438,7 +450,7 @@ class LiveSession:
     def close(self) -> None:
         """Stop at once and make sure no engine process is left."""
         if not self._done.is_set():
-            self.command("stop", True)
+            self.command(StopRun(hard=True))
             self._done.wait(5.0)
         for p in self.procs:
             p.join(timeout=2.0)
@@ -477,109 +489,110 @@ class LiveSession:
         self._send(SwitchArm(arm, seg, now))
         self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
 
-    def command(self, name: str, *args: Any) -> str | None:
+    def command(self, cmd: UserCommand) -> str | None:
         with self.lock:
             now = perf_counter_ns()
-            if name == "switch":
-                if len(self.arm_names) < 2 or self.cfg.assign != "switch":
-                    return (
-                        "only one arm: nothing to switch"
-                        if len(self.arm_names) < 2
-                        else f"arms are assigned per request ({self.cfg.assign})"
+            match cmd:
+                case Switch():
+                    return self._switch(cmd.arm, now)
+                case TogglePause():
+                    paused = not self.fold.paused  # the event below sets it (the fold)
+                    self._send(Pause(paused))
+                    self._event("pause", "paused sending" if paused else "resumed sending")
+                    return "paused" if paused else "resumed"
+                case ChangeLevel():
+                    return self._change_level(cmd)
+                case Marker():
+                    note = cmd.note or "marker"
+                    self._event("marker", note)
+                    return f"marker: {note}"
+                case StopRun():
+                    hard = cmd.hard or self.stopping  # a second stop does not wait any longer
+                    self.stopping = True
+                    self._send(Stop(hard))
+                    self._event(
+                        "stop", "stopping now" if hard else "stopping: draining in-flight requests"
                     )
-                target = args[0] if args else None
-                cur = self.fold.arm
-                i = self.arm_names.index(cur)
-                turns = [
-                    self.arm_names[(i + k) % len(self.arm_names)]
-                    for k in range(1, len(self.arm_names) + 1)
-                ]
-                new = (
-                    target
-                    if target in self.arm_names
-                    else next((a for a in turns if a not in self.skipped), cur)
-                )
-                if new == cur:
-                    return None
-                if self.managed is not None and (
-                    cur in self.managed.servers or new in self.managed.servers
-                ):
-                    if self._restarting.is_set():
-                        return "a server is restarting"
-                    self._restarting.set()
-                    threading.Thread(
-                        target=self._restart, args=(cur, new), name="tokmon-restart", daemon=True
-                    ).start()
-                    return f"restarting: {cur} → {new}"
-                self._switch_to(new, now)
-                self.segments_begun += 1
-                return f"arm → {new}"
-            if name == "pause":
-                paused = not self.fold.paused  # the event below sets it (the fold)
-                self._send(Pause(paused))
-                self._event("pause", "paused sending" if paused else "resumed sending")
-                return "paused" if paused else "resumed"
-            if name == "level" and self.cfg.mode == "trace":
-                return "the trace sets the load (--trace-speed)"
-            if name == "level":
-                sign = args[0] if args else 1
-                if len(args) > 1:
-                    new_level = float(args[1])
-                else:
-                    step = self.level_step or (
-                        max(1.0, round(self.fold.level * 0.25))
-                        if self.cfg.mode == "concurrency"
-                        else max(0.1, self.fold.level * 0.25)
-                    )
-                    new_level = self.fold.level + sign * step
-                if self.cfg.mode == "concurrency":
-                    new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
-                else:
-                    new_level = max(0.01, round(new_level, 3))
-                self._send(SetLevel(new_level))
-                self._event("level", f"load → {self._level_str(new_level)}", {"level": new_level})
-                return f"load → {self._level_str()}"
-            if name == "marker":
-                note = str(args[0]) if args and args[0] else "marker"
-                self._event("marker", note)
-                return f"marker: {note}"
-            if name == "stop":
-                hard = bool(args[0]) if args else False
-                if self.stopping and not hard:
-                    hard = True  # a second stop does not wait any longer
-                self.stopping = True
-                self._send(Stop(hard))
-                self._event(
-                    "stop", "stopping now" if hard else "stopping: draining in-flight requests"
-                )
-                return "stopping"
-            if name == "abort":  # (the conductor's, after an overloaded open-loop probe)
-                why = str(args[0]) if args else "aborted"
-                self._send(Abort(why))
-                self._event("abort", f"in-flight requests aborted: {why}")
-                return "aborted"
-            if name == "record":
-                if self.recorder is None:
-                    return "start tokmon with --record FILE to record"
-                if self.recorder.active:  # (the event is the file's last line until resumed)
-                    self._event("recording", "recording paused")
-                    return self.recorder.toggle()
-                out = self.recorder.toggle()
-                self._event("recording", "recording resumed")
-                return out
-            if name == "check":
-                said = [self.start_quality_pass()]
-                if len(self.arm_names) > 1:  # (one arm: nothing to compare outputs with)
-                    said.append(self.start_output_check())
-                return " · ".join(said)
+                    return "stopping"
+                case AbortInFlight():
+                    self._send(Abort(cmd.why))
+                    self._event("abort", f"in-flight requests aborted: {cmd.why}")
+                    return "aborted"
+                case ToggleRecord():
+                    if self.recorder is None:
+                        return "start tokmon with --record FILE to record"
+                    if self.recorder.active:  # (the event is the file's last line until resumed)
+                        self._event("recording", "recording paused")
+                        return str(self.recorder.toggle())
+                    out = self.recorder.toggle()
+                    self._event("recording", "recording resumed")
+                    return str(out)
+                case Check():
+                    said = [self.start_quality_pass()]
+                    if len(self.arm_names) > 1:  # (one arm: nothing to compare outputs with)
+                        said.append(self.start_output_check())
+                    return " · ".join(said)
         return None
+
+    def _switch(self, target: str | None, now: int) -> str | None:
+        if len(self.arm_names) < 2 or self.cfg.assign != "switch":
+            return (
+                "only one arm: nothing to switch"
+                if len(self.arm_names) < 2
+                else f"arms are assigned per request ({self.cfg.assign})"
+            )
+        cur = self.fold.arm
+        i = self.arm_names.index(cur)
+        turns = [
+            self.arm_names[(i + k) % len(self.arm_names)] for k in range(1, len(self.arm_names) + 1)
+        ]
+        new = (
+            target
+            if target in self.arm_names
+            else next((a for a in turns if a not in self.skipped), cur)
+        )
+        if new == cur:
+            return None
+        if self.managed is not None and (
+            cur in self.managed.servers or new in self.managed.servers
+        ):
+            if self._restarting.is_set():
+                return "a server is restarting"
+            self._restarting.set()
+            threading.Thread(
+                target=self._restart, args=(cur, new), name="tokmon-restart", daemon=True
+            ).start()
+            return f"restarting: {cur} → {new}"
+        self._switch_to(new, now)
+        self.segments_begun += 1
+        return f"arm → {new}"
+
+    def _change_level(self, cmd: ChangeLevel) -> str:
+        if self.cfg.mode == "trace":
+            return "the trace sets the load (--trace-speed)"
+        if cmd.to is not None:
+            new_level = float(cmd.to)
+        else:
+            step = self.level_step or (
+                max(1.0, round(self.fold.level * 0.25))
+                if self.cfg.mode == "concurrency"
+                else max(0.1, self.fold.level * 0.25)
+            )
+            new_level = self.fold.level + cmd.sign * step
+        if self.cfg.mode == "concurrency":
+            new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
+        else:
+            new_level = max(0.01, round(new_level, 3))
+        self._send(SetLevel(new_level))
+        self._event("level", f"load → {self._level_str(new_level)}", {"level": new_level})
+        return f"load → {self._level_str()}"
 
     def _engine_died(self, worker: int, why: str) -> None:
         msg = f"engine {worker} failed: {why}"
         self.engine_errors.append(msg)
         self._event("error", msg)
         if not self.stopping:
-            self.command("stop", True)  # the rest of the load is not the run asked for
+            self.command(StopRun(hard=True))  # the rest of the load is not the run asked for
 
     def note(self, kind: str, message: str) -> None:
         """An event from outside the measuring (the recorder's write errors)."""
@@ -703,7 +716,7 @@ class LiveSession:
                 self.engine_errors.append(b.fault)
                 self._event("error", f"{b.fault}; the run stops here")
                 if not self.stopping:
-                    self.command("stop", False)
+                    self.command(StopRun())
             if self.cfg.mode == "trace" and self._trace_t0 is None:
                 self._engines_up.add(b.worker)
                 if len(self._engines_up | self.finished_workers) >= max(1, self.cfg.workers):

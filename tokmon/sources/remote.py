@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tokmon.model.commands import Command, CommandError, checked
 from tokmon.model.snapshot import Snapshot
 from tokmon.sources import frames
 
@@ -113,16 +114,22 @@ class ViewServer:
             threading.Thread(target=push, daemon=True).start()
             while not self._stop.is_set():
                 msg = _recv(conn)
-                if isinstance(msg, tuple) and len(msg) == 4 and msg[0] == "cmd":
-                    _, cid, name, args = msg
+                if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "cmd":
+                    _, cid, raw = msg
                     if not self.control:
                         with lock:
                             _send(conn, ("notice", cid, "read-only view (--web-control)"))
                         continue
                     try:
-                        notice = self.source.command(str(name), *args)
+                        cmd = checked(raw)  # (a frame's fields are the view's word)
+                        if cmd.name not in self.source.commands:
+                            notice = f"not available here: {cmd.name}"
+                        else:
+                            notice = self.source.command(cmd)
+                    except CommandError as e:
+                        notice = f"command refused: {e}"
                     except Exception as e:  # a view's command never breaks the run
-                        notice = f"{name} failed: {type(e).__name__}"
+                        notice = f"{getattr(raw, 'name', 'command')} failed: {type(e).__name__}"
                     with lock:
                         _send(conn, ("notice", cid, notice))
         except (OSError, ConnectionError, frames.FrameError, EOFError):
@@ -182,7 +189,7 @@ class RemoteSource:
         # q in a view detaches it (the run goes on): "stop" stays with the run's own UI
         return frozenset() if self.lost else self._commands - {"stop"}
 
-    def command(self, name: str, *args: Any) -> str | None:
+    def command(self, cmd: Command) -> str | None:
         if self.lost:
             return "the run is gone"
         with self._cv:
@@ -190,7 +197,7 @@ class RemoteSource:
             self._next += 1
         try:
             with self._wlock:
-                _send(self.sock, ("cmd", cid, name, args))
+                _send(self.sock, ("cmd", cid, cmd))
         except OSError:
             return "the run is gone"
         with self._cv:

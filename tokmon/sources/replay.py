@@ -14,6 +14,7 @@ from bisect import bisect_right
 from dataclasses import replace
 from typing import Any
 
+from tokmon.model.commands import REPLAY, Command, End, Jump, Play, Seek, Speed
 from tokmon.model.snapshot import Snapshot
 from tokmon.recording import Window
 from tokmon.recording.play import Player, summary_of
@@ -25,7 +26,7 @@ FINE_NS = 600_000_000_000  # a seek draws every tick of the last ten minutes bef
 
 
 class ReplaySource:
-    commands = frozenset({"play", "speed", "seek", "jump", "end"})
+    commands = REPLAY
 
     def __init__(
         self,
@@ -129,31 +130,31 @@ class ReplaySource:
             self.player.play_until(t, fine_from=max(0, t - FINE_NS), seeking=True)
             self.pos = t
 
-    def command(self, name: str, *args: Any) -> str | None:
-        if name == "play":
-            self.playing = not self.playing
-            return "playing" if self.playing else "paused"
-        if name == "speed":
-            i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
-            i = max(0, min(len(SPEEDS) - 1, i + int(args[0] if args else 1)))
-            self.speed = SPEEDS[i]
-            return f"speed {self.speed:g}×"
-        if name == "seek":
-            self.seek_to(self.pos + int(float(args[0]) * 1e9))
-            return f"at {self.pos / 1e9:.0f} s"
-        if name == "jump":
-            direction = int(args[0]) if args else 1
-            if direction > 0:
-                i = bisect_right(self.event_times, self.pos)
-                t = self.event_times[i] if i < len(self.event_times) else self.end_t
-            else:
-                i = bisect_right(self.event_times, self.pos - 1_000_000_000) - 1
-                t = self.event_times[i] if i >= 0 else 0
-            self.seek_to(t)
-            return f"at {self.pos / 1e9:.0f} s"
-        if name == "end":
-            self.seek_to(self.end_t)
-            return "at the end"
+    def command(self, cmd: Command) -> str | None:
+        match cmd:
+            case Play():
+                self.playing = not self.playing
+                return "playing" if self.playing else "paused"
+            case Speed():
+                i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
+                i = max(0, min(len(SPEEDS) - 1, i + cmd.step))
+                self.speed = SPEEDS[i]
+                return f"speed {self.speed:g}×"
+            case Seek():
+                self.seek_to(self.pos + int(cmd.seconds * 1e9))
+                return f"at {self.pos / 1e9:.0f} s"
+            case Jump():
+                if cmd.direction > 0:
+                    i = bisect_right(self.event_times, self.pos)
+                    t = self.event_times[i] if i < len(self.event_times) else self.end_t
+                else:
+                    i = bisect_right(self.event_times, self.pos - 1_000_000_000) - 1
+                    t = self.event_times[i] if i >= 0 else 0
+                self.seek_to(t)
+                return f"at {self.pos / 1e9:.0f} s"
+            case End():
+                self.seek_to(self.end_t)
+                return "at the end"
         return None
 
     def summary(self) -> dict[str, Any]:

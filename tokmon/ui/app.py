@@ -21,6 +21,21 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label
 
+from tokmon.model.commands import (
+    ChangeLevel,
+    Check,
+    Command,
+    End,
+    Jump,
+    Marker,
+    Play,
+    Seek,
+    Speed,
+    StopRun,
+    Switch,
+    TogglePause,
+    ToggleRecord,
+)
 from tokmon.model.history import Point, merge_all
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.textsafe import clean_text
@@ -307,17 +322,17 @@ class DashboardApp(App[None]):
     ]
     # Each key maps to a source command; keys whose command the source lacks are hidden.
     ACTION_COMMANDS = {
-        "switch_arm": "switch",
-        "pause": "pause",
-        "level": "level",
-        "marker": "marker",
-        "record": "record",
-        "check_outputs": "check",
-        "play": "play",
-        "seek": "seek",
-        "jump": "jump",
-        "speed": "speed",
-        "end": "end",
+        "switch_arm": Switch.name,
+        "pause": TogglePause.name,
+        "level": ChangeLevel.name,
+        "marker": Marker.name,
+        "record": ToggleRecord.name,
+        "check_outputs": Check.name,
+        "play": Play.name,
+        "seek": Seek.name,
+        "jump": Jump.name,
+        "speed": Speed.name,
+        "end": End.name,
     }
 
     def __init__(self, source: Source, *, theme: str | None = None, fps: float = 4.0) -> None:
@@ -415,52 +430,52 @@ class DashboardApp(App[None]):
 
     # ------------------------------------------------------------------ actions
     def action_play(self) -> None:
-        self._cmd("play")
+        self._cmd(Play())
 
     def action_seek(self, seconds: int) -> None:
-        self._cmd("seek", seconds)
+        self._cmd(Seek(seconds))
 
     def action_jump(self, direction: int) -> None:
-        self._cmd("jump", direction)
+        self._cmd(Jump(direction))
 
     def action_speed(self, step: int) -> None:
-        self._cmd("speed", step)
+        self._cmd(Speed(step))
 
     def action_end(self) -> None:
-        self._cmd("end")
+        self._cmd(End())
 
-    def _cmd(self, name: str, *args: Any) -> None:
-        if name not in self.source.commands:
-            self.notify(f"not available here: {name}", timeout=3)
+    def _cmd(self, cmd: Command) -> None:
+        if cmd.name not in self.source.commands:
+            self.notify(f"not available here: {cmd.name}", timeout=3)
             return
         try:
-            msg = self.source.command(name, *args)
+            msg = self.source.command(cmd)
         except Exception as e:  # a failing command is reported, never fatal
-            self.notify(f"{name} failed: {e}", severity="error")
+            self.notify(f"{cmd.name} failed: {e}", severity="error")
             return
         if msg:
             self.notice = msg
             self.notify(msg, timeout=3)
 
     def action_switch_arm(self) -> None:
-        self._cmd("switch")
+        self._cmd(Switch())
 
     def action_pause(self) -> None:
-        self._cmd("pause")
+        self._cmd(TogglePause())
 
     def action_level(self, sign: int) -> None:
-        self._cmd("level", sign)
+        self._cmd(ChangeLevel(sign))
 
     def action_check_outputs(self) -> None:
-        self._cmd("check")
+        self._cmd(Check())
 
     def action_record(self) -> None:
-        self._cmd("record")
+        self._cmd(ToggleRecord())
 
     def action_marker(self) -> None:
         def done(note: str | None) -> None:
             if note is not None:
-                self._cmd("marker", note)
+                self._cmd(Marker(note))
 
         self.push_screen(MarkerScreen(), done)
 
@@ -491,18 +506,18 @@ class DashboardApp(App[None]):
     def action_interrupt(self) -> None:
         self.interrupted += 1
         snap = self.source.snapshot()
-        live = "stop" in self.source.commands and not (snap is not None and snap.done)
+        live = StopRun.name in self.source.commands and not (snap is not None and snap.done)
         if not live:
             self.exit()
             return
         if self.interrupted == 1 and snap is not None and snap.in_flight:
             self.quitting = True
-            self.source.command("stop")
+            self.source.command(StopRun())
             self.notify(
                 "stopping: draining in-flight requests (Ctrl-C again: stop now)", timeout=10
             )
             return
-        self.source.command("stop", True)
+        self.source.command(StopRun(hard=True))
         self.exit()
 
     def action_quit_tokmon(self) -> None:
@@ -512,17 +527,17 @@ class DashboardApp(App[None]):
             or snap is None
             or snap.done
             or snap.in_flight == 0
-            or "stop" not in self.source.commands
+            or StopRun.name not in self.source.commands
         ):
-            if "stop" in self.source.commands and not (snap is not None and snap.done):
-                self.source.command("stop", True)
+            if StopRun.name in self.source.commands and not (snap is not None and snap.done):
+                self.source.command(StopRun(hard=True))
             self.exit()
             return
 
         def done(yes: bool | None) -> None:
             if yes:
                 self.quitting = True
-                self.source.command("stop")
+                self.source.command(StopRun())
                 self.notify("stopping: waiting for in-flight requests (q again: now)", timeout=10)
 
         self.push_screen(ConfirmQuit(snap.in_flight), done)
