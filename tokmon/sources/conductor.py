@@ -1,5 +1,6 @@
-"""The conductor: what load the run asks for, step by step — a ladder's fixed steps, or
-a capacity search's probes, each level chosen from what the last one measured.
+"""The conductor: the run's schedule — what load it asks for, step by step (a ladder's
+fixed steps, or a capacity search's probes, each level chosen from what the last one
+measured), and when the arms take turns (every --alternate, for --cycles).
 
 It runs in its own thread beside the live session and acts only through the session's
 surface (``Stage``): an event that begins each step (so the fold, live and replayed,
@@ -15,7 +16,7 @@ from time import perf_counter_ns
 from typing import Any, Protocol
 
 from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
-from tokmon.model.commands import AbortInFlight, StopRun, TogglePause
+from tokmon.model.commands import AbortInFlight, StopRun, Switch, TogglePause
 from tokmon.model.commands import Command as UserCommand
 from tokmon.model.ladder import Ladder, StepTotals, stop_reason
 from tokmon.model.records import BeginStep, Command, SetLevel
@@ -23,6 +24,7 @@ from tokmon.model.records import BeginStep, Command, SetLevel
 POLL_S = 0.25  # how often a running probe's counts are read
 DRAIN_S = 60.0  # the longest an overloaded open-loop probe's backlog is waited for
 ABORT_WAIT_S = 5.0  # then, for its aborted requests to be counted
+RESTART_POLL_S = 0.2  # how often a managed server's restart is checked for its end
 
 
 class Stage(Protocol):
@@ -34,6 +36,7 @@ class Stage(Protocol):
     arm_names: list[str]
     t_start: int
     stopping: bool
+    segments_begun: int
     _done: threading.Event
 
     def _event(
@@ -45,6 +48,25 @@ class Stage(Protocol):
     def _switch_to(self, arm: str, now: int) -> None: ...
 
     def command(self, cmd: UserCommand) -> str | None: ...
+
+    def ended(self) -> bool: ...
+
+    def restarting(self) -> bool: ...
+
+
+def alternate(s: Stage, every_s: float, cycles: int | None) -> None:
+    """The arms take turns: a switch every ``every_s`` of measuring (a managed server's
+    restart does not count), and a stop after ``cycles`` turns of every arm."""
+    while not s._done.wait(every_s):
+        if s.stopping or s.ended():
+            return
+        if cycles and s.segments_begun >= cycles * len(s.arm_names):
+            s._event("stop", f"{cycles} cycles of every arm done")
+            s.command(StopRun())
+            return
+        s.command(Switch())
+        while s.restarting() and not s._done.wait(RESTART_POLL_S):
+            pass
 
 
 def conduct(s: Stage, plan: Ladder | CapacityPlan) -> None:

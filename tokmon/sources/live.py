@@ -7,16 +7,14 @@ dashboard *source*; the headless printer uses it the same way.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.engine.worker import engine_main
 from tokmon.model.commands import (
     LIVE,
     AbortInFlight,
@@ -52,6 +50,7 @@ from tokmon.model.snapshot import Snapshot
 from tokmon.model.stats import Slo
 from tokmon.model.table import RequestTable, record_to_line
 from tokmon.model.workload import load_text
+from tokmon.sources.fleet import Engines, Servers
 from tokmon.textsafe import dumps
 
 WINDOW_S = 10.0
@@ -129,9 +128,7 @@ class LiveSession:
         self.t_stop: int | None = None
         self.wall_start = 0.0
         self.started_at = ""
-        self.procs: list[Any] = []
-        self.cmd_conns: list[Connection] = []
-        self.out_conns: list[Connection] = []
+        self.engines = Engines(cfg)
         self._reader: threading.Thread | None = None
         self._done = threading.Event()
         self._next_tick = 0
@@ -149,18 +146,14 @@ class LiveSession:
         self.check_n = check_outputs_n
         self._checking = False
         # managed servers (the arms take turns on one GPU): restarts run in one thread
-        self.managed = managed
+        self.servers = None if managed is None else Servers(self, managed)
         self.cycles = cycles
-        self._restart_lock = threading.Lock()
-        self._restarting = threading.Event()
         self.segments_begun = 1
         self.prometheus_at = prometheus
         self.prom: Any = None
-        self.skipped: set[str] = set()  # arms whose server failed (--on-server-failure skip-arm)
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
-        ctx = mp.get_context("spawn")
         self.t_start = perf_counter_ns()
         self.wall_start = time.time()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -179,24 +172,7 @@ class LiveSession:
                 },
                 self.t_start,
             )
-        n = max(1, self.cfg.workers)
-        if self.cfg.ray is not None:
-            self._start_ray(n)
-        for i in range(0 if self.cfg.ray is not None else n):
-            out_r, out_w = ctx.Pipe(duplex=False)
-            cmd_r, cmd_w = ctx.Pipe(duplex=False)
-            p = ctx.Process(
-                target=engine_main,
-                args=(self.cfg, i, n, out_w, cmd_r),
-                name=f"tokmon-engine-{i}",
-                daemon=True,
-            )
-            p.start()
-            out_w.close()
-            cmd_r.close()
-            self.procs.append(p)
-            self.out_conns.append(out_r)
-            self.cmd_conns.append(cmd_w)
+        self.engines.start(self._event)
         if self.prometheus_at is not None:
             from tokmon.sources.prometheus import PromServer
 
@@ -220,30 +196,16 @@ class LiveSession:
                 target=conduct, args=(self, self.ladder), name="tokmon-conductor", daemon=True
             ).start()
         elif self.cfg.alternate_s and len(self.arm_names) > 1 and self.cfg.assign == "switch":
-            threading.Thread(target=self._alternator, name="tokmon-alternate", daemon=True).start()
-        if self.managed is not None:
-            for st in self.managed.started:  # before the run: recorded
-                self._server_ready(
-                    st.arm, st.ready_s, st.model, f"{st.arm}'s server ready in {st.ready_s:.1f} s"
-                )
-            threading.Thread(target=self._watch_servers, name="tokmon-servers", daemon=True).start()
+            from tokmon.sources.conductor import alternate
 
-    def _start_ray(self, n: int) -> None:
-        """The engines as Ray actors (``sources/ray_workers.py``), each behind the same
-        two pipes as a local engine process."""
-        from multiprocessing import Pipe
-
-        from tokmon.sources.ray_workers import RayWorker, import_ray
-
-        ray = import_ray()
-        opts = {"scheduling_strategy": "SPREAD", "num_cpus": 1} | dict(self.cfg.ray_options)
-        for i in range(n):
-            out_r, out_w = Pipe(duplex=False)
-            cmd_r, cmd_w = Pipe(duplex=False)
-            w = RayWorker(ray, self.cfg, i, n, out_w, cmd_r, self._event, opts)
-            self.procs.append(w)
-            self.out_conns.append(out_r)
-            self.cmd_conns.append(cmd_w)
+            threading.Thread(
+                target=alternate,
+                args=(self, self.cfg.alternate_s, self.cycles),
+                name="tokmon-alternate",
+                daemon=True,
+            ).start()
+        if self.servers is not None:
+            self.servers.start()
 
     def _on_sample(self, src: str, t: int, values: dict[str, Any]) -> None:
         self._feed(Sample(t - self.t_start, src, _plain(values)))
@@ -286,159 +248,26 @@ class LiveSession:
         self._event("check", f"output check started: {n} greedy prompts per arm")
         return f"output check: {n} prompts per arm"
 
-    def _alternator(self) -> None:
-        """Switch every --alternate of measuring (a restart's time does not count), and
-        stop after --cycles turns of every arm."""
-        assert self.cfg.alternate_s
-        while not self._done.wait(self.cfg.alternate_s):
-            if self.stopping or self._ended:
-                return
-            if self.cycles and self.segments_begun >= self.cycles * len(self.arm_names):
-                self._event("stop", f"{self.cycles} cycles of every arm done")
-                self.command(StopRun())
-                return
-            self.command(Switch())
-            while self._restarting.is_set() and not self._done.wait(0.2):
-                pass
+    def in_flight(self) -> int | None:
+        """Requests in flight by the engines' latest counts (None: none counted yet)."""
+        st = list(self._statuses.values()) or list(self.fold.statuses.values())
+        return sum(x.in_flight for x in st) if st else None
 
-    # ------------------------------------------------------------------ managed servers
-    def _restart(self, cur: str, new: str) -> None:
-        """The arms take turns on one GPU: drain, stop ``cur``'s server, start ``new``'s,
-        wait until it is ready, warm it, then switch. Nothing is sent meanwhile (idle in
-        the figures); every phase is an event."""
-        m = self.managed
-        try:
-            with self.lock:
-                user_paused = self.fold.paused
-                self._send(Pause(True))
-                self._event(
-                    "server",
-                    f"restarting: {cur} → {new}",
-                    {"phase": "stopping", "arm": cur, "next": new},
-                )
-            old_srv = m.servers.get(cur)
-            if old_srv is not None:
-                self._drain(m.drain_s)
-                known = len(old_srv.strays)
-                took = old_srv.stop(m.stop_timeout_s)
-                # (imported here: the managed servers' module brings httpx, and the live
-                # session's import must not bring the UI's libraries with it)
-                from tokmon.sources.managed import stray_line
+    def ended(self) -> bool:
+        """The final tick is folded: no fact comes after it."""
+        return self._ended
 
-                for pid, mine in old_srv.strays[known:]:
-                    msg = stray_line(cur, pid, old_srv.port, mine)
-                    self._event("error", msg, {"arm": cur, "pid": pid})
-                self._event(
-                    "server",
-                    f"{cur}'s server stopped in {took:.1f} s",
-                    {"phase": "stopped", "arm": cur, "stop_s": took},
-                )
-                if not m.gpu_settled():
-                    self._event("server", "GPU memory not back to its baseline; starting anyway")
-            skip = m.on_failure == "skip-arm" and cur in m.servers
-            model = self._start_server(new, fatal=not skip)
-            if model is None and skip and not self.stopping:
-                # --on-server-failure skip-arm: the run goes on with the arm it had
-                self.skipped.add(new)
-                self._event("server", f"arm {new} left out: its server failed")
-                new = cur
-                model = self._start_server(cur)
-            if model is None:
-                return
-            with self.lock:
-                now = perf_counter_ns()
-                seg = self.fold.next_segment()
-                self._send(SwitchArm(new, seg, now, model=model))
-                self._event("arm", f"arm → {new}", {"arm": new, "segment": seg}, t=now)
-                self.segments_begun += 1
-                if not user_paused:
-                    self._send(Pause(False))
-        finally:
-            self._restarting.clear()
+    def skipped(self) -> set[str]:
+        """Arms whose server failed (--on-server-failure skip-arm)."""
+        return set() if self.servers is None else self.servers.skipped
 
-    def _start_server(self, arm: str, fatal: bool = True) -> str | None:
-        """Start ``arm``'s server until it is ready (with the --on-server-failure policy);
-        its model, or None when the run stops."""
-        m = self.managed
-        srv = m.servers[arm]
-        tries = 2 if m.on_failure == "retry" else 1
-        for attempt in range(tries):
-            self._event("server", f"starting {arm}'s server", {"phase": "starting", "arm": arm})
-            t0 = time.monotonic()
-            try:
-                srv.start()
-                model = srv.wait_ready(m.ready_timeout_s, m.headers, stop=self._done)
-            except Exception as e:  # ServerFailed, or an OSError starting it
-                srv.stop(m.stop_timeout_s)
-                msg = str(e).split("\n", 1)[0]
-                tail = str(e).split("\n", 1)[1] if "\n" in str(e) else srv.log_tail()
-                self._event(
-                    "server",
-                    f"{arm}'s server failed: {msg}",
-                    {"phase": "failed", "arm": arm, "log_tail": tail[-4000:]},
-                )
-                if attempt + 1 < tries and not self.stopping:
-                    continue
-                if fatal:
-                    self.engine_errors.append(f"managed server of arm {arm}: {msg}")
-                    self.command(StopRun(hard=True))
-                return None
-            ready = time.monotonic() - t0
-            warmed = m.warm(srv.url, model or srv.arm.model, arm)
-            self._server_ready(
-                arm,
-                ready,
-                model,
-                f"{arm}'s server ready in {ready:.1f} s (warmed with {warmed} requests)",
-            )
-            return srv.arm.model or model
-        return None
+    def restarting(self) -> bool:
+        return self.servers is not None and self.servers.restarting.is_set()
 
-    def _server_ready(self, arm: str, ready_s: float, model: str, message: str) -> None:
-        """The event of a managed server that became ready: its time to ready, model,
-        command (secrets redacted) and environment record (surveyed once per arm)."""
-        m = self.managed
-        self._event(
-            "server",
-            message,
-            {
-                "phase": "ready",
-                "arm": arm,
-                "ready_s": ready_s,
-                "model": model,
-                "command": m.command_of(arm),
-                "env": m.environment(arm, m.servers[arm].url),
-            },
-        )
-
-    def _drain(self, timeout_s: float) -> None:
-        """Until no request is in flight (the engines' own counts), or ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not self._done.is_set():
-            with self.lock:
-                st = list(self._statuses.values()) or list(self.fold.statuses.values())
-            if st and sum(x.in_flight for x in st) == 0:
-                return
-            time.sleep(0.05)
-
-    def _watch_servers(self) -> None:
-        """A managed server that dies while it is measured is an error, never silent."""
-        m = self.managed
-        while not self._done.wait(1.0):
-            if self.stopping or self._restarting.is_set():
-                continue
-            srv = m.servers.get(self.fold.arm)
-            if srv is not None and srv.proc is not None and not srv.alive():
-                code = srv.proc.returncode
-                msg = f"the server of arm {srv.arm.name} exited (code {code}) during the run"
-                self._event(
-                    "server",
-                    msg,
-                    {"phase": "failed", "arm": srv.arm.name, "log_tail": srv.log_tail()},
-                )
-                self.engine_errors.append(msg)
-                self.command(StopRun(hard=True))
-                return
+    @property
+    def managed(self) -> Any:
+        """The managed servers (``sources/managed.py``), None where the run has none."""
+        return None if self.servers is None else self.servers.m
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
@@ -452,32 +281,20 @@ class LiveSession:
         if not self._done.is_set():
             self.command(StopRun(hard=True))
             self._done.wait(5.0)
-        for p in self.procs:
-            p.join(timeout=2.0)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=1.0)
+        self.engines.close()
         for pr in self.probes:
             try:
                 pr.stop()
             except Exception:
                 pass
-        if self.managed is not None:
-            self.managed.close()
+        if self.servers is not None:
+            self.servers.close()
         if self.prom is not None:
             self.prom.close()
-        if self.cfg.ray is not None:
-            from tokmon.sources.ray_workers import shutdown
-
-            shutdown()
 
     # ------------------------------------------------------------------ commands
     def _send(self, cmd: Command) -> None:
-        for c in self.cmd_conns:
-            try:
-                c.send(cmd)
-            except (BrokenPipeError, OSError):
-                pass
+        self.engines.send(cmd)
 
     def _level_str(self, level: float | None = None) -> str:
         lv = self.fold.level if level is None else level
@@ -549,20 +366,12 @@ class LiveSession:
         new = (
             target
             if target in self.arm_names
-            else next((a for a in turns if a not in self.skipped), cur)
+            else next((a for a in turns if a not in self.skipped()), cur)
         )
         if new == cur:
             return None
-        if self.managed is not None and (
-            cur in self.managed.servers or new in self.managed.servers
-        ):
-            if self._restarting.is_set():
-                return "a server is restarting"
-            self._restarting.set()
-            threading.Thread(
-                target=self._restart, args=(cur, new), name="tokmon-restart", daemon=True
-            ).start()
-            return f"restarting: {cur} → {new}"
+        if self.servers is not None and self.servers.serves(cur, new):
+            return self.servers.begin_restart(cur, new)
         self._switch_to(new, now)
         self.segments_begun += 1
         return f"arm → {new}"
@@ -601,15 +410,9 @@ class LiveSession:
     def failures(self) -> list[str]:
         """What went wrong with the run itself (not with requests): non-zero exit."""
         out = list(self.engine_errors)
-        if self.managed is not None:
-            out += self.managed.strays()  # a server that outlived its stop
-        for i, p in enumerate(self.procs):
-            code = p.exitcode
-            if i in self.workers_lost:
-                continue  # (an event; its requests in flight are counted as cancelled)
-            if code not in (0, None) and not any(m.startswith(f"engine {i} ") for m in out):
-                out.append(f"engine {i} failed: exit code {code}")
-        return out
+        if self.servers is not None:
+            out += self.servers.strays()  # a server that outlived its stop
+        return out + self.engines.failures(out, self.workers_lost)
 
     def _event(
         self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
@@ -643,8 +446,8 @@ class LiveSession:
 
     # ------------------------------------------------------------------ ingest
     def _read_loop(self) -> None:
-        conns: list[Any] = list(self.out_conns)
-        by_conn = {id(c): i for i, c in enumerate(self.out_conns)}
+        conns: list[Any] = list(self.engines.out_conns)
+        by_conn = {id(c): i for i, c in enumerate(self.engines.out_conns)}
         while conns:
             ready: list[Any] = wait(conns, timeout=0.2)
             for c in ready:
@@ -654,7 +457,7 @@ class LiveSession:
                     conns.remove(c)
                     w = by_conn[id(c)]
                     self.finished_workers.add(w)
-                    if not self.stopping or self.procs[w].exitcode not in (0, None):
+                    if not self.stopping or self.engines.exit_code(w) not in (0, None):
                         self._engine_died(w, "ended without a word")
                     continue
                 if isinstance(msg, EngineFailure):
