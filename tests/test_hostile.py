@@ -519,8 +519,8 @@ async def test_ctrl_c_in_the_dashboard_drains_then_stops():
 
 
 def test_headless_status_never_repeats_a_snapshot(capsys, monkeypatch):
-    from tokmon.cli import run as cli
     from tokmon.model.records import Event
+    from tokmon.ui import headless as cli
 
     class Snap:
         t = 1

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -34,8 +33,6 @@ from tokmon.textsafe import (
 
 if TYPE_CHECKING:
     from tokmon.model.config import RunConfig
-    from tokmon.model.records import Event
-    from tokmon.model.snapshot import Snapshot
     from tokmon.model.trace import Trace
     from tokmon.model.workload import PromptShape
 
@@ -770,6 +767,8 @@ def run_session(
                 control=bool(getattr(args, "web_control", False)),
             )
         if headless:
+            from tokmon.ui.headless import run_headless
+
             interrupted = run_headless(session, status_every)
         else:
             from tokmon.ui.app import run_app
@@ -793,7 +792,9 @@ def run_session(
     summary = session.final or session.summary()
     if on_summary is not None:
         on_summary(summary)
-    say(_summary_text(summary), fit=True)
+    from tokmon.ui.headless import summary_text
+
+    say(summary_text(summary), fit=True)
     code = 0
     if args.summary_json and not written:
         try:
@@ -1112,128 +1113,3 @@ def build_probes(args: argparse.Namespace, cfg: Any, window: float) -> list[Any]
                 NetProbe(url, tuple(a.name for a in group), hdr, cfg.insecure, interval=every)
             )
     return probes
-
-
-def _summary_text(summary: dict[str, Any]) -> str:
-    from tokmon.report.summary_text import alert_lines, summary_table
-
-    lines = [summary_table(summary)]
-    alerts = summary.get("alerts") or []
-    if alerts:  # what an on-call reader needs first, not only in --summary-json
-        lines += [f"alerts raised: {len(alerts)}", *alert_lines(alerts)]
-    return "\n".join(lines)
-
-
-class EventLines:
-    """The run's event log as lines, each once: headless, the terminal is the event log.
-
-    A snapshot holds the latest events (a window that slides), so each call gives those
-    after the last one given."""
-
-    def __init__(self) -> None:
-        self.last: Event | None = None
-
-    def new(self, s: Snapshot) -> list[str]:
-        evs = s.events
-        start = 0
-        if self.last is not None:
-            for i in range(len(evs) - 1, -1, -1):
-                if evs[i] == self.last:
-                    start = i + 1
-                    break
-            else:  # the window slid past it: what is later than it
-                start = next((i for i, e in enumerate(evs) if e.t > self.last.t), len(evs))
-        fresh = evs[start:]
-        if fresh:
-            self.last = fresh[-1]
-        return [
-            f"[{(e.t - s.t_start) / 1e9:7.1f}s] {'ALERT ' if e.kind == 'alert' else ''}{e.message}"
-            for e in fresh
-        ]
-
-
-# The exit code of a run ended by a signal: 128 + its number, as a shell says it.
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
-
-
-def run_headless(session: Any, every: float) -> int:
-    """Status lines to stderr until the run ends. Ctrl-C, SIGTERM (systemd, ``timeout``)
-    and SIGHUP (an SSH session that dropped) each drain the run and write everything,
-    as the first Ctrl-C does; a second signal stops at once. Returns the exit code of an
-    interrupted run (130, 143, 129), 0 when it ended by itself."""
-    interrupted = {"n": 0, "code": 0}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        interrupted["n"] += 1
-        if interrupted["n"] == 1:
-            interrupted["code"] = SIGNAL_EXIT.get(signal.Signals(signum), 128 + signum)
-            name = signal.Signals(signum).name
-            say(
-                f"\ntokmon: stopping ({name}) — draining in-flight requests "
-                "(Ctrl-C again to stop now)",
-                err=True,
-            )
-            session.command(StopRun())
-        else:
-            session.command(StopRun(hard=True))
-
-    old = {sig: signal.signal(sig, on_signal) for sig in SIGNAL_EXIT}
-    last_t = None
-    events = EventLines()
-
-    def log_events() -> None:
-        s = session.snapshot()
-        for line in events.new(s) if s is not None else ():
-            say(line, err=True, flush=True)
-
-    try:
-        next_print = time.monotonic() + every
-        next_events = time.monotonic() + EVENTS_EVERY_S
-        while not session.wait(0.2):
-            now = time.monotonic()
-            if now >= next_events:  # an alert shows within a second of being raised
-                next_events = now + EVENTS_EVERY_S
-                log_events()
-            if now >= next_print:
-                next_print = max(next_print + every, now)
-                s = session.snapshot()
-                # a starved process may wake twice before a new snapshot: no repeat
-                if s is not None and s.t != last_t:
-                    last_t = s.t
-                    say(status_line(s), err=True, flush=True)
-        log_events()  # those of the run's last moments
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-    return interrupted["code"]
-
-
-EVENTS_EVERY_S = 1.0
-
-
-def status_line(s: Any) -> str:
-    from tokmon.report.summary_text import fmt_ms
-
-    w = s.window
-    parts = [
-        f"[{s.elapsed_s:7.1f}s]",
-        f"arm {s.arm}",
-        f"ok {s.ok}",
-        f"failed {s.failed}",
-        f"in flight {s.in_flight}",
-    ]
-    if w is not None:
-        parts += [
-            f"{w.tokens_per_s:8.1f} tok/s",
-            f"TTFT p50 {fmt_ms(w.ttft_p50)} p95 {fmt_ms(w.ttft_p95)} ms",
-            f"TPOT p50 {fmt_ms(w.tpot_p50)} ms",
-        ]
-    if s.warming_up:
-        parts.append("(warming up)")
-    if s.restarting is not None:
-        parts.append(
-            f"RESTARTING {s.restarting.arm}: {s.restarting.phase} {s.restarting.since_s:.0f} s"
-        )
-    for arm, secs in s.down.items():
-        parts.append(f"SERVER DOWN ({arm}) for {secs:.0f}s")
-    return " · ".join(parts)
