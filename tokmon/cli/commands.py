@@ -231,8 +231,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ns.fps = args.fps
         ns.web = args.web
         ns.web_allow_remote = args.web_allow_remote
-        cfg, info = build_run(ns, [])
-        return run_session(ns, cfg, info)
+        return run_session(ns, build_run(ns, []))
     finally:
         for s in sims:
             s.stop()
@@ -590,8 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                 return run_repeated(args, file_arms)
             if args.between:
                 raise UsageError("--between says what happens between runs: with --repeat N")
-            cfg, info = build_run(args, file_arms)
-            return run_session(args, cfg, info)
+            return run_session(args, build_run(args, file_arms))
         if args.command == "demo":
             return cmd_demo(args)
         if args.command == "sim":

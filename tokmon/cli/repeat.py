@@ -87,8 +87,7 @@ def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
                 for x in file_arms]  # fmt: skip
         say(f"tokmon: run {i} of {n}", err=True, flush=True)
         got: list[dict[str, Any]] = []
-        cfg, info = build_run(a, arms)
-        code = run_session(a, cfg, info, on_summary=got.append)
+        code = run_session(a, build_run(a, arms), on_summary=got.append)
         codes.append(code)
         if got:
             summaries.append(got[0])

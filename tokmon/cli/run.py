@@ -129,10 +129,50 @@ def parse_slo(text: str | None) -> Any:
     return Slo(**got)
 
 
-def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict[str, Any]]:
-    """Validate every option and resolve the targets; returns (RunConfig, info)."""
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What the options ask for, every one checked, before any server is asked: the
+    run's configuration with each arm's model as given (``prepare_run`` resolves them),
+    and what must be performed before the run can start."""
+
+    cfg: RunConfig  # its arms as given: url, endpoint and model before the pre-flight
+    target: str | None  # --url (or TOKMON_URL)
+    auth: dict[str, str]  # the API key, as the header every request carries
+    ladder: Any  # Ladder | CapacityPlan | None
+    prometheus: tuple[str, int] | None
+    web: Any
+    tokenizer: str | None  # a local tokenizer to measure prompts with
+    measure_prompts: bool  # prompts built to an exact token count (the server is asked)
+    survey: bool  # each server's environment written down before measuring
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A plan performed: the managed servers started, each arm's model resolved, the
+    prompts measured and each server's environment surveyed."""
+
+    cfg: RunConfig
+    ladder: Any
+    models: dict[str, dict[str, Any]]  # per server URL: its /v1/models
+    versions: dict[str, str]
+    environment: tuple[Any, ...]
+    managed: Any
+    prometheus: tuple[str, int] | None
+    web: Any
+    target: str
+    model: str
+    notes: tuple[tuple[str, str], ...]  # the set-up's warnings: events as the run starts
+
+
+def build_run(args: argparse.Namespace, file_arms: list[Any]) -> Prepared:
+    """The options as a checked plan, then what it needs performed."""
+    return prepare_run(plan_run(args, file_arms), args)
+
+
+def plan_run(args: argparse.Namespace, file_arms: list[Any]) -> RunPlan:
+    """Check every option; no server is asked (a mistake is an error before anything
+    starts). Reads the workload's files (through ``tokmon.inputs``)."""
     from tokmon.engine.h1 import prepare
-    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model
     from tokmon.inputs import load_prompt_file
     from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
     from tokmon.model.config import RunConfig, Timeouts, redact_header
@@ -319,44 +359,13 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         raise UsageError(
             "--ray and arms with serve= exclude each other (a managed server is local)"
         )
-    managed = start_managed(args, arms, {**auth, **headers}) if any(a.serve for a in arms) else None
-    if managed is not None:
-        arms = [dataclasses.replace(a, url=managed.url) if a.serve else a for a in arms]
-    resolved: list[Arm] = []
-    models_cache: dict[str, dict[str, Any]] = {}
-    started = {st.arm for st in managed.started} if managed is not None else set()
-    for a in arms:
-        a_url = a.url or url or ""
-        if a.serve and a.name not in started:
-            # its server starts when its turn comes; its model is what it serves then
-            resolved.append(
-                Arm(name=a.name, url=a_url, model=a.model or args.model or "",
-                    endpoint=a.endpoint or args.endpoint, body=a.body, headers=a.headers,
-                    serve=a.serve)
-            )  # fmt: skip
-            continue
-        try:
-            if a_url not in models_cache:
-                models_cache[a_url] = fetch_models(
-                    a_url, {**auth, **headers, **a.headers}, insecure=args.insecure
-                )
-            model = resolve_model(a_url, a.model or args.model or "", models_cache[a_url])
-        except PreflightError as e:
-            if managed is not None:
-                managed.close()
-            prefix = f"arm {a.name}: " if len(arms) > 1 else ""
-            raise PreflightError(prefix + str(e)) from None
-        resolved.append(
-            Arm(
-                name=a.name,
-                url=a_url,
-                model=model,
-                endpoint=a.endpoint or args.endpoint,
-                body=a.body,
-                headers=a.headers,
-                serve=a.serve,
-            )
-        )
+    if getattr(args, "tokenizer", None) and args.approx_prompt_tokens:
+        raise UsageError("--tokenizer and --approx-prompt-tokens exclude each other")
+    given = [  # (the pre-flight gives each its model; a managed server's url comes then)
+        Arm(name=a.name, url=a.url or url or "", model=a.model or args.model or "",
+            endpoint=a.endpoint or args.endpoint, body=a.body, headers=a.headers, serve=a.serve)
+        for a in arms
+    ]  # fmt: skip
     timeouts = Timeouts(
         connect_s=dur("--connect-timeout", args.connect_timeout, False) or 10.0,
         first_token_s=dur("--first-token-timeout", args.first_token_timeout, False) or 120.0,
@@ -369,7 +378,7 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         budget = min(args.requests or trace.count, trace.count)
     cfg = RunConfig(
         run_id=secrets.token_hex(4),
-        arms=tuple(resolved),
+        arms=tuple(given),
         mode=mode,
         concurrency=conc,
         rate=args.rate or 1.0,
@@ -416,6 +425,32 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
         ray_options=ray_opts,
         ray_on_loss=getattr(args, "ray_on_loss", "continue"),
     )
+    scripted = conversations is not None and bool(conversations.scripts)
+    given_prompts = (
+        trace is not None
+        and trace.stream is None
+        and all(e.prompt is not None for e in trace.entries)
+    )
+    return RunPlan(
+        cfg=cfg,
+        target=url,
+        auth=auth,
+        ladder=ladder,
+        prometheus=prometheus,
+        web=web,
+        tokenizer=getattr(args, "tokenizer", None),
+        measure_prompts=not (prompts or given_prompts or scripted or args.approx_prompt_tokens),
+        survey=not getattr(args, "no_env", False),
+    )
+
+
+def prepare_run(plan: RunPlan, args: argparse.Namespace) -> Prepared:
+    """Perform what the plan needs, in order: connect to Ray, start the first managed
+    server, resolve each arm's model (the pre-flight), measure the prompts, survey each
+    server. A failure is one line; a server started here is stopped on the way out."""
+    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model
+
+    cfg, url, auth, headers = plan.cfg, plan.target, plan.auth, plan.cfg.headers
     if cfg.ray is not None:
         from tokmon.sources.ray_workers import RayUnavailable, connect
 
@@ -423,47 +458,65 @@ def build_run(args: argparse.Namespace, file_arms: list[Any]) -> tuple[Any, dict
             connect(cfg.ray, cfg.workers)
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
-    given = (
-        cfg.trace is not None
-        and cfg.trace.stream is None
-        and all(e.prompt is not None for e in cfg.trace.entries)
-    )
-    scripted = cfg.conversations is not None and bool(cfg.conversations.scripts)
     local = None
-    if getattr(args, "tokenizer", None):
+    if plan.tokenizer:
         from tokmon.engine.calibrate import CalibrationError, local_tokenizer
 
-        if args.approx_prompt_tokens:
-            raise UsageError("--tokenizer and --approx-prompt-tokens exclude each other")
         try:
-            local = local_tokenizer(args.tokenizer)
+            local = local_tokenizer(plan.tokenizer)
         except CalibrationError as e:
             raise UsageError(str(e)) from None
+    arms = list(cfg.arms)
+    serve = [a for a in arms if a.serve]
+    managed = start_managed(args, arms, {**auth, **headers}) if serve else None
+    if managed is not None:
+        arms = [dataclasses.replace(a, url=managed.url) if a.serve else a for a in arms]
+    resolved = []
+    models_cache: dict[str, dict[str, Any]] = {}
+    started = {st.arm for st in managed.started} if managed is not None else set()
+    for a in arms:
+        if a.serve and a.name not in started:
+            # its server starts when its turn comes; its model is what it serves then
+            resolved.append(a)
+            continue
+        try:
+            if a.url not in models_cache:
+                models_cache[a.url] = fetch_models(
+                    a.url, {**auth, **headers, **a.headers}, insecure=cfg.insecure
+                )
+            model = resolve_model(a.url, a.model, models_cache[a.url])
+        except PreflightError as e:
+            if managed is not None:
+                managed.close()
+            prefix = f"arm {a.name}: " if len(arms) > 1 else ""
+            raise PreflightError(prefix + str(e)) from None
+        resolved.append(dataclasses.replace(a, model=model))
+    cfg = dataclasses.replace(cfg, arms=tuple(resolved))
     notes: list[tuple[str, str]] = []  # warnings of the set-up: events once the run starts
-    if not (cfg.prompts or given or scripted or args.approx_prompt_tokens):
+    if plan.measure_prompts:
         cfg = dataclasses.replace(cfg, prompt_shape=measure_prompts(cfg, local, notes))
     # What each server runs on, the way to it and what it lets anyone do: written down
     # before measuring (the method), in the recording and the summary.
     envs = {}
-    if not getattr(args, "no_env", False):
+    if plan.survey:
         from tokmon.probes.env import survey
 
         for a_url in models_cache:
             a_hdr = next((a.headers for a in resolved if a.url == a_url), {})
-            envs[a_url] = survey(a_url, {**auth, **headers, **a_hdr}, insecure=args.insecure)
-    info = {
-        "ladder": ladder,
-        "models": models_cache,
-        "versions": {u: e.version for u, e in envs.items() if e.version},
-        "environment": tuple(envs.values()),
-        "managed": managed,
-        "prometheus": prometheus,
-        "web": web,
-        "target": url or resolved[0].url,
-        "model": resolved[0].model,
-        "notes": tuple(notes),
-    }
-    return cfg, info
+            envs[a_url] = survey(a_url, {**auth, **headers, **a_hdr}, insecure=cfg.insecure)
+    return Prepared(
+        cfg=cfg,
+        ladder=plan.ladder,
+        models=models_cache,
+        versions={u: e.version for u, e in envs.items() if e.version},
+        environment=tuple(envs.values()),
+        managed=managed,
+        prometheus=plan.prometheus,
+        web=plan.web,
+        target=url or resolved[0].url,
+        model=resolved[0].model,
+        notes=tuple(notes),
+    )
 
 
 def ray_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -696,8 +749,7 @@ def start_managed(args: argparse.Namespace, arms: list[Any], headers: dict[str, 
 
 def run_session(
     args: argparse.Namespace,
-    cfg: Any,
-    info: dict[str, Any],
+    run: Prepared,
     on_summary: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     from tokmon.sources.live import LiveSession
@@ -705,12 +757,13 @@ def run_session(
     slo = parse_slo(getattr(args, "slo", None))
     window = dur("--window", getattr(args, "window", "10s"), allow_zero=False) or 10.0
     status_every = dur("--status-interval", args.status_interval, allow_zero=False) or 5.0
+    cfg = run.cfg
     probes = build_probes(args, cfg, window)
-    recorder, header = make_recorder(args, cfg, info, slo, probes)
+    recorder, header = make_recorder(args, run, slo, probes)
     session = LiveSession(
         cfg,
-        target=info["target"],
-        model=info["model"],
+        target=run.target,
+        model=run.model,
         slo=slo,
         window_s=window,
         probes=probes,
@@ -720,12 +773,12 @@ def run_session(
         drift_alert=parse_drift_alert(getattr(args, "drift_alert", "5%/h")),
         gpu_hour_price=getattr(args, "gpu_hour_price", None),
         gpus=getattr(args, "gpu_count", None),
-        ladder=info.get("ladder"),
-        environment=info.get("environment", ()),
-        managed=info.get("managed"),
+        ladder=run.ladder,
+        environment=run.environment,
+        managed=run.managed,
         cycles=getattr(args, "cycles", None),
-        prometheus=info.get("prometheus"),
-        notes=info.get("notes", ()),
+        prometheus=run.prometheus,
+        notes=run.notes,
         scenario=(getattr(args, "scenario", None) or "", scenario_headline(args)),
     )
     headless = args.headless or not sys.stdout.isatty()
@@ -753,14 +806,14 @@ def run_session(
     web = None
     try:
         session.start()
-        if info.get("web") is not None:
+        if run.web is not None:
             from tokmon.cli.webview import start_web
 
             page = [sys.executable, "-m", "tokmon", "view"]
             if getattr(args, "theme", None):
                 page += ["--theme", args.theme]
             web = start_web(
-                info["web"],
+                run.web,
                 page,
                 source=session,
                 title="tokmon run",
@@ -881,7 +934,7 @@ def parse_drift_alert(text: str | None) -> float:
 
 
 def make_recorder(
-    args: argparse.Namespace, cfg: Any, info: dict[str, Any], slo: Any, probes: list[Any]
+    args: argparse.Namespace, run: Prepared, slo: Any, probes: list[Any]
 ) -> tuple[Any, dict[str, Any]]:
     """The recorder for --record, and the header that writes the environment down."""
     if not getattr(args, "record", None):
@@ -889,6 +942,7 @@ def make_recorder(
     from tokmon.model.config import redact_header
     from tokmon.recording.writer import Recorder, environment
 
+    cfg = run.cfg
     secrets = [cfg.api_key or ""] + [
         v
         for h in (cfg.headers, *[a.headers for a in cfg.arms])
@@ -950,8 +1004,8 @@ def make_recorder(
             "gpus": getattr(args, "gpu_count", None),
         },
         "target": {
-            "url": info["target"],
-            "model": info["model"],
+            "url": run.target,
+            "model": run.model,
             "endpoint": cfg.arms[0].endpoint or "chat",
         },
         "host": environment(),
@@ -959,10 +1013,10 @@ def make_recorder(
         "servers": {
             u: {
                 "models": m,
-                "version": info["versions"].get(u),
-                "env": next((e.to_json() for e in info.get("environment", ()) if e.url == u), None),
+                "version": run.versions.get(u),
+                "env": next((e.to_json() for e in run.environment if e.url == u), None),
             }
-            for u, m in info["models"].items()
+            for u, m in run.models.items()
         },
     }
     return recorder, header
