@@ -1,7 +1,9 @@
-"""A live session: starts the engine processes and the probes, turns what they send into
-facts, folds each fact and writes it to the recording in one step (so the file holds the
-facts in the order the fold took them), and hands out frozen snapshots. It is a
-dashboard *source*; the headless printer uses it the same way.
+"""A live session: has the fleet start the engines (``sources/fleet.py``) and the
+conductor run the schedule (``sources/conductor.py``), starts the probes, turns what
+they send into facts, folds each fact and writes it to the recording in one step (so the
+file holds the facts in the order the fold took them), takes the user's typed commands,
+and hands out frozen snapshots. It is a dashboard *source*; the headless printer uses it
+the same way.
 """
 
 from __future__ import annotations
