@@ -37,8 +37,9 @@ class LiveComparison:
         self.causes_by_kind: tuple[SpeedupCauses, ...] = ()
         self.crossovers: tuple[Crossover, ...] = ()
 
-    def due(self, now: int, final: bool) -> bool:
-        return self.pair is not None and (final or now >= self._next)
+    def due(self, now: int, force: bool) -> bool:
+        """Time for the next comparison (``force``: the run's end, a seek's last tick)."""
+        return self.pair is not None and (force or now >= self._next)
 
     def update(
         self,

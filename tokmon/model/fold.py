@@ -250,15 +250,15 @@ class Fold:
     def _settle(self, t: int) -> None:
         if self.snapshot is None:
             return
-        self._compare(t, final=True)
+        self._compare(t, force=True)
         if not self.snapshot.warming_up:
             self.alerts.check()
         self.snapshot = replace(
             self.snapshot, comparison=self.ab.view(), trends=dict(self.alerts.trends)
         )
 
-    def _compare(self, now: int, final: bool) -> None:
-        if self.ab.due(now, final):
+    def _compare(self, now: int, force: bool) -> None:
+        if self.ab.due(now, force):
             self.ab.update(now, self.totals, self.turns, self.split, self.ladder)
 
     def time_split(self) -> tuple[TimeSplit, ...]:

@@ -25,6 +25,7 @@ class _Server:
     """What one server's /metrics samples gave: its arms and the counter deltas."""
 
     arms: tuple[str, ...]
+    latest: ServerSample = ServerSample()
     deltas: list[tuple[int, float, float, float]] = field(default_factory=list)
     # (t, prompt tokens looked up in the prefix cache, of which hit)
     prefix: list[tuple[int, float, float]] = field(default_factory=list)
@@ -35,6 +36,7 @@ class _Net:
     """What one server's network probe gave: its arms and every round trip (ms)."""
 
     arms: tuple[str, ...]
+    latest: NetSample = NetSample()
     rtt: list[float] = field(default_factory=list)
     connect: list[float] = field(default_factory=list)
 
@@ -127,9 +129,7 @@ class ProbeState:
         self.arms = arms
         self.server_metrics = server_metrics
         self.gpu, self.host = GpuSample(), HostSample()
-        self.server_latest: dict[str, ServerSample] = {}  # per URL
-        self.net_latest: dict[str, NetSample] = {}
-        self.servers: dict[str, _Server] = {}
+        self.servers: dict[str, _Server] = {}  # per URL
         self.net: dict[str, _Net] = {}
         # (t, GPU watts) of every sample: energy per token (16 bytes a sample)
         self.power_t, self.power_w = GrowArray(64, np.int64), GrowArray(64, np.float64)
@@ -143,7 +143,7 @@ class ProbeState:
                 srv = self.servers.get(r.url)
                 if srv is None:
                     srv = self.servers[r.url] = _Server(r.arms)
-                self.server_latest[r.url] = r
+                srv.latest = r
                 if r.delta is not None:
                     d = r.delta
                     srv.deltas.append((t, d.drafts, d.draft_tokens, d.accepted))
@@ -154,7 +154,7 @@ class ProbeState:
                 net = self.net.get(r.url)
                 if net is None:
                     net = self.net[r.url] = _Net(r.arms)
-                self.net_latest[r.url] = r
+                net.latest = r
                 if r.rtt_ms is not None:
                     net.rtt.append(r.rtt_ms)
                 if r.connect_ms is not None:
@@ -174,17 +174,13 @@ class ProbeState:
         """The latest samples; the server's and the network's are those of ``arm``'s
         server."""
         srv = None
-        for url, s in self.servers.items():
+        for s in self.servers.values():
             if arm in s.arms or (srv is None and not s.arms):
-                srv = self.server_latest.get(url)
+                srv = s.latest
         if srv is None:
             srv = ServerSample() if self.server_metrics else SERVER_OFF
-        net = NetSample()
-        for url, n in self.net.items():
-            if arm in n.arms or not n.arms:
-                net = self.net_latest.get(url, net)
-                break
-        return Reading(self.gpu, self.host, srv, net)
+        net = next((n.latest for n in self.net.values() if arm in n.arms or not n.arms), None)
+        return Reading(self.gpu, self.host, srv, net or NetSample())
 
     def rtt_ms(self, arm: str) -> float | None:
         """The network round trip (p50 of the run's samples) to ``arm``'s server."""

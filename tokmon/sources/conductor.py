@@ -11,47 +11,19 @@ session's lock. The decisions themselves are the model's (``tokmon.model.ladder`
 
 from __future__ import annotations
 
-import threading
 from time import perf_counter_ns
-from typing import Any, Protocol
+from typing import Any
 
 from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
 from tokmon.model.commands import AbortInFlight, StopRun, Switch, TogglePause
-from tokmon.model.commands import Command as UserCommand
 from tokmon.model.ladder import Ladder, StepTotals, stop_reason
-from tokmon.model.records import BeginStep, Command, SetLevel
+from tokmon.model.records import BeginStep, SetLevel
+from tokmon.sources.stage import Stage
 
 POLL_S = 0.25  # how often a running probe's counts are read
 DRAIN_S = 60.0  # the longest an overloaded open-loop probe's backlog is waited for
 ABORT_WAIT_S = 5.0  # then, for its aborted requests to be counted
 RESTART_POLL_S = 0.2  # how often a managed server's restart is checked for its end
-
-
-class Stage(Protocol):
-    """What the conductor may use of the live session."""
-
-    lock: Any
-    fold: Any
-    cfg: Any
-    arm_names: list[str]
-    t_start: int
-    stopping: bool
-    segments_begun: int
-    _done: threading.Event
-
-    def _event(
-        self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
-    ) -> None: ...
-
-    def _send(self, cmd: Command) -> None: ...
-
-    def _switch_to(self, arm: str, now: int) -> None: ...
-
-    def command(self, cmd: UserCommand) -> str | None: ...
-
-    def ended(self) -> bool: ...
-
-    def restarting(self) -> bool: ...
 
 
 def alternate(s: Stage, every_s: float, cycles: int | None) -> None:

@@ -16,37 +16,16 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from time import perf_counter_ns
-from typing import Any, Protocol
+from typing import Any
 
 from tokmon.engine.worker import engine_main
-from tokmon.model.commands import Command as UserCommand
 from tokmon.model.commands import StopRun
 from tokmon.model.config import RunConfig
 from tokmon.model.records import Command, Pause, SwitchArm
+from tokmon.sources.stage import Stage
 
 DRAIN_POLL_S = 0.05  # how often the engines' in-flight counts are read while draining
 WATCH_S = 1.0  # how often a managed server is checked for life
-
-
-class Stage(Protocol):
-    """What the fleet may use of the live session."""
-
-    lock: Any
-    fold: Any
-    stopping: bool
-    engine_errors: list[str]
-    segments_begun: int
-    _done: threading.Event
-
-    def _event(
-        self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
-    ) -> None: ...
-
-    def _send(self, cmd: Command) -> None: ...
-
-    def command(self, cmd: UserCommand) -> str | None: ...
-
-    def in_flight(self) -> int | None: ...
 
 
 class Engines:

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tokmon.model.commands import Command, CommandError, checked
+from tokmon.model.commands import Command, CommandError, StopRun, checked
 from tokmon.model.snapshot import Snapshot
 from tokmon.sources import frames
 
@@ -187,7 +187,7 @@ class RemoteSource:
     @property
     def commands(self) -> frozenset[str]:
         # q in a view detaches it (the run goes on): "stop" stays with the run's own UI
-        return frozenset() if self.lost else self._commands - {"stop"}
+        return frozenset() if self.lost else self._commands - {StopRun.name}
 
     def command(self, cmd: Command) -> str | None:
         if self.lost:

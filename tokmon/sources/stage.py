@@ -1,0 +1,39 @@
+"""The live session's surface, as the conductor (``conductor.py``) and the fleet
+(``fleet.py``) may use it: its lock and fold, the events it records, the commands it
+takes and sends. One protocol for both, so neither reaches past it into the session."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+from tokmon.model.commands import Command as UserCommand
+from tokmon.model.records import Command
+
+
+class Stage(Protocol):
+    lock: Any
+    fold: Any
+    cfg: Any
+    arm_names: list[str]
+    t_start: int
+    stopping: bool
+    segments_begun: int
+    engine_errors: list[str]
+    _done: threading.Event
+
+    def _event(
+        self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
+    ) -> None: ...
+
+    def _send(self, cmd: Command) -> None: ...
+
+    def _switch_to(self, arm: str, now: int) -> None: ...
+
+    def command(self, cmd: UserCommand) -> str | None: ...
+
+    def ended(self) -> bool: ...
+
+    def restarting(self) -> bool: ...
+
+    def in_flight(self) -> int | None: ...
