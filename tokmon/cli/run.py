@@ -448,9 +448,7 @@ def prepare_run(plan: RunPlan, args: argparse.Namespace) -> Prepared:
     """Perform what the plan needs, in order: connect to Ray, start the first managed
     server, resolve each arm's model (the pre-flight), measure the prompts, survey each
     server. A failure is one line; a server started here is stopped on the way out."""
-    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model
-
-    cfg, url, auth, headers = plan.cfg, plan.target, plan.auth, plan.cfg.headers
+    cfg, auth, headers = plan.cfg, plan.auth, plan.cfg.headers
     if cfg.ray is not None:
         from tokmon.sources.ray_workers import RayUnavailable, connect
 
@@ -467,8 +465,21 @@ def prepare_run(plan: RunPlan, args: argparse.Namespace) -> Prepared:
         except CalibrationError as e:
             raise UsageError(str(e)) from None
     arms = list(cfg.arms)
-    serve = [a for a in arms if a.serve]
-    managed = start_managed(args, arms, {**auth, **headers}) if serve else None
+    managed = start_managed(args, arms, {**auth, **headers}) if any(a.serve for a in arms) else None
+    try:
+        return _resolve(plan, cfg, managed, local)
+    except BaseException:  # (a failed pre-flight, Ctrl-C while measuring): no server left
+        if managed is not None:
+            managed.close()
+        raise
+
+
+def _resolve(plan: RunPlan, cfg: RunConfig, managed: Any, local: Any) -> Prepared:
+    """Each arm's model from its server, the prompts measured, each server surveyed."""
+    from tokmon.engine.preflight import PreflightError, fetch_models, resolve_model
+
+    url, auth, headers = plan.target, plan.auth, cfg.headers
+    arms = list(cfg.arms)
     if managed is not None:
         arms = [dataclasses.replace(a, url=managed.url) if a.serve else a for a in arms]
     resolved = []
@@ -486,8 +497,6 @@ def prepare_run(plan: RunPlan, args: argparse.Namespace) -> Prepared:
                 )
             model = resolve_model(a.url, a.model, models_cache[a.url])
         except PreflightError as e:
-            if managed is not None:
-                managed.close()
             prefix = f"arm {a.name}: " if len(arms) > 1 else ""
             raise PreflightError(prefix + str(e)) from None
         resolved.append(dataclasses.replace(a, model=model))
