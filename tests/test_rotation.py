@@ -147,14 +147,12 @@ def test_rotation_options_checked(tmp_path, args, needle):
 
 
 def test_rotation_and_append_exclude_each_other():
-    import argparse
-
     from tokmon.cli.parser import UsageError
-    from tokmon.cli.run import _rotation, parse_size
+    from tokmon.cli.plan import parse_size, rotation
 
     with pytest.raises(UsageError, match="--append and --record-rotate"):
-        _rotation(argparse.Namespace(record_rotate="1h", record_max_size=None), True)
-    assert _rotation(argparse.Namespace(record_rotate="1h", record_max_size="2GB"), False) == (
+        rotation("1h", None, True)
+    assert rotation("1h", "2GB", False) == (
         3600.0, 2 * 10**9)  # fmt: skip
     assert parse_size("1.5GiB") == int(1.5 * 2**30) and parse_size("500") == 500
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -17,6 +18,7 @@ from tokmon.cli.parser import (
     config_argv,
     load_config,
 )
+from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
 from tokmon.model.words import count
 from tokmon.textsafe import say, write_out, write_text
@@ -50,7 +52,6 @@ def cmd_sim(args: argparse.Namespace) -> int:
         args.schedule,
         args.alter_outputs,
     )
-    from tokmon.cli.run import dur
 
     delay = dur("--net-delay", args.net_delay) or 0.0
     if delay > 10:
@@ -231,7 +232,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ns.fps = args.fps
         ns.web = args.web
         ns.web_allow_remote = args.web_allow_remote
-        return run_session(ns, build_run(ns, []))
+        return run_session(build_run(RunOptions.of(ns), []))
     finally:
         for s in sims:
             s.stop()
@@ -415,13 +416,14 @@ def _report_runs(args: argparse.Namespace, files: list[str], others: list[str]) 
 
 def cmd_env(args: argparse.Namespace) -> int:
     """``tokmon env URL``: the environment record of one server, without a load."""
-    from tokmon.cli.run import credentials
+    from tokmon.cli.parser import api_key
+    from tokmon.cli.plan import credentials
     from tokmon.engine.preflight import fetch_models
     from tokmon.probes.env import survey
     from tokmon.textsafe import dumps
 
     url, headers, key = credentials(
-        args.header, tuple(args.show_header), args.api_key_file, args.url
+        tuple(args.header), tuple(args.show_header), api_key(args.api_key_file), args.url
     )
     assert url is not None
     if key:
@@ -477,10 +479,10 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tokmon.cli.webview import listen_of
+    from tokmon.cli.listen import parse_listen
     from tokmon.sources.replay import SPEEDS, ReplaySource
 
-    listen = listen_of(args)
+    listen = parse_listen("--web", args.web, args.web_allow_remote)
     if listen is not None:
         # each browser tab plays the file on its own; this terminal serves until Ctrl-C
         from tokmon.cli.webview import start_web
@@ -583,13 +585,14 @@ def main(argv: list[str] | None = None) -> int:
             except ThemeError as e:
                 raise UsageError(f"--theme: {e}") from None
         if args.command == "run":
-            if (args.repeat or 1) > 1:
+            opts = RunOptions.of(args)
+            if (opts.repeat or 1) > 1:
                 from tokmon.cli.repeat import run_repeated
 
-                return run_repeated(args, file_arms)
-            if args.between:
+                return run_repeated(opts, file_arms)
+            if opts.between:
                 raise UsageError("--between says what happens between runs: with --repeat N")
-            return run_session(args, build_run(args, file_arms))
+            return run_session(build_run(opts, file_arms))
         if args.command == "demo":
             return cmd_demo(args)
         if args.command == "sim":

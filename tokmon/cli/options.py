@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -51,6 +51,17 @@ class Option:
     @property
     def dest(self) -> str:
         return next(f for f in self.flags if f.startswith("--"))[2:].replace("-", "_")
+
+    @property
+    def kind(self) -> str:
+        """The type of its value once parsed, as ``RunOptions`` declares it."""
+        if self.action == "store_true":
+            return "bool"
+        if self.action == "append":
+            return "tuple[str, ...]"
+        base = "str" if self.type is None else getattr(self.type, "__name__", "str")
+        base = {"integer": "int", "number": "float"}.get(base, base)
+        return base if self.default is not None else f"{base} | None"
 
     def add_to(self, p: Any) -> None:
         kw: dict[str, Any] = {"help": self.help}
@@ -210,3 +221,151 @@ def add_display_options(p: Any) -> None:
     for o in RUN_OPTIONS:
         if o.group == "display":
             o.add_to(p)
+
+
+_TYPES: Mapping[str, tuple[type, ...]] = {
+    "bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "tuple[str, ...]": (tuple,),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every option of ``tokmon run`` as parsed, typed: the one object the run reads its
+    options from (never ``getattr(args, …)``). Its fields are the table's dests, each of
+    the type its option gives (``tests/test_options.py`` holds the two together)."""
+
+    # run
+    url: str | None
+    endpoint: str
+    model: str | None
+    config: str | None
+    api_key_file: str | None
+    # load
+    concurrency: int | None
+    rate: float | None
+    arrival: str
+    burstiness: float
+    max_concurrency: int
+    duration: str | None
+    requests: int | None
+    repeat: int | None
+    between: str | None
+    warmup: str
+    workers: int
+    trace: str | None
+    replay_load: str | None
+    trace_speed: float
+    trace_block: int
+    ray: str | None
+    ray_resources: str | None
+    ray_on_loss: str
+    ladder: str | None
+    step_duration: str
+    step_warmup: str
+    scenario: str | None
+    help_scenario: bool
+    find_capacity: str | None
+    probe_duration: str
+    capacity_at_least: float | None
+    ladder_stop: str | None
+    # requests
+    prompt_tokens: str
+    shared_prefix: str | None
+    prefix_pool: int
+    turns: str | None
+    think_time: str
+    followup_tokens: int
+    conversations: str | None
+    quality_probes: str | None
+    quality: int | None
+    quality_file: str | None
+    tokenizer: str | None
+    approx_prompt_tokens: bool
+    max_tokens: str
+    prompts: str | None
+    mix: str | None
+    ignore_eos: bool
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    extra_body: str | None
+    header: tuple[str, ...]
+    show_header: tuple[str, ...]
+    continuous_usage: bool
+    stall_threshold: str
+    connect_timeout: str
+    first_token_timeout: str
+    idle_timeout: str
+    total_timeout: str
+    insecure: bool
+    # arms
+    show_arg: tuple[str, ...]
+    arm: tuple[str, ...]
+    alternate: str | None
+    cycles: int | None
+    on_server_failure: str
+    server_ready_timeout: str
+    server_stop_timeout: str
+    server_warmup: int
+    settle: str
+    check_outputs: int
+    assign: str
+    # output
+    headless: bool
+    summary_json: str | None
+    status_interval: str
+    slo: str | None
+    fail_on_slo: bool
+    slo_target: float
+    theme: str | None
+    fps: float
+    window: str
+    drift_alert: str
+    alerts_exit: bool
+    gpu_hour_price: float | None
+    gpu_count: int | None
+    record: str | None
+    record_rotate: str | None
+    record_max_size: str | None
+    group_readable: bool
+    record_prompts: bool
+    record_chunks: bool
+    overwrite: bool
+    append: bool
+    web: str | None
+    web_control: bool
+    web_allow_remote: bool
+    # probes
+    metrics_url: str | None
+    no_server_metrics: bool
+    prometheus: str | None
+    prometheus_linger: str
+    prometheus_allow_remote: bool
+    net_interval: str
+    no_env: bool
+    metrics_interval: str
+    gpu_interval: str
+    gpus: str | None
+    no_gpu: bool
+    server_pid: int | None
+    dcgm_url: str | None
+
+    def __post_init__(self) -> None:
+        # a namespace built by hand (the demo's) is checked as argparse would have
+        for o in RUN_OPTIONS:
+            v = getattr(self, o.dest)
+            kind = o.kind.removesuffix(" | None")
+            if v is None and o.kind.endswith("| None"):
+                continue
+            if not isinstance(v, _TYPES[kind]) or (kind != "bool" and isinstance(v, bool)):
+                raise TypeError(f"--{o.dest.replace('_', '-')}: expected {kind}, got {v!r}")
+
+    @classmethod
+    def of(cls, ns: argparse.Namespace) -> RunOptions:
+        """The options of a parsed ``tokmon run`` command line (a repeatable option's
+        list becomes a tuple)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            v = getattr(ns, f.name)
+            values[f.name] = tuple(v or ()) if isinstance(v, list) else v
+        return cls(**values)

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -470,7 +471,7 @@ def config_argv(parser: argparse.ArgumentParser, defaults: dict[str, Any], path:
     return out
 
 
-def api_key(path: str | None = None) -> str | None:
+def api_key(path: str | None = None, environ: Mapping[str, str] = os.environ) -> str | None:
     """From --api-key-file, else TOKMON_API_KEY, else OPENAI_API_KEY; never a flag value."""
     if path:
         try:
@@ -482,4 +483,4 @@ def api_key(path: str | None = None) -> str | None:
         if not key:
             raise UsageError(f"--api-key-file: {path} is empty")
         return key
-    return os.environ.get("TOKMON_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+    return environ.get("TOKMON_API_KEY") or environ.get("OPENAI_API_KEY") or None

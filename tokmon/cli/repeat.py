@@ -11,8 +11,6 @@ command is the run's number, for a server option that should differ by run (a se
 
 from __future__ import annotations
 
-import argparse
-import copy
 import dataclasses
 import secrets
 import sys
@@ -20,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import UsageError
-from tokmon.cli.run import build_run, dur, run_session
+from tokmon.cli.plan import dur
+from tokmon.cli.run import build_run, run_session
 from tokmon.model.words import count
 from tokmon.textsafe import dumps, say, write_text
 
@@ -54,16 +54,16 @@ def numbered(path: str | None, i: int) -> str | None:
     return str(p.with_name(f"{stem}-{i}{dot}{suffix}"))
 
 
-def _ends_by_itself(args: argparse.Namespace) -> bool:
-    return any(getattr(args, k, None) for k in ("duration", "requests", "quality", "ladder",
-                                                "cycles", "trace", "find_capacity"))  # fmt: skip
+def _ends_by_itself(o: RunOptions) -> bool:
+    return any((o.duration, o.requests, o.quality, o.ladder, o.cycles, o.trace,
+                o.find_capacity))  # fmt: skip
 
 
-def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
+def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
     from tokmon.model.runs import between_runs
     from tokmon.report.runs_text import runs_text
 
-    n = int(args.repeat)
+    n = args.repeat or 1
     managed = any("serve=" in a for a in args.arm) or any(a.serve for a in file_arms)
     cooldown = cooldown_of(args.between, managed)
     if not (args.headless or not sys.stdout.isatty()):
@@ -78,16 +78,18 @@ def run_repeated(args: argparse.Namespace, file_arms: list[Any]) -> int:
     names: list[str] = []
     codes: list[int] = []
     for i in range(1, n + 1):
-        a = copy.copy(args)
-        a.seed = seed
-        a.record = numbered(args.record, i)
-        a.summary_json = numbered(args.summary_json, i)
-        a.arm = [x.replace(RUN, str(i)) for x in args.arm]
+        a = dataclasses.replace(
+            args,
+            seed=seed,
+            record=numbered(args.record, i),
+            summary_json=numbered(args.summary_json, i),
+            arm=tuple(x.replace(RUN, str(i)) for x in args.arm),
+        )
         arms = [dataclasses.replace(x, serve=tuple(w.replace(RUN, str(i)) for w in x.serve))
                 for x in file_arms]  # fmt: skip
         say(f"tokmon: run {i} of {n}", err=True, flush=True)
         got: list[dict[str, Any]] = []
-        code = run_session(a, build_run(a, arms), on_summary=got.append)
+        code = run_session(build_run(a, arms), on_summary=got.append)
         codes.append(code)
         if got:
             summaries.append(got[0])

@@ -8,7 +8,6 @@ stopped at the end, and a watchdog stops it if tokmon is killed.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import secrets
@@ -42,15 +41,6 @@ class WebView:
         self.watchdog.close()
         if self.view is not None:
             self.view.close()
-
-
-def listen_of(args: argparse.Namespace) -> tuple[str, int] | None:
-    """--web's HOST:PORT, checked before anything starts."""
-    from tokmon.cli.listen import parse_listen
-
-    return parse_listen(
-        "--web", getattr(args, "web", None), getattr(args, "web_allow_remote", False)
-    )
 
 
 def start_web(

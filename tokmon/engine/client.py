@@ -17,6 +17,7 @@ from tokmon.engine import h1
 from tokmon.engine.chunks import ProtocolError, interpret
 from tokmon.engine.measure import NS_PER_MS, StreamMeter
 from tokmon.engine.sse import SSEError, SSEParser
+from tokmon.engine.target import Target, request_bytes
 from tokmon.model.records import CLOCK_PREFIX, RequestRecord
 from tokmon.textsafe import clean_text, loads
 
@@ -174,7 +175,7 @@ class StreamSink:
 
 async def stream_request(
     pool: h1.Pool,
-    target: h1.Target,
+    target: Target,
     *,
     rid: int,
     arm: str,
@@ -198,7 +199,7 @@ async def stream_request(
     error = ""
     t_start = perf_counter_ns()
     loop = asyncio.get_running_loop()
-    data = h1.request_bytes(target, body, request_id)
+    data = request_bytes(target, body, request_id)
     conn: h1.Connection | None = None
     try:
         async with asyncio.timeout(min(first_token_s, total_s)) as tm:

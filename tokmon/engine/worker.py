@@ -25,6 +25,7 @@ import numpy as np
 from tokmon.engine import h1
 from tokmon.engine.client import Tick, ssl_context, stream_request
 from tokmon.engine.measure import NS_PER_MS
+from tokmon.engine.target import prepare
 from tokmon.inputs import read_share
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
@@ -203,9 +204,7 @@ class Engine:
         self.prompt_tokens = cfg.prompt_tokens
         self.max_tokens = cfg.max_tokens
         self.t_switch = 0
-        self.targets = {
-            a.name: h1.prepare(endpoint_url(a), request_headers(cfg, a)) for a in cfg.arms
-        }
+        self.targets = {a.name: prepare(endpoint_url(a), request_headers(cfg, a)) for a in cfg.arms}
         seed = cfg.seed if cfg.seed is not None else int(time.time_ns() % 2**31)
         self.rng = np.random.default_rng(seed + 7919 * worker)
         self.pyrng = random.Random(seed + worker)
