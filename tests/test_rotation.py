@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
-from tokmon.model.commands import End, Seek
+from tokmon.model.commands import End, Jump, Seek
 from tokmon.model.facts import Requests
 from tokmon.recording.parts import part_numbers, part_path, run_bytes
 from tokmon.recording.play import summary_of
-from tokmon.recording.reader import Session, _part_at, read_recording, scan
+from tokmon.recording.reader import Session, _part_at, part_start, read_recording, scan
 from tokmon.recording.window import Window
 from tokmon.recording.writer import Recorder
 from tokmon.report.render import render_file
@@ -300,3 +300,55 @@ def test_windowed_cuts_facts_by_their_own_times():
     toks = [b for f in out if isinstance(f, Tokens) for b in f.buckets]
     assert [(b.t, b.tokens) for b in toks] == [(5 * s + 1, 9), (8 * s - 1, 3)]
     assert [f.t for f in out if isinstance(f, Tick)] == [5 * s, 6 * s]  # a frame at the start
+
+
+def test_a_rotated_run_is_replayed_as_it_is_read_and_a_far_seek_says_what_it_covers(rotated):
+    """A soak's replay holds no request (a day would not fit): the parts are folded as
+    they are read. A seek far ahead opens the run at the part in force there, in the
+    run's state then, and its whole-run figures say they begin there; back at the start,
+    they cover the whole run again."""
+    rec, live = rotated
+    src = ReplaySource(str(rec))
+    held = ReplaySource(str(rec), rec=read_recording(str(rec)))
+    assert src.streamed and not held.streamed and src.end_t == held.end_t
+    src.near_ns = 1_000_000_000  # (ten minutes in a real soak; this run lasts seven seconds)
+    src.playing = False  # (the clock stands: positions from the commands alone)
+    src.start()
+    src.command(Seek(1))  # (near: the way folded)
+    assert src.pos == 1_000_000_000 and "from_s" not in src.snapshot().replay
+    src.command(Seek(4))
+    at = part_start(str(rec), 5_000_000_000)
+    assert 0 < at <= 5_000_000_000 and src.pos == 5_000_000_000
+    assert src.snapshot().replay["from_s"] == at / 1e9  # "figures from" in the header
+    src.command(End())  # (far too: opened at the last part)
+    last = part_start(str(rec), src.end_t)
+    assert last >= at and src.snapshot().replay["from_s"] == last / 1e9
+    report = json.loads(render_file(str(rec), "json", window=Window(last))[0])
+    assert json.loads(dumps(src.summary())) == report  # the window's figures, as its report
+    assert src.rec.requests.n == 0  # nothing held
+    src.command(Seek(-100))
+    assert src.pos == 0 and src.player.start == 0  # the whole run again
+    src.near_ns = 10**15
+    src.command(End())  # (near: every part folded on the way)
+    assert src.summary() == live and "from_s" not in src.snapshot().replay
+    src.close()
+
+
+def test_a_jump_in_a_streamed_replay_finds_the_next_event_as_it_reads(rotated):
+    rec, _ = rotated
+    held = ReplaySource(str(rec), rec=read_recording(str(rec)))  # (every event known)
+    src = ReplaySource(str(rec))
+    for s in (held, src):
+        s.playing = False
+        s.start()
+    stops = []
+    for _ in range(4):
+        held.command(Jump(1))
+        src.command(Jump(1))
+        stops.append((held.pos, src.pos))
+    assert all(a == b for a, b in stops) and stops[-1][0] > stops[0][0], stops
+    held.command(Jump(-1))
+    src.command(Jump(-1))
+    assert held.pos == src.pos
+    held.close()
+    src.close()

@@ -14,7 +14,15 @@ from tokmon.model.facts import Fact, Requests, Tick, time_of
 from tokmon.model.fold import Fold, FoldSettings, Pace
 from tokmon.model.records import Event
 from tokmon.recording import RecordingError
-from tokmon.recording.reader import Item, Recording, Session, no_gc, read_recording, scan
+from tokmon.recording.reader import (
+    Item,
+    Recording,
+    Session,
+    last_time,
+    no_gc,
+    read_recording,
+    scan,
+)
 from tokmon.recording.settings import settings_from_header
 from tokmon.recording.window import Window, window_of, windowed
 
@@ -155,7 +163,33 @@ def legacy_timeline(rec: Recording) -> list[tuple[int, Fact]]:
     return out
 
 
-class Player:
+class _Ticks:
+    """How a player takes a tick: drawn as live; while seeking, drawn without the A/B
+    comparison, and before ``fine_from`` only one every ``coarse`` (the others close
+    their second only: enough for the whole-run view)."""
+
+    fold: Fold
+    pos: int
+    end_t: int
+    _coarse_next: int
+
+    def _tick(self, fact: Tick, fine_from: int, seeking: bool) -> bool:
+        """Take one tick; whether it was drawn."""
+        drew = False
+        if fact.t < fine_from and fact.t < self._coarse_next and not fact.final:
+            self.fold.tick(fact.t, Pace.CLOSE)
+        else:
+            if seeking and not fact.final:
+                self.fold.tick(fact.t, Pace.SEEK)
+            else:
+                self.fold.apply(fact)
+            self._coarse_next = fact.t + max(COARSE_NS, self.end_t // 1000)
+            drew = True
+        self.pos = fact.t
+        return drew
+
+
+class Player(_Ticks):
     """Walks a recording's timeline through a fold, a tick at a time."""
 
     def __init__(self, rec: Recording) -> None:
@@ -196,7 +230,6 @@ class Player:
         view: a seek to the end of a day's run takes seconds). Returns whether a tick was
         drawn."""
         drew = False
-        coarse = max(COARSE_NS, self.end_t // 1000)
         tl = self.timeline
         while self.i < len(tl):
             rows, fact = tl[self.i]
@@ -204,16 +237,7 @@ class Player:
                 if fact.t > t:
                     break
                 self._feed_rows(rows)
-                if fact.t < fine_from and fact.t < self._coarse_next and not fact.final:
-                    self.fold.tick(fact.t, Pace.CLOSE)
-                else:
-                    if seeking and not fact.final:
-                        self.fold.tick(fact.t, Pace.SEEK)
-                    else:
-                        self.fold.apply(fact)
-                    self._coarse_next = fact.t + coarse
-                    drew = True
-                self.pos = fact.t
+                drew |= self._tick(fact, fine_from, seeking)
             else:
                 self._feed_rows(rows)
                 self.fold.apply(fact)
@@ -221,3 +245,91 @@ class Player:
         if seeking and drew:
             self.fold.tick(self.fold.t_last, Pace.SETTLE)
         return drew
+
+
+class StreamPlayer(_Ticks):
+    """A rotated run played as it is read (``replay`` of a long soak): the facts come from
+    one scan, from the run's start or from the part in force at a time asked for, and
+    go through the fold as the held ``Player`` sends them, so what is drawn is the same;
+    no request is held once folded, so a day-long run replays in the memory of an hour.
+
+    Opened from a later part (``window``), the fold begins there in the run's state at
+    that instant, as ``replay --from`` does: its whole-run figures cover from there, and
+    the snapshot says so (``start``)."""
+
+    def __init__(self, path: str, window: Window | None = None, end_t: int | None = None):
+        self.path = path
+        items = scan(path, series=False, start_ns=window.t_from if window else 0)
+        first = next(items)
+        if not isinstance(first, Session):
+            raise RecordingError(f"{path}: a recording's facts before its header")
+        self.rec = first.rec
+        w = window_of(self.rec, window)
+        if w is not None and w != self.rec.window:
+            items = windowed(items, w)
+        self.window = w
+        self.items: Iterator[Item] = items
+        self.start = w.t_from if w is not None else 0
+        self.fold = Fold(settings_of(self.rec), vocab=self.rec.requests.vocab, t0=self.start)
+        self.pos = self.start
+        self.end_t = end_t if end_t is not None else (last_time(path) or 0)
+        self._coarse_next = 0
+        self._next: Item | None = None
+        self.ended = False  # every item read
+
+    def _peek(self) -> Item | None:
+        if self._next is None and not self.ended:
+            with no_gc():
+                self._next = next(self.items, None)
+            if self._next is None:
+                self.ended = True
+                self.end_t = max(self.end_t, self.pos)
+        return self._next
+
+    def play_until(self, t: int, fine_from: int = 0, seeking: bool = False) -> bool:
+        """As ``Player.play_until``: every fact up to the last tick at or before ``t``."""
+        drew = False
+        while (item := self._peek()) is not None:
+            if isinstance(item, Tick):
+                if item.t > t:
+                    break
+                drew |= self._tick(item, fine_from, seeking)
+            elif isinstance(item, Session):
+                # (a rotated run has one session; a file that holds another is replayed
+                # held, where the last session is the one read)
+                self.ended = True
+                break
+            else:
+                self.fold.apply(item)
+            self._next = None
+        if seeking and drew:
+            self.fold.tick(self.fold.t_last, Pace.SETTLE)
+        return drew
+
+    def play_to_event(self, after: int) -> int | None:
+        """Play on, nothing drawn but one tick in ``coarse``, until the next fact is an
+        event after ``after``; its time (None: the run ends first)."""
+        while (item := self._peek()) is not None:
+            if isinstance(item, Event) and item.kind != "engine" and item.t > after:
+                return item.t
+            if isinstance(item, Tick):
+                self._tick(item, item.t + 1, True)
+            elif isinstance(item, Session):
+                self.ended = True
+                return None
+            else:
+                self.fold.apply(item)
+            self._next = None
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """The summary of what has been played: once played to its end, the run's (as
+        its report gives it); opened from a later part, from there (and it says so)."""
+        if self.ended:
+            analyses = Analyses(self.fold.settings.drift_alert_pct_h)  # (not summarised)
+            return summary_of(self.rec, Folded(self.rec, self.fold, analyses, self.window))
+        out = self.fold.summary(self.pos)
+        if self.window is not None:
+            out["window"] = self.window.describe(self.end_t)
+            out["duration_s"] = max(0.0, (self.pos - self.start) / 1e9)
+        return out

@@ -4,6 +4,12 @@ A virtual clock advances at the chosen speed and the recording's facts, up to it
 through the fold as they went live (``tokmon.recording.play``). Seeking back starts over
 (fast: nothing is drawn, one tick in ten before the last ten minutes). In follow mode the
 file is re-read as it grows.
+
+A rotated run (a soak of hours or days) is played as it is read (``StreamPlayer``): the
+first frame needs only the first part's beginning, and memory stays that of a part. A
+seek far ahead (more than ``NEAR_NS``) or back opens the run again at the part in force
+there, in the run's state at that instant, and its whole-run figures then cover from the
+part's start, which the header says ("figures from"); a seek near ahead folds the way.
 """
 
 from __future__ import annotations
@@ -17,16 +23,24 @@ from typing import Any
 from tokmon.model.commands import REPLAY, Command, End, Jump, Play, Seek, Speed
 from tokmon.model.snapshot import Snapshot
 from tokmon.recording import Window
-from tokmon.recording.play import Player, summary_of
-from tokmon.recording.reader import Recording, read_more, read_recording
+from tokmon.recording.play import Player, StreamPlayer, summary_of
+from tokmon.recording.reader import Recording, header_of, part_start, read_more, read_recording
 from tokmon.recording.window import read_window
 
 SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FINE_NS = 600_000_000_000  # a seek draws every tick of the last ten minutes before it
+NEAR_NS = 600_000_000_000  # a streamed run: a seek this near ahead folds the way there
+
+
+def rotated(path: str) -> bool:
+    """A run written in parts (``--record-rotate``, ``--record-max-size``)."""
+    head = header_of(path)
+    return head is not None and isinstance(head.get("rotation"), dict)
 
 
 class ReplaySource:
     commands = REPLAY
+    near_ns = NEAR_NS  # (a test of a short run makes it shorter)
 
     def __init__(
         self,
@@ -40,14 +54,23 @@ class ReplaySource:
         """``window``: replay that stretch of the run (``--from/--to``): it opens at its
         start, in the state the run was in, and its figures cover the window."""
         self.path = path
-        self.rec = rec or (read_recording(path) if window is None else read_window(path, window))
+        self.streamed = rec is None and not follow and rotated(path)
+        self.player: Player | StreamPlayer
+        if self.streamed:
+            self.player = StreamPlayer(path, window)
+            self.rec = self.player.rec  # (it fills as the scan goes: events, the end)
+            self.window = window
+        else:
+            self.rec = rec or (
+                read_recording(path) if window is None else read_window(path, window)
+            )
+            self.player = Player(self.rec)
         self.follow = follow
         self.speed = speed
         self.playing = True
         self.lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.player = Player(self.rec)
         self.pos = self.player.start  # (a window of the run: where it begins)
         self._shown: Snapshot | None = None
         self._shown_key: tuple[Any, ...] = ()
@@ -96,6 +119,7 @@ class ReplaySource:
                 self.player = Player(self.rec)
                 self.player.play_until(self.pos, fine_from=max(0, self.pos - FINE_NS), seeking=True)
             else:
+                assert isinstance(self.player, Player)  # (following: never streamed)
                 self.player.extend()
 
     def snapshot(self) -> Snapshot | None:
@@ -123,12 +147,31 @@ class ReplaySource:
             return self._shown
 
     def seek_to(self, t: int) -> None:
-        t = max(self.player.start, min(self.end_t, t))
         with self.lock:
+            if isinstance(self.player, StreamPlayer):
+                self._seek_stream(t)
+                return
+            t = max(self.player.start, min(self.end_t, t))
             if t < self.player.pos:
                 self.player = Player(self.rec)
             self.player.play_until(t, fine_from=max(0, t - FINE_NS), seeking=True)
             self.pos = t
+
+    def _seek_stream(self, t: int) -> None:
+        """A streamed run: fold the way to a time near ahead; else open the run again at
+        the part in force there (a window asked for: never before its start)."""
+        p = self.player
+        assert isinstance(p, StreamPlayer)
+        lo = self.window.t_from if self.window is not None else 0
+        t = max(lo, min(self.end_t, t))
+        if not (p.pos <= t <= p.pos + self.near_ns):
+            at = max(lo, part_start(self.path, t))
+            if not (p.start == at and p.pos <= t):  # (ahead in the part open: go on)
+                w = Window(at, self.window.t_to if self.window is not None else None)
+                p = StreamPlayer(self.path, w if at > 0 else self.window, end_t=p.end_t)
+                self.player, self.rec = p, p.rec
+        p.play_until(t, fine_from=max(0, t - FINE_NS), seeking=True)
+        self.pos = t
 
     def command(self, cmd: Command) -> str | None:
         match cmd:
@@ -144,6 +187,9 @@ class ReplaySource:
                 self.seek_to(self.pos + int(cmd.seconds * 1e9))
                 return f"at {self.pos / 1e9:.0f} s"
             case Jump():
+                if isinstance(self.player, StreamPlayer):
+                    self._jump_stream(cmd.direction)
+                    return f"at {self.pos / 1e9:.0f} s"
                 if cmd.direction > 0:
                     i = bisect_right(self.event_times, self.pos)
                     t = self.event_times[i] if i < len(self.event_times) else self.end_t
@@ -157,7 +203,29 @@ class ReplaySource:
                 return "at the end"
         return None
 
+    def _jump_stream(self, direction: int) -> None:
+        """A streamed run: forward, play on to the next event (read as it comes); back,
+        to the last one read before the position."""
+        p = self.player
+        assert isinstance(p, StreamPlayer)
+        with self.lock:
+            self._events()  # (those read so far: some may lie ahead of the position)
+            if direction > 0:
+                i = bisect_right(self.event_times, self.pos)
+                if i < len(self.event_times):
+                    self.seek_to(self.event_times[i])
+                    return
+                if self.pos > p.pos:
+                    p.play_until(self.pos, fine_from=self.pos, seeking=True)
+                nxt = p.play_to_event(self.pos)
+                self.seek_to(self.end_t if nxt is None else nxt)
+                return
+            i = bisect_right(self.event_times, self.pos - 1_000_000_000) - 1
+            self.seek_to(self.event_times[i] if i >= 0 else 0)
+
     def summary(self) -> dict[str, Any]:
+        if isinstance(self.player, StreamPlayer):
+            return self.player.summary()
         return summary_of(self.rec)
 
     def close(self) -> None:
