@@ -415,7 +415,7 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         measure_prompts=not (given.prompts or given_prompts or scripted or o.approx_prompt_tokens),
         survey=not o.no_env,
         group_readable=o.group_readable,
-        servers=server_plan(o) if managed else None,
+        servers=server_plan(o, shown_args) if managed else None,
         probes=probe_plan(o),
         record=record_plan(o),
         view=ViewPlan(
@@ -613,7 +613,7 @@ def capacity_plan(o: RunOptions, ladder: Any) -> CapacityPlan:
     )
 
 
-def server_plan(o: RunOptions) -> ServerPlan:
+def server_plan(o: RunOptions, shown_args: tuple[str, ...]) -> ServerPlan:
     from pathlib import PurePath
 
     # (the recording's folder as written: made absolute where the folder is made)
@@ -626,7 +626,7 @@ def server_plan(o: RunOptions) -> ServerPlan:
         endpoint=o.endpoint,
         log_dir=log_dir,
         sample_gpu=not o.no_gpu,
-        shown_args=tuple(str(x) for x in o.show_arg),
+        shown_args=shown_args,
     )
 
 

@@ -298,15 +298,13 @@ def scan(
 def _part_at(path: str, t: int) -> int:
     """The part of a rotated run in force at ``t`` ns (1: the run is not rotated, or
     ``t`` is in its first part), from the ``from_ns`` in each part's header."""
-    head = _first_line(path)
-    rot = head.get("rotation") if head is not None else None
-    if not isinstance(rot, dict) or rot.get("part") != 1:
+    rot = rotation_of(path)
+    if rot is None or rot.get("part") != 1:
         return 1
     best = 1
     for k in sorted(part_numbers(path)):
-        h = _first_line(part_path(path, k))
-        r = h.get("rotation") if h is not None else None
-        if not isinstance(r, dict) or r.get("run") != rot.get("run"):
+        r = rotation_of(part_path(path, k))
+        if r is None or r.get("run") != rot.get("run"):
             continue
         # every request the window counts (sent at t or later) is in this part or after
         # it: the parts before hold none sent so late (older parts: a margin for lines
@@ -701,35 +699,37 @@ def _t(v: Any) -> int:
     return t
 
 
+def rotation_of(path: str) -> dict[str, Any] | None:
+    """A file's ``rotation`` (its part of a rotated run), from its first line."""
+    head = _first_line(path)
+    rot = head.get("rotation") if head is not None else None
+    return rot if isinstance(rot, dict) else None
+
+
+def _from_ns(path: str) -> int | None:
+    """When the part ``path`` began (its ``rotation.from_ns``), where it says so."""
+    t0 = (rotation_of(path) or {}).get("from_ns")
+    ok = isinstance(t0, int) and not isinstance(t0, bool) and 0 <= t0 <= MAX_T_NS
+    return t0 if ok else None
+
+
 def part_start(path: str, t: int) -> int:
     """Where the part of a rotated run in force at ``t`` ns begins (0: the first part, or
     a run not rotated): a window from there reads that part and the ones after it."""
     k = _part_at(path, t)
-    if k <= 1:
-        return 0
-    head = _first_line(part_path(path, k))
-    rot = head.get("rotation") if head is not None else None
-    t0 = rot.get("from_ns") if isinstance(rot, dict) else None
-    return t0 if isinstance(t0, int) and not isinstance(t0, bool) and t0 > 0 else 0
+    return (_from_ns(part_path(path, k)) or 0) if k > 1 else 0
 
 
 def last_time(path: str) -> int | None:
     """The last tick of a rotated run (where a replay of it ends), read from its last
     part's lines without parsing its requests (about a second for an hour's part)."""
     last = path
-    head = _first_line(path)
-    rot = head.get("rotation") if head is not None else None
-    if isinstance(rot, dict) and rot.get("part") == 1:
-        found = part_numbers(path)
-        if found:
-            last = part_path(path, max(found))
-    t: int | None = None
-    if last != path:  # (a part with no tick yet: the run went at least to its start)
-        h = _first_line(last)
-        r = h.get("rotation") if h is not None else None
-        t0 = r.get("from_ns") if isinstance(r, dict) else None
-        if isinstance(t0, int) and not isinstance(t0, bool) and 0 <= t0 <= MAX_T_NS:
-            t = t0
+    rot = rotation_of(path)
+    found = part_numbers(path) if rot is not None and rot.get("part") == 1 else set()
+    if found:
+        last = part_path(path, max(found))
+    # (a part with no tick yet: the run went at least to its start)
+    t = _from_ns(last) if last != path else None
     try:
         for line, cut in _Lines(last):
             if cut or not line.startswith(b'{"k":"tick"'):

@@ -24,18 +24,18 @@ from tokmon.model.commands import REPLAY, Command, End, Jump, Play, Seek, Speed
 from tokmon.model.snapshot import Snapshot
 from tokmon.recording import Window
 from tokmon.recording.play import Player, StreamPlayer, summary_of
-from tokmon.recording.reader import Recording, header_of, part_start, read_more, read_recording
+from tokmon.recording.reader import (
+    Recording,
+    part_start,
+    read_more,
+    read_recording,
+    rotation_of,
+)
 from tokmon.recording.window import read_window
 
 SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FINE_NS = 600_000_000_000  # a seek draws every tick of the last ten minutes before it
 NEAR_NS = 600_000_000_000  # a streamed run: a seek this near ahead folds the way there
-
-
-def rotated(path: str) -> bool:
-    """A run written in parts (``--record-rotate``, ``--record-max-size``)."""
-    head = header_of(path)
-    return head is not None and isinstance(head.get("rotation"), dict)
 
 
 class ReplaySource:
@@ -54,12 +54,13 @@ class ReplaySource:
         """``window``: replay that stretch of the run (``--from/--to``): it opens at its
         start, in the state the run was in, and its figures cover the window."""
         self.path = path
-        self.streamed = rec is None and not follow and rotated(path)
+        # (a run written in parts, --record-rotate or --record-max-size: played as read)
+        self.streamed = rec is None and not follow and rotation_of(path) is not None
+        self.window = window
         self.player: Player | StreamPlayer
         if self.streamed:
             self.player = StreamPlayer(path, window)
             self.rec = self.player.rec  # (it fills as the scan goes: events, the end)
-            self.window = window
         else:
             self.rec = rec or (
                 read_recording(path) if window is None else read_window(path, window)
@@ -187,41 +188,33 @@ class ReplaySource:
                 self.seek_to(self.pos + int(cmd.seconds * 1e9))
                 return f"at {self.pos / 1e9:.0f} s"
             case Jump():
-                if isinstance(self.player, StreamPlayer):
-                    self._jump_stream(cmd.direction)
-                    return f"at {self.pos / 1e9:.0f} s"
-                if cmd.direction > 0:
-                    i = bisect_right(self.event_times, self.pos)
-                    t = self.event_times[i] if i < len(self.event_times) else self.end_t
-                else:
-                    i = bisect_right(self.event_times, self.pos - 1_000_000_000) - 1
-                    t = self.event_times[i] if i >= 0 else 0
-                self.seek_to(t)
+                with self.lock:
+                    self.seek_to(self._event_from(cmd.direction))
                 return f"at {self.pos / 1e9:.0f} s"
             case End():
                 self.seek_to(self.end_t)
                 return "at the end"
         return None
 
-    def _jump_stream(self, direction: int) -> None:
-        """A streamed run: forward, play on to the next event (read as it comes); back,
-        to the last one read before the position."""
+    def _event_from(self, direction: int) -> int:
+        """The next event's time after the position (the end if none), or the last one
+        before it (0 if none). A streamed run knows the events read so far (some lie
+        ahead of the position); forward past them, it reads on to the next one."""
         p = self.player
-        assert isinstance(p, StreamPlayer)
-        with self.lock:
-            self._events()  # (those read so far: some may lie ahead of the position)
-            if direction > 0:
-                i = bisect_right(self.event_times, self.pos)
-                if i < len(self.event_times):
-                    self.seek_to(self.event_times[i])
-                    return
-                if self.pos > p.pos:
-                    p.play_until(self.pos, fine_from=self.pos, seeking=True)
-                nxt = p.play_to_event(self.pos)
-                self.seek_to(self.end_t if nxt is None else nxt)
-                return
+        if isinstance(p, StreamPlayer):
+            self._events()
+        if direction < 0:
             i = bisect_right(self.event_times, self.pos - 1_000_000_000) - 1
-            self.seek_to(self.event_times[i] if i >= 0 else 0)
+            return self.event_times[i] if i >= 0 else 0
+        i = bisect_right(self.event_times, self.pos)
+        if i < len(self.event_times):
+            return self.event_times[i]
+        if isinstance(p, StreamPlayer):
+            if self.pos > p.pos:
+                p.play_until(self.pos, fine_from=self.pos, seeking=True)
+            nxt = p.play_to_event(self.pos)
+            return self.end_t if nxt is None else nxt
+        return self.end_t
 
     def summary(self) -> dict[str, Any]:
         if isinstance(self.player, StreamPlayer):
