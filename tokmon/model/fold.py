@@ -293,6 +293,42 @@ class Fold:
     def _requests(self, tb: RequestTable, out: list[Event]) -> None:
         if tb.n == 0:
             return
+        self.arrive(tb)
+        self.count(tb, out)
+
+    def arrive(self, tb: RequestTable) -> None:
+        """What depends on where a batch falls among the ticks and token buckets: the step
+        detector leaves out a value whose second it already judged, and a token bucket is
+        watched once the first counted request began. A report calls this for every batch
+        in its place, and ``count`` for the requests of a stretch at once (the figures do
+        not depend on how requests are batched: the live run's batches are not the
+        file's); a live run calls both for each batch."""
+        if tb.n == 0:
+            return
+        c = tb.cols
+        counted = np.flatnonzero(~c["warmup"] & ~c["settle"])
+        if counted.size == 0:
+            return
+        t0 = int(c["t_sched"][counted].min())
+        if self.t_measure is None or t0 < self.t_measure:
+            self.t_measure = t0
+        ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
+        if ok.size:
+            arm_ok = c["arm"][ok]
+            for code in np.unique(arm_ok):
+                sel = ok[arm_ok == code]
+                self.watch.requests(
+                    tb.vocab["arm"][code],
+                    c["t_end"][sel] / 1e9,
+                    c["decode_tps"][sel],
+                    c["ttft_ms"][sel],
+                )
+
+    def count(self, tb: RequestTable, out: list[Event] | None = None) -> None:
+        """The batch in every figure that does not depend on where it fell (``arrive``)."""
+        if tb.n == 0:
+            return
+        out = [] if out is None else out
         c = tb.cols
         rows = np.arange(tb.n)
         arms = c["arm"]
@@ -313,20 +349,7 @@ class Fold:
             sel = q[(c["arm"][q] == code) & (c["kind"][q] == kcode)]
             task = str(tb.vocab["kind"][kcode]).removeprefix(KIND_PREFIX)
             self.quality.add(tb.vocab["arm"][code], task, c["quality"][sel])
-        if ok.size:
-            arm_ok = c["arm"][ok]
-            for code in np.unique(arm_ok):
-                sel = ok[arm_ok == code]
-                self.watch.requests(
-                    tb.vocab["arm"][code],
-                    c["t_end"][sel] / 1e9,
-                    c["decode_tps"][sel],
-                    c["ttft_ms"][sel],
-                )
         if counted.size:
-            t0 = int(c["t_sched"][counted].min())
-            if self.t_measure is None or t0 < self.t_measure:
-                self.t_measure = t0
             self.ladder.requests(tb, counted, self.slo)
         if c["stalls"].any():
             self.log.mark("stall")

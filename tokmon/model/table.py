@@ -87,18 +87,33 @@ _DTYPE = {
 }
 
 
-def _codes(vals: Sequence[Any], index: dict[Any, int], voc: list[Any], short: str) -> list[int]:
-    codes = [index.get(v, -1) for v in vals]
-    for i, c in enumerate(codes):
-        if c < 0:  # a value not seen before: rare
-            v = vals[i]
-            if not (isinstance(v, str) or v is None) or isinstance(v, bool):
-                raise TypeError(f"{short}: not a string")
-            if v not in index:
-                index[v] = len(voc)
-                voc.append(v)
-            codes[i] = index[v]
-    return codes
+def _codes(
+    parts: list[tuple[np.ndarray | None, Sequence[Any]]],
+    index: dict[Any, int],
+    voc: list[Any],
+    short: str,
+) -> list[tuple[np.ndarray | None, list[int]]]:
+    """A string column's groups of values as codes into ``voc``; a value not seen before
+    (rare) is added in the order of the rows where it first appears, whatever group its
+    line fell in, so the codes do not depend on how the lines were grouped (the columnar
+    reader, ``recording/arrow.py``, numbers them the same way)."""
+    coded = [(w, [index.get(v, -1) for v in p]) for w, p in parts]
+    new: list[tuple[int, Any]] = []
+    for (w, p), (_, codes) in zip(parts, coded, strict=True):
+        for i, c in enumerate(codes):
+            if c < 0:
+                v = p[i]
+                if not (isinstance(v, str) or v is None):
+                    raise TypeError(f"{short}: not a string")
+                new.append((i if w is None else int(w[i]), v))
+    if not new:
+        return coded
+    for _, v in sorted(new, key=operator.itemgetter(0)):
+        if v not in index:
+            index[v] = len(voc)
+            voc.append(v)
+    return [(w, [c if c >= 0 else index[v] for c, v in zip(codes, p, strict=True)])
+            for (w, p), (_, codes) in zip(parts, coded, strict=True)]  # fmt: skip
 
 
 class RequestTable:
@@ -201,7 +216,7 @@ class RequestTable:
                 fill = 0 if fill is None else fill  # required: every row has it
             parts: list[tuple[np.ndarray | None, Sequence[Any]]] = list(values.get(short, []))
             if typ in ("s", "z"):
-                parts = [(w, _codes(p, index, voc, short)) for w, p in parts]
+                parts = list(_codes(parts, index, voc, short))
             if len(parts) == 1 and parts[0][0] is None:
                 # numpy refuses None and text where a number belongs: a bad line raises
                 cols[name] = np.array(parts[0][1], dtype=dtype)

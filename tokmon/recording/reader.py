@@ -20,7 +20,12 @@ from tokmon import __version__
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
-from tokmon.recording import SCHEMA_VERSION, RecordingError, Window
+from tokmon.recording import (
+    SCHEMA_VERSION,
+    RecordingError,
+    Window,
+    arrow_lines,  # noqa: I001
+)
 from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
 from tokmon.textsafe import loads, might_hold_surrogates
 
@@ -600,6 +605,9 @@ def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) 
     left out too)."""
     if not batch:
         return np.zeros(0, dtype=bool)
+    fast = arrow_lines.read(batch, vocab)
+    if fast is not None:
+        return _append(fast, parts)
     try:
         dicts = list(map(_loads, batch))
         return _append(RequestTable.from_lines(dicts, vocab), parts)

@@ -1,0 +1,121 @@
+"""Request lines read by Apache Arrow's JSON reader, when pyarrow is installed.
+
+A day-long soak is 17 million request lines. Parsed one dict at a time (orjson, then the
+columns gathered from the dicts: ``RequestTable.from_lines``) they cost ~4 µs each, most
+of a report's time; Arrow's reader parses a batch straight into typed columns in C++,
+without holding the GIL, at a fifth of the cost (``bench/day_recording.py``). It is used
+only where it gives exactly what the dict path gives: a batch it might read differently
+(text that is not ASCII, ``null``, ``NaN`` or ``Infinity``, which orjson refuses or reads
+otherwise, a line that is not one object) or that it refuses (a value of another JSON
+type than its column's, a key twice, a number out of range) is left to the dict path,
+which sorts out the bad lines one by one. ``tests/test_arrow_lines.py`` holds the two
+equal, line for line, over the cases each could read apart.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import numpy as np
+
+from tokmon.model.table import COLUMNS, NO_TIME, REQUIRED, RequestTable
+
+try:  # (an optional extra: ``pip install 'tokmon-live[fast]'``)
+    import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
+    import pyarrow.compute as pc  # type: ignore[import-not-found, unused-ignore]
+    import pyarrow.json as pj  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # pragma: no cover — the dict path reads every line then
+    pa = None
+
+# a column's type (``COLUMNS``) as Arrow reads it and as the table holds it
+_TYPES = {"i": "int64", "k": "int32", "b": "bool", "f": "float64", "n": "float64", "t": "int64"}
+_FILL: dict[str, Any] = {"f": np.nan, "n": np.nan, "t": NO_TIME}
+# An explicit null is read by the dict path as NaN where a number may be missing (as
+# here) but refused, or kept as a value, elsewhere, where this reader cannot tell it from
+# a key left out; NaN and Infinity, which orjson refuses, are found in the float columns.
+_NULL = b"null"
+
+
+def available() -> bool:
+    return pa is not None
+
+
+_options: Any = None
+
+
+def _parse_options() -> Any:
+    global _options
+    if _options is None:
+        fields = [
+            (short, pa.string() if typ in ("s", "z") else pa.type_for_alias(_TYPES[typ]))
+            for short, typ, _ in COLUMNS.values()
+        ]
+        fields.append(("g", pa.string()))
+        _options = pj.ParseOptions(
+            explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"
+        )
+    return _options
+
+
+def read(batch: list[bytes], vocab: dict[str, list[Any]]) -> RequestTable | None:
+    """The batch's request lines as columns, exactly as ``RequestTable.from_lines`` makes
+    them from the parsed lines (``vocab`` shared and extended the same way); None where
+    this reader does not apply or refuses the batch (the caller reads it line by line)."""
+    if pa is None or not batch:
+        return None
+    buf = b"\n".join(batch)
+    if not buf.isascii() or _NULL in buf:
+        return None
+    try:
+        tb = pj.read_json(
+            io.BytesIO(buf),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, max(map(len, batch)) + 1)),
+            parse_options=_parse_options(),
+        )
+    except (pa.ArrowException, ValueError, TypeError):
+        return None
+    if tb.num_rows != len(batch):  # (two objects on one line: the dict path refuses it)
+        return None
+    cols: dict[str, np.ndarray] = {}
+    for name, (short, typ, default) in COLUMNS.items():
+        col = tb.column(short).combine_chunks()
+        if short in REQUIRED and col.null_count:
+            return None  # (a line without it: the dict path sorts the lines out)
+        if typ in ("s", "z"):
+            cols[name] = _codes(col, name, typ, default, vocab)
+            continue
+        if typ in ("f", "n") and (pc.any(pc.is_nan(col)).as_py() or pc.any(pc.is_inf(col)).as_py()):
+            return None
+        if col.null_count:
+            col = pc.fill_null(col, _FILL.get(typ, default))
+        cols[name] = col.to_numpy(zero_copy_only=False).astype(_TYPES[typ], copy=False)
+    gaps = None
+    g = tb.column("g")
+    if g.null_count < len(g):
+        gaps = [base64.b64decode(x) if x is not None else b"" for x in g.to_pylist()]
+    return RequestTable(cols, vocab, gaps)
+
+
+def _codes(col: Any, name: str, typ: str, default: Any, vocab: dict[str, list[Any]]) -> Any:
+    """A string column as codes into the shared vocabulary: the column's default first
+    (as the dict path adds it), then values not seen before in the order of the rows
+    where each first appears (Arrow's dictionary keeps that order)."""
+    voc = vocab.setdefault(name, [] if typ == "s" else [None])
+    index = {v: i for i, v in enumerate(voc)}
+    fill = -1
+    if default is not None or typ == "z":
+        fill = index.setdefault(default, len(voc))
+        if fill == len(voc):
+            voc.append(default)
+    enc = col.dictionary_encode()
+    lut = []
+    for v in enc.dictionary.to_pylist():
+        if v not in index:
+            index[v] = len(voc)
+            voc.append(v)
+        lut.append(index[v])
+    lut.append(fill)  # (a row without the key: its default)
+    idx = pc.fill_null(enc.indices, len(lut) - 1).to_numpy(zero_copy_only=False)
+    return np.asarray(lut, dtype=np.int32)[idx]
