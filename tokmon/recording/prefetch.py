@@ -43,8 +43,8 @@ def read_ahead(items: Iterator[T], depth: int = DEPTH) -> Iterator[T]:
         return False
 
     def run() -> None:
+        chunk: list[T] = []
         try:
-            chunk: list[T] = []
             for x in items:
                 chunk.append(x)
                 if len(chunk) >= CHUNK:
@@ -55,7 +55,8 @@ def read_ahead(items: Iterator[T], depth: int = DEPTH) -> Iterator[T]:
                 return
             put(_END)
         except BaseException as e:  # handed to the consumer, raised where it reads
-            put(_Failed(e))
+            if not chunk or put(chunk):  # (the items read before it first)
+                put(_Failed(e))
         finally:
             close = getattr(items, "close", None)
             if close is not None:
