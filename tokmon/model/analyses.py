@@ -323,8 +323,17 @@ class Analyses:
         self.errors = ErrorCounts()
 
     def requests(self, tb: RequestTable) -> None:
-        arm_of = tb.vocab["arm"]
+        self.arrive(tb)
+        self.count(tb)
+
+    def arrive(self, tb: RequestTable) -> None:
+        """What depends on where a batch falls: a segment's requests that end after it
+        was settled are counted late (as ``Fold.arrive``)."""
         self.segments.requests(tb)
+
+    def count(self, tb: RequestTable) -> None:
+        """The rest, the same however the requests are batched between two events."""
+        arm_of = tb.vocab["arm"]
         self.drift.requests(tb, arm_of)
         self.jitter.requests(tb, arm_of)
         self.errors.requests(tb)

@@ -65,10 +65,11 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
     of its own time.
 
     A tick only closes the step detector's seconds here (nothing is drawn). Requests
-    arrive in their place among the ticks (``Fold.arrive``: the step detector, and the
-    report's analyses) and are counted a stretch at a time, up to the next event or
-    ``STRETCH`` rows (``Fold.count``): a day's 86,400 ticks cost 86,400 passes of a few
-    numpy calls through every reducer otherwise, most of a report's fold."""
+    arrive in their place among the ticks (``Fold.arrive``, ``Analyses.arrive``: the
+    step detector, a segment's late requests) and are counted a stretch at a time, up to
+    the next event or ``STRETCH`` rows (``count``): a day's 86,400 ticks cost 86,400
+    passes of a few numpy calls through every reducer otherwise, most of a report's
+    fold."""
     out: Folded | None = None
     stretch: list[RequestTable] = []  # requests arrived, not yet counted
     held_rows = 0
@@ -89,33 +90,35 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
         elif isinstance(item, Requests):
             tb = item.table
             out.fold.arrive(tb)
-            out.analyses.requests(tb)
+            out.analyses.arrive(tb)
             stretch.append(tb)
             held_rows += tb.n
             if held_rows >= STRETCH:
-                _count(out.fold, stretch)
+                _count(out, stretch)
                 held_rows = 0
         elif isinstance(item, Tick):
             out.fold.tick(item.t, Pace.CLOSE)
         else:
             if isinstance(item, Event):  # (an event changes what the requests after it are)
-                _count(out.fold, stretch)
+                _count(out, stretch)
                 held_rows = 0
             out.fold.apply(item)
             if isinstance(item, Event):
                 out.analyses.event(item)
     if out is None:
         raise RecordingError("an empty recording")
-    _count(out.fold, stretch)
+    _count(out, stretch)
     return out
 
 
 STRETCH = 50_000  # requests counted at once at most (a run with no event is not held)
 
 
-def _count(fold: Fold, stretch: list[RequestTable]) -> None:
+def _count(out: Folded, stretch: list[RequestTable]) -> None:
     if stretch:
-        fold.count(RequestTable.concat(stretch, fold.vocab, free=False))
+        tb = RequestTable.concat(stretch, out.fold.vocab, free=False)
+        out.fold.count(tb)
+        out.analyses.count(tb)
         stretch.clear()
 
 

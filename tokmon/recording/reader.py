@@ -169,8 +169,11 @@ class _Lines:
         if not d.eof:
             self.cut = True
 
-    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
+    def blocks(self) -> Iterator[list[bytes]]:
+        """The complete lines, a piece of the file at a time; then ``tail`` holds a last
+        line cut short (b"" when there is none)."""
         rest = b""
+        self.tail = b""
         try:
             for chunk in self._chunks():
                 buf = rest + chunk
@@ -183,16 +186,23 @@ class _Lines:
                         f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
                         "not a tokmon recording"
                     )
-                for ln in lines:
-                    self.offset += len(ln) + 1
-                    yield ln, False
+                self.offset += len(buf) - len(rest)
+                yield lines
         finally:
             self.f.close()
         if rest.strip():
-            yield rest, True
+            self.tail = rest
+
+    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
+        for lines in self.blocks():
+            for ln in lines:
+                yield ln, False
+        if self.tail:
+            yield self.tail, True
 
 
 BATCH = 50_000  # request lines turned into columns at a time
+_REQUEST = b'{"k":"r",'  # how a request line begins (as the writer writes it)
 
 
 @contextmanager
@@ -385,66 +395,77 @@ class _Scan:
         held: list[tuple[int, Fact]] = []  # facts after them: (request lines before, fact)
         first = True  # (a part's first line: its header)
         n_lines = 0
-        for line, is_cut in lines:
-            if is_cut:
-                if self.rec is not None and self.cont is None:
-                    self.rec.truncated = True  # (following, a half-written line is normal)
-                break
-            n_lines += 1
-            if line.startswith(b'{"k":"r",') and self.rec is not None and not first:
-                batch.append(line)  # parsed a batch at a time: millions of these
-                if len(batch) >= BATCH:
-                    yield from self._flush(batch, held)
-                    batch, held = [], []
-                continue
-            try:
-                obj = _loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError
-            except (ValueError, UnicodeDecodeError, _DecodeError):
-                if self.rec is None or first:
-                    raise RecordingError(
-                        f"{path} is not a tokmon recording (line 1 is not JSON)"
-                    ) from None
-                self.rec.corrupt += 1
-                continue
-            k = obj.get("k")
-            if first and (self.rec is None or self.cont is None):
-                first = False
+        for block in lines.blocks():
+            n_lines += len(block)
+            # most lines are requests, parsed a batch at a time: a run of them is taken at
+            # once (the lines of other kinds found first), the others one by one
+            others = [i for i, ln in enumerate(block) if not ln.startswith(_REQUEST)]
+            others.append(len(block))
+            nxt = 0  # (others[nxt]: the next line that is not a request)
+            j = 0
+            while j < len(block):
+                if self.rec is not None and not first and j < others[nxt]:
+                    end = min(others[nxt], j + BATCH - len(batch))
+                    batch.extend(block[j:end])
+                    j = end
+                    if len(batch) >= BATCH:
+                        yield from self._flush(batch, held)
+                        batch, held = [], []
+                    continue
+                line = block[j]
+                if j == others[nxt]:
+                    nxt += 1
+                j += 1
                 try:
-                    item = self._header(obj, path)
-                except _Foreign:
+                    obj = _loads(line)
+                    if not isinstance(obj, dict):
+                        raise ValueError
+                except (ValueError, UnicodeDecodeError, _DecodeError):
+                    if self.rec is None or first:
+                        raise RecordingError(
+                            f"{path} is not a tokmon recording (line 1 is not JSON)"
+                        ) from None
+                    self.rec.corrupt += 1
+                    continue
+                k = obj.get("k")
+                if first and (self.rec is None or self.cont is None):
+                    first = False
+                    try:
+                        item = self._header(obj, path)
+                    except _Foreign:
+                        assert self.rec is not None
+                        self.rec.missing.append(f"{path} (the part of another run)")
+                        return
+                    if item is not None:
+                        yield item
+                        if self.from_part > 1 and self.part == 1:
+                            return  # (a window from a later part: the first gives its header)
+                    continue
+                first = False
+                if k == "header" and self.cont is None:
+                    # a later session appended to the same file (--append): the last one is read
+                    _check_header(obj, path)
                     assert self.rec is not None
-                    self.rec.missing.append(f"{path} (the part of another run)")
-                    return
-                if item is not None:
-                    yield item
-                    if self.from_part > 1 and self.part == 1:
-                        return  # (a window from a later part: the first gives its header)
-                continue
-            first = False
-            if k == "header" and self.cont is None:
-                # a later session appended to the same file (--append): the last one is read
-                _check_header(obj, path)
-                assert self.rec is not None
-                earlier = self.rec.sessions
-                self.vocab = {}
-                self.rec = Recording(path=path, header=obj, sessions=earlier + 1,
-                                     requests=RequestTable.empty(self.vocab))  # fmt: skip
-                batch, held = [], []
-                yield Session(self.rec)
-                continue
-            if k == "r":
-                batch.append(line)  # (keys in another order: parsed with its batch)
-                continue
-            if obj.get("carried") and self.part > max(1, self.from_part):
-                continue  # a part's repeat of the run's state: the parts before said it
-            fact = self._fact(obj, k)
-            if fact is not None:
-                held.append((len(batch), fact))
-                t = getattr(fact, "t", None)
-                if isinstance(t, int) and self.rec is not None and t > self.rec.t_seen:
-                    self.rec.t_seen = t
+                    earlier = self.rec.sessions
+                    self.vocab = {}
+                    self.rec = Recording(path=path, header=obj, sessions=earlier + 1,
+                                         requests=RequestTable.empty(self.vocab))  # fmt: skip
+                    batch, held = [], []
+                    yield Session(self.rec)
+                    continue
+                if k == "r":
+                    batch.append(line)  # (keys in another order: parsed with its batch)
+                    continue
+                if obj.get("carried") and self.part > max(1, self.from_part):
+                    continue  # a part's repeat of the run's state: the parts before said it
+                fact = self._fact(obj, k)
+                if fact is not None:
+                    held.append((len(batch), fact))
+                    t = getattr(fact, "t", None)
+                    if isinstance(t, int) and self.rec is not None and t > self.rec.t_seen:
+                        self.rec.t_seen = t
+        if lines.tail and self.rec is not None and self.cont is None:
+            self.rec.truncated = True  # (following, a half-written line is normal)
         if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
         yield from self._flush(batch, held)
