@@ -121,13 +121,15 @@ print(f"{t1 - t0:.2f} {t2 - t1:.2f} {peak:.0f}")
 REPLAY = r"""
 import sys, time
 t0 = time.perf_counter()
+from tokmon.model.commands import End
 from tokmon.sources.replay import ReplaySource
 src = ReplaySource(sys.argv[1])
 src.start()
 while src.snapshot() is None:
     time.sleep(0.001)
 t1 = time.perf_counter()
-src.command("end")
+out = src.command(End())
+assert out is not None and src.pos > 0, out  # (a command it did not take would be 0 s)
 t2 = time.perf_counter()
 src.close()
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
