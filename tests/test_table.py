@@ -1,5 +1,6 @@
 """Requests as columns: the exact records back, and the same totals as record by record."""
 
+import dataclasses
 import random
 
 import numpy as np
@@ -229,3 +230,26 @@ def test_a_long_line_wraps_on_words_at_the_terminal_width():
     assert "exact in 100% of 22" in out.replace("\n  ", " ")
     assert [count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert count(1, "query", "queries") == "1 query" and count(3, "query", "queries") == "3 queries"
+
+
+def test_a_report_of_an_appended_file_counts_the_last_session_only(tmp_path, monkeypatch):
+    """Requests of an earlier session still waiting to be counted (a report counts them
+    a stretch at a time) do not leak into the session after it."""
+    import tokmon.recording.reader as recording
+    from tokmon.model.facts import Tick
+    from tokmon.recording.play import stream_report
+
+    monkeypatch.setattr(recording, "BATCH", 64)  # the first session's requests handed over
+
+    path = str(tmp_path / "two.jsonl")
+    for first_rid, n in ((0, 300), (1000, 200)):
+        w = Recorder(path)
+        w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}]}}, 0)
+        recs = [dataclasses.replace(r, rid=first_rid + r.rid) for r in varied(n, seed=n)]
+        w.records(recs)
+        w.fact(Tick(max(r.t_end for r in recs) + 1))
+        w.close()
+    folded = stream_report(path)
+    assert folded.rec.sessions == 2
+    total = sum(sum(t.by_outcome.values()) for t in folded.fold.totals.values())
+    assert total == 200

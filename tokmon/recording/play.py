@@ -82,6 +82,8 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
             it = windowed(it, w)
     for item in itertools.chain([first] if first is not None else [], it):
         if isinstance(item, Session):
+            stretch.clear()  # (a later session of an appended file starts again)
+            held_rows = 0
             rec = item.rec
             fold = Fold(settings_of(rec), vocab=rec.requests.vocab, t0=w.t_from if w else 0)
             out = Folded(rec, fold, Analyses(fold.settings.drift_alert_pct_h), w)
