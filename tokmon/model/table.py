@@ -77,7 +77,7 @@ TIME_FIELDS = ("t_sched", "t_end", "t_send")
 _DEFAULTS = {name: c[2] for name, c in COLUMNS.items() if c[2] is not None} | {"gaps": b""}
 REQUIRED = ("id", "arm", "o", "ts", "te")
 _FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
-_DTYPE = {
+DTYPES = {  # a number column's type (``COLUMNS``) as the table holds it
     "i": np.int64,
     "k": np.int32,
     "b": np.bool_,
@@ -85,6 +85,25 @@ _DTYPE = {
     "n": np.float64,
     "t": np.int64,
 }
+
+# what a number column holds where a line leaves its key out (else the column's default)
+MISSING: dict[str, Any] = {"f": NAN, "n": NAN, "t": NO_TIME}
+
+
+def string_column(
+    vocab: dict[str, list[Any]], name: str, typ: str, default: Any
+) -> tuple[list[Any], dict[Any, int], int]:
+    """A string column's vocabulary (shared by the tables of one recording), its index,
+    and the code of a row without the key: its default, added first where new (-1: the
+    column is required). Both readers of request lines start a column here."""
+    voc = vocab.setdefault(name, [] if typ == "s" else [None])
+    index = {v: i for i, v in enumerate(voc)}
+    fill = -1
+    if default is not None or typ == "z":
+        fill = index.setdefault(default, len(voc))
+        if fill == len(voc):
+            voc.append(default)
+    return voc, index, fill
 
 
 def _codes(
@@ -96,7 +115,7 @@ def _codes(
     """A string column's groups of values as codes into ``voc``; a value not seen before
     (rare) is added in the order of the rows where it first appears, whatever group its
     line fell in, so the codes do not depend on how the lines were grouped (the columnar
-    reader, ``recording/arrow.py``, numbers them the same way)."""
+    reader, ``recording/arrow_lines.py``, numbers them the same way)."""
     coded = [(w, [index.get(v, -1) for v in p]) for w, p in parts]
     new: list[tuple[int, Any]] = []
     for (w, p), (_, codes) in zip(parts, coded, strict=True):
@@ -201,18 +220,13 @@ class RequestTable:
                 values.setdefault(k, []).append((where, v))
         cols: dict[str, np.ndarray] = {}
         for name, (short, typ, default) in COLUMNS.items():
+            fill: Any
             if typ in ("s", "z"):
-                voc = vocab.setdefault(name, [] if typ == "s" else [None])
-                index = {v: i for i, v in enumerate(voc)}
-                fill: Any = -1  # required: every row has it
-                if default is not None or typ == "z":
-                    fill = index.setdefault(default, len(voc))
-                    if fill == len(voc):
-                        voc.append(default)
+                voc, index, fill = string_column(vocab, name, typ, default)
                 dtype: Any = np.int32
             else:
-                dtype = _DTYPE[typ]
-                fill = {"f": NAN, "n": NAN, "t": NO_TIME}.get(typ, default)
+                dtype = DTYPES[typ]
+                fill = MISSING.get(typ, default)
                 fill = 0 if fill is None else fill  # required: every row has it
             parts: list[tuple[np.ndarray | None, Sequence[Any]]] = list(values.get(short, []))
             if typ in ("s", "z"):
@@ -283,7 +297,7 @@ class RequestTable:
     def empty(cls, vocab: dict[str, list[Any]] | None = None) -> RequestTable:
         vocab = vocab if vocab is not None else {}
         cols: dict[str, np.ndarray] = {
-            k: np.empty(0, dtype=np.int32 if t in ("s", "z") else _DTYPE[t])
+            k: np.empty(0, dtype=np.int32 if t in ("s", "z") else DTYPES[t])
             for k, (_s, t, _d) in COLUMNS.items()
         }
         for k, (_s, t, _d) in COLUMNS.items():

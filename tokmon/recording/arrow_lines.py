@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.table import COLUMNS, NO_TIME, REQUIRED, RequestTable
+from tokmon.model.table import COLUMNS, DTYPES, MISSING, REQUIRED, RequestTable, string_column
 
 try:  # (an optional extra: ``pip install 'tokmon-live[fast]'``)
     import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
@@ -29,17 +29,12 @@ try:  # (an optional extra: ``pip install 'tokmon-live[fast]'``)
 except ImportError:  # pragma: no cover — the dict path reads every line then
     pa = None
 
-# a column's type (``COLUMNS``) as Arrow reads it and as the table holds it
-_TYPES = {"i": "int64", "k": "int32", "b": "bool", "f": "float64", "n": "float64", "t": "int64"}
-_FILL: dict[str, Any] = {"f": np.nan, "n": np.nan, "t": NO_TIME}
+# a number column's type as Arrow reads it: the table's own ("int64", "bool" …)
+_TYPES = {typ: np.dtype(dt).name for typ, dt in DTYPES.items()}
 # An explicit null is read by the dict path as NaN where a number may be missing (as
 # here) but refused, or kept as a value, elsewhere, where this reader cannot tell it from
 # a key left out; NaN and Infinity, which orjson refuses, are found in the float columns.
 _NULL = b"null"
-
-
-def available() -> bool:
-    return pa is not None
 
 
 _options: Any = None
@@ -89,7 +84,7 @@ def read(batch: list[bytes], vocab: dict[str, list[Any]]) -> RequestTable | None
         if typ in ("f", "n") and (pc.any(pc.is_nan(col)).as_py() or pc.any(pc.is_inf(col)).as_py()):
             return None
         if col.null_count:
-            col = pc.fill_null(col, _FILL.get(typ, default))
+            col = pc.fill_null(col, MISSING.get(typ, default))
         cols[name] = col.to_numpy(zero_copy_only=False).astype(_TYPES[typ], copy=False)
     gaps = None
     g = tb.column("g")
@@ -102,13 +97,7 @@ def _codes(col: Any, name: str, typ: str, default: Any, vocab: dict[str, list[An
     """A string column as codes into the shared vocabulary: the column's default first
     (as the dict path adds it), then values not seen before in the order of the rows
     where each first appears (Arrow's dictionary keeps that order)."""
-    voc = vocab.setdefault(name, [] if typ == "s" else [None])
-    index = {v: i for i, v in enumerate(voc)}
-    fill = -1
-    if default is not None or typ == "z":
-        fill = index.setdefault(default, len(voc))
-        if fill == len(voc):
-            voc.append(default)
+    voc, index, fill = string_column(vocab, name, typ, default)
     enc = col.dictionary_encode()
     lut = []
     for v in enc.dictionary.to_pylist():

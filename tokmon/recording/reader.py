@@ -20,12 +20,7 @@ from tokmon import __version__
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
-from tokmon.recording import (
-    SCHEMA_VERSION,
-    RecordingError,
-    Window,
-    arrow_lines,  # noqa: I001
-)
+from tokmon.recording import SCHEMA_VERSION, RecordingError, Window, arrow_lines
 from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
 from tokmon.textsafe import loads, might_hold_surrogates
 
