@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+import zlib
 from html.parser import HTMLParser
 
 import pytest
@@ -13,6 +14,7 @@ from helpers import PY, tokmon
 
 from tokmon.model.records import Event, RequestRecord
 from tokmon.recording import RecordingError
+from tokmon.recording import reader as reader_mod
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -130,7 +132,19 @@ def test_truncation_at_every_byte_offset(tmp_path):
             read_recording(str(p))
 
 
-def test_gzip_recording_and_cut_gzip(tmp_path):
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch):
+    """Each inflater the reader may use: ISA-L (the fast extra) and the standard zlib."""
+    if request.param == "zlib":
+        monkeypatch.setattr(reader_mod, "_inflate", zlib)
+        monkeypatch.setattr(reader_mod, "_INFLATE_ERRORS", (zlib.error,))
+    else:
+        pytest.importorskip("isal")
+        assert reader_mod._inflate is not zlib
+    return request.param
+
+
+def test_gzip_recording_and_cut_gzip(tmp_path, inflater):
     path = tmp_path / "r.jsonl.gz"
     r = Recorder(str(path))
     r.open({"settings": {"arms": [{"name": "a"}]}}, 0)
@@ -145,6 +159,12 @@ def test_gzip_recording_and_cut_gzip(tmp_path):
     p.write_bytes(path.read_bytes()[:size_mid])  # as if killed after a flush
     rec = read_recording(str(p))
     assert len(rec.records) == 50 and rec.truncated
+    # a stream broken midway: what inflated before the break is read, the rest is cut
+    data = bytearray(path.read_bytes())
+    data[size_mid - 8 : size_mid] = b"\xff" * 8
+    p.write_bytes(bytes(data))
+    rec = read_recording(str(p))
+    assert rec.truncated and len(rec.records) <= 50
 
 
 def test_killed_writer_leaves_a_readable_file(sims, tmp_path):

@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from tokmon.model import stats
 from tokmon.model.history import History, Point
 from tokmon.model.records import RequestRecord
 from tokmon.model.sketch import Quantiles
@@ -210,3 +211,30 @@ def test_per_second_points_kept_at_decreasing_resolution():
     assert all(b - a == 1 for a, b in zip(ts[-3600:], ts[-3599:], strict=False))
     gaps = {b - a for a, b in zip(ts[:-3600], ts[1:-3600], strict=False)}
     assert gaps <= {10.0, 60.0} | {1.0 * k for k in range(1, 61)}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_segment_bootstrap_medians_are_the_medians_of_the_drawn_values(seed):
+    # the replicates' medians are read off the values sorted once, weighted by how often
+    # each segment was drawn: they must be exactly the medians of the drawn values
+    g = np.random.default_rng(seed)
+    k = int(g.integers(3, 40))
+    parts = [
+        g.normal(100, 10, int(g.integers(1, 60))).round(int(g.integers(0, 3))) for _ in range(k)
+    ]
+    chosen = np.random.default_rng(seed).integers(0, k, (50, k))
+    flat = np.concatenate(parts)
+    order = np.argsort(flat, kind="stable")
+    seg_of = np.repeat(np.arange(k), [p.size for p in parts])[order]
+    got = stats._weighted_medians(flat[order], seg_of, chosen, k)
+    want = [np.median(np.concatenate([parts[j] for j in row])) for row in chosen]
+    assert got.tolist() == want
+
+
+def test_pct_is_numpys_linear_percentile():
+    g = np.random.default_rng(0)
+    for n in (1, 2, 3, 10, 101, 2000):
+        for q in (0, 5, 50, 95, 99, 100):
+            v = g.normal(100, 10, n).tolist()
+            assert stats.pct(v, q) == pytest.approx(float(np.percentile(v, q)), rel=1e-12)
+    assert stats.pct([], 50) is None

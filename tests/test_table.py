@@ -10,7 +10,7 @@ from tokmon.model.facts import Requests, Tick
 from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import OUTCOMES, RequestRecord
 from tokmon.model.stats import Slo
-from tokmon.model.table import RequestTable
+from tokmon.model.table import RequestTable, distinct_pairs
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -253,3 +253,11 @@ def test_a_report_of_an_appended_file_counts_the_last_session_only(tmp_path, mon
     assert folded.rec.sessions == 2
     total = sum(sum(t.by_outcome.values()) for t in folded.fold.totals.values())
     assert total == 200
+
+
+def test_distinct_pairs_are_the_sorted_set_of_the_rows_pairs():
+    g = np.random.default_rng(3)
+    a = g.integers(0, 4, 500).astype(np.int32)
+    b = g.integers(-1, 7, 500)
+    assert distinct_pairs(a, b) == sorted({(int(x), int(y)) for x, y in zip(a, b, strict=True)})
+    assert distinct_pairs(a[:0], b[:0]) == []

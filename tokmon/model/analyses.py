@@ -27,7 +27,7 @@ import numpy as np
 from tokmon.model.eventlog import REGIME_KINDS
 from tokmon.model.records import Event
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
-from tokmon.model.table import RequestTable
+from tokmon.model.table import RequestTable, distinct, distinct_pairs
 from tokmon.model.trend import can_tell, drift
 
 MIN_DRIFT_SPAN_S = 600.0  # a regime shorter than this cannot bound a drift of a few %/h
@@ -76,7 +76,7 @@ class SegmentFigures:
             return
         ok = ok_rows(tb)
         seg = c["segment"][rows]
-        for s in np.unique(seg).tolist():
+        for s in distinct(seg):
             rs = rows[seg == s]
             oks = rs[ok[rs]]
             sg = self.segments.setdefault(int(s), _Segment())
@@ -169,7 +169,7 @@ class DriftFigures:
         reg = np.searchsorted(np.asarray(self.starts), t, side="right") - 1
         keys = row_keys(c["rid"][rows])
         arms = c["arm"][rows]
-        for a, r in {(int(a), int(r)) for a, r in zip(arms.tolist(), reg.tolist(), strict=True)}:
+        for a, r in distinct_pairs(arms, reg):
             m = (arms == a) & (reg == r)
             self.code.setdefault(str(arm_of[a]), a)
             self._add((str(arm_of[a]), max(r, 0)), t[m], keys[m], {

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokmon.model.stats import pct
+from tokmon.model.table import distinct
+
 K = 0.5  # half the shift (in noise units) the detector is tuned for
 H = 12.0  # alarm threshold (in noise units)
 CLIP = 4.0  # one second moves the CUSUM by at most this
@@ -234,17 +237,34 @@ class StepWatch:
         self.tokens.clear()
 
     def requests(self, arm: str, t_end_s: np.ndarray, decode: np.ndarray, ttft: np.ndarray) -> None:
-        keep = t_end_s >= self.t0
-        for metric, vals in (("decode", decode), ("ttft", ttft), ("ttft_p95", ttft)):
+        if t_end_s.size == 0:
+            return
+        # (a second's batch: most often all kept, all in open bins, in one bin; those
+        # cases cost a comparison of its earliest value, not a pass over every value)
+        t_lo = float(t_end_s.min())
+        keep = None if t_lo >= self.t0 else t_end_s >= self.t0
+        has_ttft = ~np.isnan(ttft)
+        for metric, vals, has in (
+            ("decode", decode, ~np.isnan(decode)),
+            ("ttft", ttft, has_ttft),
+            ("ttft_p95", ttft, has_ttft),
+        ):
             width = WATCHED[metric][1]
-            open_ = (t_end_s // width + 1) * width + LAG_S > self.last_close
-            m = keep & open_ & ~np.isnan(vals)
-            if not m.any():
+            m = has if keep is None else has & keep
+            if (t_lo // width + 1) * width + LAG_S <= self.last_close:  # (a bin judged)
+                m = m & ((t_end_s // width + 1) * width + LAG_S > self.last_close)
+            if m.all():
+                t, vs = t_end_s, vals
+            elif m.any():
+                t, vs = t_end_s[m], vals[m]
+            else:
                 continue
-            bins, vs = (t_end_s[m] // width).astype(np.int64), vals[m]
+            bins = (t // width).astype(np.int64)
             # a batch spans a bin or two: one list extension per bin, not per value
-            for b in np.unique(bins).tolist():
-                self.bins.setdefault((arm, metric, b), []).extend(vs[bins == b].tolist())
+            found = distinct(bins)
+            for b in found:
+                sel = vs if len(found) == 1 else vs[bins == b]
+                self.bins.setdefault((arm, metric, b), []).extend(sel.tolist())
 
     def token_bucket(self, arm: str, t_s: float, n: int) -> None:
         if t_s >= self.t0 and int(t_s) + 1 + LAG_S > self.last_close:
@@ -262,7 +282,7 @@ class StepWatch:
                 del self.bins[(arm, metric, b)]
                 if len(vals) >= max(1, WATCHED[metric][2]):
                     q = 95 if metric == "ttft_p95" else 50
-                    ready.append((b * width, arm, metric, float(np.percentile(vals, q))))
+                    ready.append((b * width, arm, metric, pct(vals, q) or 0.0))
         for (arm, s), n in list(self.tokens.items()):
             if s + 1 + LAG_S <= now_s:
                 del self.tokens[(arm, s)]

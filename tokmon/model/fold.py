@@ -44,7 +44,7 @@ from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats
 from tokmon.model.steps import Steps
 from tokmon.model.storage import StorageReducer
 from tokmon.model.summary import alerts_from_events, build_summary
-from tokmon.model.table import RequestTable
+from tokmon.model.table import RequestTable, distinct
 from tokmon.model.timesplit import TimeSplit, TimeSplitReducer
 from tokmon.model.views import ArmCost, Cost, Price, RestartView
 
@@ -315,7 +315,7 @@ class Fold:
         ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
         if ok.size:
             arm_ok = c["arm"][ok]
-            for code in np.unique(arm_ok):
+            for code in distinct(arm_ok):
                 sel = ok[arm_ok == code]
                 self.watch.requests(
                     tb.vocab["arm"][code],

@@ -93,9 +93,18 @@ def pct_summary(values: Quantiles | np.ndarray) -> dict[str, float | int | None]
 
 
 def pct(values: list[float] | np.ndarray, q: float) -> float | None:
-    if len(values) == 0:
+    """The q-th percentile, linear between the two nearest ranks (numpy's default method),
+    found by a partition: the step detector takes one for every watched second, where
+    ``np.percentile``'s own overhead was most of the cost."""
+    a = np.array(values, dtype=np.float64)  # (a copy: partitioned in place)
+    if a.size == 0:
         return None
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+    pos = (a.size - 1) * q / 100
+    i = int(pos)
+    j = min(i + 1, a.size - 1)
+    a.partition([i, j] if j > i else i)
+    lo, hi = float(a[i]), float(a[j])
+    return lo + (hi - lo) * (pos - i)
 
 
 def pcts(values: np.ndarray, *qs: float) -> list[float | None]:
@@ -736,6 +745,13 @@ def _boot_segment_medians(
     out = np.empty(reps)
     per = max(1, (1 << 21) // max(1, k * width))  # ~16 MB of draws at a time
     col = np.arange(width)
+    if not two_stage:
+        # a replicate is its segments' values, each as many times as the segment was
+        # drawn: its median is read off the values sorted once, weighted by those counts
+        # (the same median as of the drawn values themselves, at a tenth of the time)
+        flat = np.concatenate(parts)
+        order = np.argsort(flat, kind="stable")
+        ranked, seg_of = flat[order], np.repeat(np.arange(k), sizes)[order]
     for lo in range(0, reps, per):
         n = min(per, reps - lo)
         chosen = rng.integers(0, k, (n, k))
@@ -743,9 +759,9 @@ def _boot_segment_medians(
             m = sizes[chosen][..., None]
             pick = np.minimum((rng.random((n, k, width)) * m).astype(np.int64), m - 1)
             draws = np.where(col < m, rows[chosen[..., None], pick], np.nan)
+            out[lo : lo + n] = np.nanmedian(draws.reshape(n, -1), axis=1)
         else:
-            draws = rows[chosen]
-        out[lo : lo + n] = np.nanmedian(draws.reshape(n, -1), axis=1)
+            out[lo : lo + n] = _weighted_medians(ranked, seg_of, chosen, k)
     if not two_stage and k > 1:
         with np.errstate(divide="ignore", invalid="ignore"):
             logs = np.log(out)
@@ -755,6 +771,25 @@ def _boot_segment_medians(
 
 
 FEW_SEGMENTS = 3
+
+
+def _weighted_medians(
+    ranked: np.ndarray, seg_of: np.ndarray, chosen: np.ndarray, k: int
+) -> np.ndarray:
+    """Per row of ``chosen`` (segments drawn), the median of the drawn segments' values:
+    ``ranked`` (every value, sorted) counted as often as its segment (``seg_of``) was
+    drawn; the mean of the two middle values where there is an even number of them."""
+    n, width = chosen.shape[0], seg_of.size
+    drawn = np.bincount((chosen + np.arange(n)[:, None] * k).ravel(), minlength=n * k)
+    # one running count over every row, row after row: it ascends, so one search finds
+    # where each row's middle values (their 0-based ranks within the row) fall
+    cum = np.add.accumulate(np.take(drawn.reshape(n, k), seg_of, axis=1).ravel())
+    ends = cum[width - 1 :: width]
+    starts = np.concatenate([[0], ends[:-1]])
+    total, before = ends - starts, np.arange(n) * width
+    lo = np.searchsorted(cum, starts + (total - 1) // 2, side="right") - before
+    hi = np.searchsorted(cum, starts + total // 2, side="right") - before
+    return (ranked[lo] + ranked[hi]) / 2
 
 
 class TokenWindow:

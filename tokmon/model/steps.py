@@ -19,7 +19,7 @@ from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.samples import GpuSample, ProbeSample, ServerSample
 from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import MIN_SAMPLES, Slo, ratio_ci_requests
-from tokmon.model.table import RequestTable
+from tokmon.model.table import RequestTable, distinct_pairs
 from tokmon.model.views import LadderView
 
 
@@ -57,7 +57,7 @@ class Steps:
         met_each = slo.met_each(tb, rows)
         arm_of, step_of = c["arm"][rows], c["step"][rows]
         okm = c["outcome"][rows] == tb.code("outcome", "ok")
-        for code, step in sorted({(int(a), int(b)) for a, b in zip(arm_of, step_of, strict=True)}):
+        for code, step in distinct_pairs(arm_of, step_of):
             arm = tb.vocab["arm"][code]
             st = next((x for x in reversed(self.steps) if x.step == step and x.arm == arm), None)
             if st is None:

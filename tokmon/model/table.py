@@ -90,6 +90,28 @@ DTYPES = {  # a number column's type (``COLUMNS``) as the table holds it
 MISSING: dict[str, Any] = {"f": NAN, "n": NAN, "t": NO_TIME}
 
 
+def distinct(a: np.ndarray) -> list[int]:
+    """The distinct values of an integer column, sorted: a second's batch is most often
+    of one arm and one segment, found without sorting it."""
+    if a.size == 0:
+        return []
+    lo, hi = int(a.min()), int(a.max())
+    return [lo] if lo == hi else np.unique(a).tolist()
+
+
+def distinct_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
+    """The distinct pairs ``(a[i], b[i])`` of two integer columns, sorted: the groups a
+    batch's rows fall in (arm × regime, arm × step), found by one ``np.unique`` of a
+    combined key, not a Python set of every row."""
+    if a.size == 0:
+        return []
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    a0, b0 = int(a64.min()), int(b64.min())
+    span = int(b64.max()) - b0 + 1
+    keys = np.unique((a64 - a0) * span + (b64 - b0)).tolist()
+    return [(k // span + a0, k % span + b0) for k in keys]
+
+
 def string_column(
     vocab: dict[str, list[Any]], name: str, typ: str, default: Any
 ) -> tuple[list[Any], dict[Any, int], int]:

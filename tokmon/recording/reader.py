@@ -34,6 +34,16 @@ except ImportError:  # pragma: no cover
     _DecodeError = ValueError
 
 
+_inflate: Any = zlib
+_INFLATE_ERRORS: tuple[Any, ...] = (zlib.error,)
+try:  # (the fast extra) ISA-L inflates gzip twice as fast as zlib, with zlib's interface
+    from isal import isal_zlib  # type: ignore[import-not-found, unused-ignore]
+
+    _inflate, _INFLATE_ERRORS = isal_zlib, (zlib.error, isal_zlib.error)
+except ImportError:  # pragma: no cover — zlib inflates the same bytes
+    pass
+
+
 def _loads(line: bytes | str) -> Any:
     """A line of a recording. orjson refuses a lone surrogate escape (valid JSON, which
     an older tokmon wrote from a server's text): such a line is read by the standard
@@ -141,7 +151,7 @@ class _Lines:
                 first = self.f.read(CHUNK)
             return
         self.gzip = True
-        d = zlib.decompressobj(31)
+        d = _inflate.decompressobj(31)
         out = 0
         raw = first
         while raw:
@@ -149,7 +159,7 @@ class _Lines:
             while data:  # at most CHUNK out of each call: a bomb never inflates at once
                 try:
                     part = d.decompress(data, CHUNK)
-                except zlib.error:
+                except _INFLATE_ERRORS:
                     self.cut = True
                     return
                 out += len(part)
