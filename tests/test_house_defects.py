@@ -81,3 +81,41 @@ def test_an_arms_token_count_is_exact_and_bounded():
     a.add(365 * 86_400 * 10**9, "x", 7)
     assert len(a.blocks["x"]) == 2
     assert a.within("x", [(0, 10**18)]) == 51.0  # 4 + 40 + the far bucket's 7
+
+
+def test_a_defect_in_the_fold_neither_stops_the_run_nor_loses_a_request(make_sim, tmp_path):
+    """A fact the fold cannot take (a defect in tokmon) is recorded all the same, the run
+    goes on to its end, and it ends non-zero saying why; before, the reader thread died
+    and the run hung until it was killed."""
+    from tokmon.model.facts import Requests
+    from tokmon.model.workload import LengthDist
+    from tokmon.recording.reader import read_recording
+
+    sim = make_sim(schedule=(5.0, 2.0, 1))
+    path = tmp_path / "r.jsonl"
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=4,
+        duration_s=2.0,
+        max_tokens=LengthDist("fixed", 8),
+    )
+    s = LiveSession(cfg, target=sim.url, model="sim-27b", recorder=Recorder(str(path)))
+    apply, broke = s.fold.apply, []
+
+    def breaks_once(fact):
+        if isinstance(fact, Requests) and not broke:
+            broke.append(fact.table.n)
+            raise ValueError("a defect")
+        return apply(fact)
+
+    s.fold.apply = breaks_once  # type: ignore[method-assign]
+    s.start()
+    try:
+        assert s.wait(30), "the run hung"
+    finally:
+        s.close()
+    assert broke and any("internal error folding Requests: ValueError" in f for f in s.failures())
+    rec = read_recording(str(path))
+    folded = sum(s.final["arms"]["a"]["requests"]["by_outcome"].values())
+    assert len(rec.records) == folded + broke[0]  # (the batch the fold missed is on file)
+    assert any(e.kind == "error" and "a defect" in e.message for e in rec.events)

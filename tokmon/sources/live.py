@@ -58,6 +58,7 @@ from tokmon.textsafe import dumps
 WINDOW_S = 10.0
 # time 0 of a trace: this long after the last engine said it is up (the command's way there)
 TRACE_LEAD_NS = 20_000_000
+FOLD_ERRORS_SHOWN = 3  # internal errors put on the timeline (the rest are counted)
 
 
 class LiveSession:
@@ -137,6 +138,7 @@ class LiveSession:
         self.stopping = False
         self.finished_workers: set[int] = set()
         self.engine_errors: list[str] = []  # why an engine process died, one line each
+        self.fold_errors = 0  # facts the fold could not take (``_fold_failed``)
         self.workers_lost: dict[int, str] = {}  # Ray workers lost while the run went on
         self.on_finished: Any = None  # called with the summary when the run has ended
         self.final: dict[str, Any] | None = None  # that summary, computed once
@@ -432,7 +434,10 @@ class LiveSession:
         with self.lock:
             if self._ended:
                 return
-            derived = self.fold.apply(fact)
+            try:
+                derived = self.fold.apply(fact)
+            except Exception as e:  # a defect in tokmon: the fact is still recorded
+                derived = self._fold_failed(fact, e)
             if self.prom is not None:
                 self.prom.collector.fact(fact)
                 for ev in derived:
@@ -446,8 +451,38 @@ class LiveSession:
                 for ev in derived:
                     rec.fact(ev)
 
+    def _fold_failed(self, fact: Fact, e: Exception) -> list[Event]:
+        """A fact the fold could not take (a defect in tokmon, not in the server): the run
+        goes on, the fact is recorded all the same (a report reads it again), and the run
+        ends non-zero saying so; the first few are events on the timeline too."""
+        self.fold_errors += 1
+        what = f"internal error folding {type(fact).__name__}: {type(e).__name__}: {e}"
+        if self.fold_errors == 1:
+            self.engine_errors.append(f"{what} (the run went on; its recording holds every fact)")
+        if self.fold_errors > FOLD_ERRORS_SHOWN:
+            return []
+        ev = Event(t=perf_counter_ns() - self.t_start, kind="error", message=what, wall=time.time())
+        try:
+            self.fold.apply(ev)
+        except Exception:
+            pass  # (recorded below all the same)
+        return [ev]
+
     # ------------------------------------------------------------------ ingest
     def _read_loop(self) -> None:
+        try:
+            self._read()
+        except Exception as e:  # a defect in tokmon: the run stops and says so, never hangs
+            self.engine_errors.append(f"internal error: {type(e).__name__}: {e}")
+            self.stopping = True
+            try:
+                self._send(Stop(True))
+            except Exception:
+                pass
+        finally:
+            self._done.set()
+
+    def _read(self) -> None:
         conns: list[Any] = list(self.engines.out_conns)
         by_conn = {id(c): i for i, c in enumerate(self.engines.out_conns)}
         while conns:
