@@ -197,12 +197,42 @@ def legacy_timeline(rec: Recording) -> list[tuple[int, Fact]]:
 class _Ticks:
     """How a player takes a tick: drawn as live; while seeking, drawn without the A/B
     comparison, and before ``fine_from`` only one every ``coarse`` (the others close
-    their second only: enough for the whole-run view)."""
+    their second only: enough for the whole-run view).
+
+    Requests arrive in their place (``Fold.arrive``) and are counted, as a report counts
+    them, a stretch at a time: before a tick that is drawn, an event, or ``STRETCH``
+    rows (``_counted``). Played, that is every second, as live; a seek passes over
+    most seconds without drawing them, and counts minutes of requests at once rather
+    than a slice between every two facts."""
 
     fold: Fold
     pos: int
     end_t: int
     _coarse_next: int
+    _stretch: list[RequestTable]  # requests arrived, not yet counted
+    _held: int  # their rows
+
+    def _requests(self, tb: RequestTable) -> None:
+        self.fold.arrive(tb)
+        self._stretch.append(tb)
+        self._held += tb.n
+        if self._held >= STRETCH:
+            self._counted()
+
+    def _counted(self) -> None:
+        """Every request arrived counted (before what reads the counts)."""
+        if self._stretch:
+            self.fold.count(RequestTable.concat(self._stretch, self.fold.vocab, free=False))
+            self._stretch, self._held = [], 0
+
+    def _fact(self, fact: Fact) -> None:
+        """A fact other than a tick, in its place."""
+        if isinstance(fact, Requests):
+            self._requests(fact.table)
+            return
+        if isinstance(fact, Event):  # (an event changes what the requests after it are)
+            self._counted()
+        self.fold.apply(fact)
 
     def _tick(self, fact: Tick, fine_from: int, seeking: bool) -> bool:
         """Take one tick; whether it was drawn."""
@@ -210,6 +240,7 @@ class _Ticks:
         if fact.t < fine_from and fact.t < self._coarse_next and not fact.final:
             self.fold.tick(fact.t, Pace.CLOSE)
         else:
+            self._counted()
             if seeking and not fact.final:
                 self.fold.tick(fact.t, Pace.SEEK)
             else:
@@ -235,6 +266,7 @@ class Player(_Ticks):
         self.i = 0  # next entry of the timeline
         self.row = 0  # next request row
         self.pos = self.start  # time of the last tick played
+        self._stretch, self._held = [], 0
         ticks = [f.t for _, f in self.timeline if isinstance(f, Tick)]
         self.end_t = max(ticks[-1] if ticks else 0, 0)
         self._coarse_next = 0
@@ -250,7 +282,7 @@ class Player(_Ticks):
 
     def _feed_rows(self, upto: int) -> None:
         if upto > self.row:
-            self.fold.apply(Requests(self.rec.requests.slice(self.row, upto)))
+            self._requests(self.rec.requests.slice(self.row, upto))
             self.row = upto
 
     def play_until(self, t: int, fine_from: int = 0, seeking: bool = False) -> bool:
@@ -271,8 +303,9 @@ class Player(_Ticks):
                 drew |= self._tick(fact, fine_from, seeking)
             else:
                 self._feed_rows(rows)
-                self.fold.apply(fact)
+                self._fact(fact)
             self.i += 1
+        self._counted()
         if seeking and drew:
             self.fold.tick(self.fold.t_last, Pace.SETTLE)
         return drew
@@ -305,6 +338,7 @@ class StreamPlayer(_Ticks):
         self.pos = self.start
         self.end_t = end_t if end_t is not None else (last_time(path) or 0)
         self._coarse_next = 0
+        self._stretch, self._held = [], 0
         self._next: Item | None = None
         self.ended = False  # every item read
 
@@ -331,8 +365,9 @@ class StreamPlayer(_Ticks):
                 self.ended = True
                 break
             else:
-                self.fold.apply(item)
+                self._fact(item)
             self._next = None
+        self._counted()
         if seeking and drew:
             self.fold.tick(self.fold.t_last, Pace.SETTLE)
         return drew
@@ -342,15 +377,17 @@ class StreamPlayer(_Ticks):
         event after ``after``; its time (None: the run ends first)."""
         while (item := self._peek()) is not None:
             if isinstance(item, Event) and item.kind != "engine" and item.t > after:
+                self._counted()
                 return item.t
             if isinstance(item, Tick):
                 self._tick(item, item.t + 1, True)
             elif isinstance(item, Session):
                 self.ended = True
-                return None
+                break
             else:
-                self.fold.apply(item)
+                self._fact(item)
             self._next = None
+        self._counted()
         return None
 
     def summary(self) -> dict[str, Any]:
