@@ -5,7 +5,7 @@ summary said."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +71,7 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
     passes of a few numpy calls through every reducer otherwise, most of a report's
     fold."""
     out: Folded | None = None
-    stretch: list[RequestTable] = []  # requests arrived, not yet counted
-    held_rows = 0
+    stretch: Stretch | None = None
     it = iter(items)
     first = next(it, None)
     w = None
@@ -81,47 +80,58 @@ def fold_report(items: Iterable[Item], window: Window | None = None) -> Folded:
         if w is not None and w != first.rec.window:  # (one read as a window is cut already)
             it = windowed(it, w)
     for item in itertools.chain([first] if first is not None else [], it):
-        if isinstance(item, Session):
-            stretch.clear()  # (a later session of an appended file starts again)
-            held_rows = 0
+        if isinstance(item, Session):  # (a later session of an appended file: anew)
             rec = item.rec
             fold = Fold(settings_of(rec), vocab=rec.requests.vocab, t0=w.t_from if w else 0)
             out = Folded(rec, fold, Analyses(fold.settings.drift_alert_pct_h), w)
-        elif out is None:
+            stretch = Stretch(fold.vocab, fold.count, out.analyses.count)
+        elif out is None or stretch is None:
             raise RecordingError("a recording's facts before its header")
         elif isinstance(item, Requests):
-            tb = item.table
-            out.fold.arrive(tb)
-            out.analyses.arrive(tb)
-            stretch.append(tb)
-            held_rows += tb.n
-            if held_rows >= STRETCH:
-                _count(out, stretch)
-                held_rows = 0
+            out.fold.arrive(item.table)
+            out.analyses.arrive(item.table)
+            stretch.add(item.table)
         elif isinstance(item, Tick):
             out.fold.tick(item.t, Pace.CLOSE)
         else:
             if isinstance(item, Event):  # (an event changes what the requests after it are)
-                _count(out, stretch)
-                held_rows = 0
+                stretch.flush()
             out.fold.apply(item)
             if isinstance(item, Event):
                 out.analyses.event(item)
-    if out is None:
+    if out is None or stretch is None:
         raise RecordingError("an empty recording")
-    _count(out, stretch)
+    stretch.flush()
     return out
 
 
 STRETCH = 50_000  # requests counted at once at most (a run with no event is not held)
 
 
-def _count(out: Folded, stretch: list[RequestTable]) -> None:
-    if stretch:
-        tb = RequestTable.concat(stretch, out.fold.vocab, free=False)
-        out.fold.count(tb)
-        out.analyses.count(tb)
-        stretch.clear()
+class Stretch:
+    """Requests arrived, not yet counted: counted together (by each of ``counters``)
+    before what reads the counts (an event, a drawn tick), or at ``STRETCH`` rows."""
+
+    def __init__(
+        self, vocab: dict[str, list[Any]], *counters: Callable[[RequestTable], object]
+    ) -> None:
+        self.vocab = vocab
+        self.counters = counters
+        self.parts: list[RequestTable] = []
+        self.rows = 0
+
+    def add(self, tb: RequestTable) -> None:
+        self.parts.append(tb)
+        self.rows += tb.n
+        if self.rows >= STRETCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            tb = RequestTable.concat(self.parts, self.vocab, free=False)
+            self.parts, self.rows = [], 0
+            for count in self.counters:
+                count(tb)
 
 
 CUT = (Event, Tick)  # the facts a report's fold takes the requests before
@@ -209,21 +219,15 @@ class _Ticks:
     pos: int
     end_t: int
     _coarse_next: int
-    _stretch: list[RequestTable]  # requests arrived, not yet counted
-    _held: int  # their rows
+    _stretch: Stretch  # requests arrived, not yet counted (made with the fold)
 
     def _requests(self, tb: RequestTable) -> None:
         self.fold.arrive(tb)
-        self._stretch.append(tb)
-        self._held += tb.n
-        if self._held >= STRETCH:
-            self._counted()
+        self._stretch.add(tb)
 
     def _counted(self) -> None:
         """Every request arrived counted (before what reads the counts)."""
-        if self._stretch:
-            self.fold.count(RequestTable.concat(self._stretch, self.fold.vocab, free=False))
-            self._stretch, self._held = [], 0
+        self._stretch.flush()
 
     def _fact(self, fact: Fact) -> None:
         """A fact other than a tick, in its place."""
@@ -266,7 +270,7 @@ class Player(_Ticks):
         self.i = 0  # next entry of the timeline
         self.row = 0  # next request row
         self.pos = self.start  # time of the last tick played
-        self._stretch, self._held = [], 0
+        self._stretch = Stretch(self.fold.vocab, self.fold.count)
         ticks = [f.t for _, f in self.timeline if isinstance(f, Tick)]
         self.end_t = max(ticks[-1] if ticks else 0, 0)
         self._coarse_next = 0
@@ -338,7 +342,7 @@ class StreamPlayer(_Ticks):
         self.pos = self.start
         self.end_t = end_t if end_t is not None else (last_time(path) or 0)
         self._coarse_next = 0
-        self._stretch, self._held = [], 0
+        self._stretch = Stretch(self.fold.vocab, self.fold.count)
         self._next: Item | None = None
         self.ended = False  # every item read
 
