@@ -213,3 +213,29 @@ def test_the_last_day_is_the_whole_runs_last_day():
     day = view_points(snap, "day", 100)
     assert len(day) == 144 and day[0].t == 2 * 86_400.0
     assert axis_label("day", day, 864.0, 0.0) == "last day · 24:00:00 · 14 min/col"
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+@pytest.mark.parametrize("cpu", [9.0, 89.0, 100.0])
+def test_the_header_shows_a_busy_tokmon_whole_at_any_width(width, cpu):
+    """Busy (over 80% of a core), tokmon's own CPU never gives way, but it shortens like
+    any item: at 80 columns beside the counts and 'warming up' it was cut by an ellipsis
+    ('host 5…', seen in CI on a loaded machine)."""
+    from dataclasses import replace
+
+    from tokmon.model.storage import StorageView
+    from tokmon.model.views import ProbeView
+    from tokmon.ui.header import header_text
+
+    snap = replace(
+        FakeSource().snapshot(),
+        ok=12_345, failed=0, in_flight=8, warming_up=True, recording=False,
+        probes=ProbeView(self_cpu_pct=cpu, host_cpu_pct=55.0),
+        storage=StorageView(rss_mib=149.0),
+    )  # fmt: skip
+    lines = header_text(snap, width).plain.split("\n")
+    assert all(len(ln) <= width and not ln.endswith("…") for ln in lines), lines
+    if cpu > 80:
+        assert f"tokmon CPU {cpu:.0f}%" in lines[1], lines
+    if width == 200:
+        assert f"tokmon CPU {cpu:.0f}% · 149 MiB · host 55%" in lines[1], lines

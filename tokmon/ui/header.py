@@ -124,7 +124,11 @@ def header_text(s: Snapshot, width: int) -> Text:
         host = f" · host {pr.host_cpu_pct or 0:.0f}%"
         mem = "" if s.storage.rss_mib is None else f" · {s.storage.rss_mib:.0f} MiB"
         style = "bold reverse" if busy else "dim"
-        two.append(item(cpu + mem + host, style, 0 if busy else 3, cpu + host))
+        # busy, it never goes but still shortens: at 80 columns "tokmon CPU 89%" alone
+        # may be all there is room for beside the counts (a rank-0 item would be cut by an
+        # ellipsis instead)
+        shorter = (cpu + host, cpu) if busy else (cpu + host,)
+        two.append(item(cpu + mem + host, style, 1 if busy else 3, *shorter, keep=busy))
     st = s.storage
     if st.warning:  # the disk is about to fill: shortened where it must be, never gone
         short = (
