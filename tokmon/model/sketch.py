@@ -275,13 +275,17 @@ class RowSample:
     """Rows of aligned columns: all of them up to ``cap``, then the ``cap`` whose keys
     are lowest (kept in the order they came)."""
 
-    __slots__ = ("names", "cap", "seen", "_keys", "_cols", "_n")
+    __slots__ = ("names", "cap", "seen", "_keys", "_cols", "_n", "_top")
 
     def __init__(self, names: Sequence[str], cap: int, dtype: type = np.float32) -> None:
         self.names = tuple(names)
         self.cap = cap
         self.seen = 0
         self._n = 0
+        # the highest key held once the sample was full: a row above it can never be
+        # among the lowest, so it is turned away before it costs a copy or a trim (past
+        # a few times ``cap`` rows, most are)
+        self._top: int | None = None
         self._keys = np.empty(16, dtype=np.uint32)
         self._cols: dict[str, np.ndarray] = {n: np.empty(16, dtype=dtype) for n in self.names}
 
@@ -290,6 +294,13 @@ class RowSample:
         if m == 0:
             return
         self.seen += m
+        if self._top is not None:
+            fit = keys <= self._top
+            if not fit.all():
+                keys, cols = keys[fit], {n: cols[n][fit] for n in self.names}
+                m = int(keys.size)
+                if m == 0:
+                    return
         if m > self.cap:  # a batch larger than the sample: its own lowest first
             keep = np.sort(np.argpartition(keys, self.cap - 1)[: self.cap])
             keys, cols = keys[keep], {n: v[keep] for n, v in cols.items()}
@@ -317,9 +328,12 @@ class RowSample:
         for v in self._cols.values():
             v[:k] = v[keep]
         self._n = k
+        self._top = int(self._keys[:k].max())
 
     def shrink(self, cap: int) -> None:
         """Keep fewer rows from now on (the lowest keys of those held)."""
+        if cap > self.cap:
+            self._top = None  # (more rows may enter again: the bound no longer holds)
         self.cap = max(1, cap)
         self.compact()
 
