@@ -142,6 +142,9 @@ class Turns:
         self.concurrent = concurrent
         self.segments = [Segment(0, self.arm, t0)]
         self.alternations = 0
+        # segments per arm, kept as they come (a day switching every 30 s has 2,880:
+        # counting them all again at every switch was a quadratic cost)
+        self._count: dict[str, int] = {self.arm: 1}
         self.idle: list[list[int | None]] = []  # [start, end or None]
 
     def switch(self, new_arm: str, t: int) -> None:
@@ -150,13 +153,16 @@ class Turns:
         if t <= cur.t0 and cur.id == 0:
             # (the arm in force where a window of a run begins: no segment of the other
             # arm before it, which would count as a cycle of the A/B)
+            self._count[cur.arm] -= 1
+            self._count[new_arm] = self._count.get(new_arm, 0) + 1
             cur.arm = new_arm
             self.arm = new_arm
             return
         cur.t1 = t
         self.segments.append(Segment(cur.id + 1, new_arm, t))
+        self._count[new_arm] = self._count.get(new_arm, 0) + 1
         # Complete A-B cycles: the fewest segments any arm has had (ABAB -> 2).
-        self.alternations = min(sum(1 for sg in self.segments if sg.arm == a) for a in self.arms)
+        self.alternations = min(self._count.get(a, 0) for a in self.arms)
         self.arm = new_arm
 
     def next_segment(self) -> int:

@@ -68,6 +68,9 @@ class SegmentFigures:
     def __init__(self) -> None:
         self.segments: dict[int, _Segment] = {}
         self.newest = -1
+        # segments whose values are still held (settled ones hold two figures): only
+        # these are looked at when a newer segment begins, not every segment of the run
+        self._open: set[int] = set()
 
     def requests(self, tb: RequestTable) -> None:
         c = tb.cols
@@ -79,7 +82,10 @@ class SegmentFigures:
         for s in distinct(seg):
             rs = rows[seg == s]
             oks = rs[ok[rs]]
-            sg = self.segments.setdefault(int(s), _Segment())
+            sg = self.segments.get(int(s))
+            if sg is None:
+                sg = self.segments[int(s)] = _Segment()
+                self._open.add(int(s))
             sg.ok += int(oks.size)
             sg.failed += int(rs.size - oks.size)
             if sg.decode is None or sg.ttft is None:
@@ -91,9 +97,9 @@ class SegmentFigures:
         newest = int(seg.max())
         if newest > self.newest:
             self.newest = newest
-            for s, sg in self.segments.items():
-                if s <= newest - OPEN:
-                    self._settle(sg)
+            for s in [s for s in self._open if s <= newest - OPEN]:
+                self._open.discard(s)
+                self._settle(self.segments[s])
 
     @staticmethod
     def _settle(sg: _Segment) -> None:
