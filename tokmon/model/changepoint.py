@@ -222,8 +222,9 @@ class StepWatch:
         self.min_change = min_change
         self.t0 = 0.0  # seconds: the regime's values count from here
         self.detectors: dict[tuple[str, str], StepDetector] = {}
-        # (arm, metric, bin index) -> values of the requests (or tokens) in that bin
-        self.bins: dict[tuple[str, str, int], list[float]] = {}
+        # (arm, metric, bin index) -> values of the requests in that bin, as the batches
+        # brought them (arrays: a second's values are not turned into Python floats)
+        self.bins: dict[tuple[str, str, int], list[np.ndarray]] = {}
         self.tokens: dict[tuple[str, int], int] = {}
         # the clock at the last close: a value whose bin closed by then came late, and is
         # left out (the bin was already judged; a replay leaves it out the same way)
@@ -264,7 +265,8 @@ class StepWatch:
             found = distinct(bins)
             for b in found:
                 sel = vs if len(found) == 1 else vs[bins == b]
-                self.bins.setdefault((arm, metric, b), []).extend(sel.tolist())
+                # (a copy: the batch's columns are not the bin's to keep)
+                self.bins.setdefault((arm, metric, b), []).append(np.array(sel, np.float64))
 
     def token_bucket(self, arm: str, t_s: float, n: int) -> None:
         if t_s >= self.t0 and int(t_s) + 1 + LAG_S > self.last_close:
@@ -276,11 +278,12 @@ class StepWatch:
         found, each with its arm and what the alert should say about its basis."""
         ready: list[tuple[int, str, str, float]] = []
         self.last_close = now_s
-        for (arm, metric, b), vals in list(self.bins.items()):
+        for (arm, metric, b), parts in list(self.bins.items()):
             width = WATCHED[metric][1]
             if (b + 1) * width + LAG_S <= now_s:
                 del self.bins[(arm, metric, b)]
-                if len(vals) >= max(1, WATCHED[metric][2]):
+                vals = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                if vals.size >= max(1, WATCHED[metric][2]):
                     q = 95 if metric == "ttft_p95" else 50
                     ready.append((b * width, arm, metric, pct(vals, q) or 0.0))
         for (arm, s), n in list(self.tokens.items()):
