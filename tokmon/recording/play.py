@@ -155,7 +155,9 @@ def stream_report(path: str, window: Window | None = None) -> Folded:
     """A recording folded as it is read: its requests are never all in memory. With a
     ``window``, the parts of a rotated run that end before it are not read."""
     with no_gc():
-        items = scan(path, series=False, cut=CUT, start_ns=window.t_from if window else 0)
+        items = scan(
+            path, series=False, cut=CUT, start_ns=window.t_from if window else 0, ahead=True
+        )
         first = next(items)
         if isinstance(first, Session) and not _arms_named(first.rec):
             # (a file whose header names no arm: its arms are known from its requests)

@@ -27,9 +27,11 @@ class _Failed:
 _END = object()
 
 
-def read_ahead(items: Iterator[T], depth: int = DEPTH) -> Iterator[T]:
-    """``items`` as they come, made in a thread up to ``depth`` chunks ahead. Closing
-    this generator (a consumer that stops early) stops the thread and closes ``items``."""
+def read_ahead(items: Iterator[T], depth: int = DEPTH, chunk: int = CHUNK) -> Iterator[T]:
+    """``items`` as they come, made in a thread up to ``depth`` chunks of ``chunk`` items
+    ahead (a chunk of one: items that are each much work, handed on as soon as made).
+    Closing this generator (a consumer that stops early) stops the thread and closes
+    ``items``."""
     q: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -43,19 +45,19 @@ def read_ahead(items: Iterator[T], depth: int = DEPTH) -> Iterator[T]:
         return False
 
     def run() -> None:
-        chunk: list[T] = []
+        got: list[T] = []
         try:
             for x in items:
-                chunk.append(x)
-                if len(chunk) >= CHUNK:
-                    if not put(chunk):
+                got.append(x)
+                if len(got) >= chunk:
+                    if not put(got):
                         return
-                    chunk = []
-            if chunk and not put(chunk):
+                    got = []
+            if got and not put(got):
                 return
             put(_END)
         except BaseException as e:  # handed to the consumer, raised where it reads
-            if not chunk or put(chunk):  # (the items read before it first)
+            if not got or put(got):  # (the items read before it first)
                 put(_Failed(e))
         finally:
             close = getattr(items, "close", None)

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import stat
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt,
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError, Window, arrow_lines
 from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
+from tokmon.recording.prefetch import read_ahead
 from tokmon.textsafe import loads, might_hold_surrogates
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
@@ -207,6 +209,7 @@ class _Lines:
 
 
 BATCH = 50_000  # request lines turned into columns at a time
+AHEAD = 2  # batches of lines read ahead of their parsing (``scan(ahead=True)``), ~15 MB each
 _REQUEST = b'{"k":"r",'  # how a request line begins (as the writer writes it)
 
 
@@ -288,6 +291,7 @@ def scan(
     series: bool = True,
     cut: tuple[type, ...] | None = None,
     start_ns: int = 0,
+    ahead: bool = False,
 ) -> Iterator[Item]:
     """One pass over a recording, in the order of the file: a ``Session`` first, then
     every fact, the requests as ``Requests`` batches of at most ``BATCH`` rows (never the
@@ -300,19 +304,15 @@ def scan(
     request rows are handed over (default: before every fact; the report's fold takes
     them before events and ticks only, as ``fold_report`` does). ``start_ns``: only what
     a window from there needs: of a rotated run, the header, then the part in force at
-    that time (its carried state applied) and the parts after it."""
+    that time (its carried state applied) and the parts after it. ``ahead``: the lines
+    are read (inflated, split, sorted) in a thread of their own, while the caller's
+    thread parses the batch before (a report's reading is then two stages that overlap,
+    not one; the items and their order are the same)."""
     st = _Scan(path, cont, series, cut)
-    first = _part_at(path, start_ns) if start_ns > 0 and cont is None else 1
-    st.from_part = first
-    yield from st.file(path, cont.offset or 0 if cont is not None else 0)
-    rec = st.rec
-    if rec is None:
-        raise RecordingError(f"{path} is empty or not a tokmon recording")
-    if cont is None:
-        for part_path in st.parts_after():
-            yield from st.file(part_path, 0)
-    if rec.t_end is None:
-        rec.truncated = True
+    if not ahead:
+        return st.parsed(st.run(start_ns))  # (no batch is deferred: items pass as they are)
+    st.defer = True
+    return st.parsed(read_ahead(st.run(start_ns), depth=AHEAD, chunk=1))
 
 
 def _part_at(path: str, t: int) -> int:
@@ -375,6 +375,45 @@ class _Scan:
         self.vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
         self.part = 0  # the part being read (0: a run not rotated)
         self.from_part = 1  # the first part read (a later one: its carried state applies)
+        # ``scan(ahead=True)``: a batch of request lines is handed on unparsed (``_Batch``),
+        # parsed by ``parsed`` in another thread; the tallies both make, under the lock
+        self.defer = False
+        self._lock = threading.Lock()
+
+    def run(self, start_ns: int) -> Iterator[Item | _Batch]:
+        cont, path = self.cont, self.path
+        self.from_part = _part_at(path, start_ns) if start_ns > 0 and cont is None else 1
+        yield from self.file(path, cont.offset or 0 if cont is not None else 0)
+        rec = self.rec
+        if rec is None:
+            raise RecordingError(f"{path} is empty or not a tokmon recording")
+        if cont is None:
+            for part_path in self.parts_after():
+                yield from self.file(part_path, 0)
+        if rec.t_end is None:
+            rec.truncated = True
+
+    def parsed(self, items: Iterator[Item | _Batch]) -> Iterator[Item]:
+        """``items`` with each batch of request lines parsed, in its place."""
+        try:
+            for x in items:
+                if isinstance(x, _Batch):
+                    yield from self._flush(x)
+                else:
+                    yield x
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    def _seen(self, rec: Recording, t: int) -> None:
+        with self._lock:
+            if t > rec.t_seen:
+                rec.t_seen = t
+
+    def _corrupt(self, rec: Recording, n: int) -> None:
+        with self._lock:
+            rec.corrupt += n
 
     # ------------------------------------------------------------------ parts
     def parts_after(self) -> list[str]:
@@ -394,7 +433,7 @@ class _Scan:
         return out
 
     # ------------------------------------------------------------------ one file
-    def file(self, path: str, offset: int) -> Iterator[Item]:
+    def file(self, path: str, offset: int) -> Iterator[Item | _Batch]:
         lines = _Lines(path, offset)
         batch: list[bytes] = []  # request lines not yet parsed
         held: list[tuple[int, Fact]] = []  # facts after them: (request lines before, fact)
@@ -414,7 +453,7 @@ class _Scan:
                     batch.extend(block[j:end])
                     j = end
                     if len(batch) >= BATCH:
-                        yield from self._flush(batch, held)
+                        yield from self._batch(batch, held)
                         batch, held = [], []
                     continue
                 line = block[j]
@@ -430,7 +469,7 @@ class _Scan:
                         raise RecordingError(
                             f"{path} is not a tokmon recording (line 1 is not JSON)"
                         ) from None
-                    self.rec.corrupt += 1
+                    self._corrupt(self.rec, 1)
                     continue
                 k = obj.get("k")
                 if first and (self.rec is None or self.cont is None):
@@ -467,13 +506,13 @@ class _Scan:
                 if fact is not None:
                     held.append((len(batch), fact))
                     t = getattr(fact, "t", None)
-                    if isinstance(t, int) and self.rec is not None and t > self.rec.t_seen:
-                        self.rec.t_seen = t
+                    if isinstance(t, int) and self.rec is not None:
+                        self._seen(self.rec, t)
         if lines.tail and self.rec is not None and self.cont is None:
             self.rec.truncated = True  # (following, a half-written line is normal)
         if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
-        yield from self._flush(batch, held)
+        yield from self._batch(batch, held)
         rec = self.rec
         rec.lines += n_lines
         rec.offset = None if lines.gzip or self.part > 1 else lines.offset
@@ -553,24 +592,31 @@ class _Scan:
                 rec.lost_lines += int(obj.get("lines") or 0)
             return fact
         except (KeyError, TypeError, ValueError):
-            rec.corrupt += 1
+            self._corrupt(rec, 1)
             return None
 
-    def _flush(self, batch: list[bytes], held: list[tuple[int, Fact]]) -> Iterator[Item]:
+    def _batch(self, batch: list[bytes], held: list[tuple[int, Fact]]) -> Iterator[Item | _Batch]:
+        assert self.rec is not None
+        b = _Batch(batch, held, self.rec, self.vocab)
+        if self.defer:
+            yield b
+        else:
+            yield from self._flush(b)
+
+    def _flush(self, b: _Batch) -> Iterator[Item]:
         """The batch's requests as columns, handed over between the facts in the order
         of the file (a fact's place: the request *rows* before it; a corrupt line is not
         a row)."""
-        rec = self.rec
-        assert rec is not None
+        rec = b.rec
         parts: list[RequestTable] = []  # (``_columns`` makes one table of a batch, or none)
-        mask = _columns(batch, self.vocab, parts)
-        rec.corrupt += int((~mask).sum())
+        mask = _columns(b.lines, b.vocab, parts)
+        self._corrupt(rec, int((~mask).sum()))
         tb = parts[0] if parts else None
         rows_before = np.concatenate([[0], np.cumsum(mask)])
         if tb is not None:
-            rec.t_seen = max(rec.t_seen, int(tb.cols["t_end"].max()))
+            self._seen(rec, int(tb.cols["t_end"].max()))
         lo = 0
-        for n, fact in held:
+        for n, fact in b.held:
             if tb is not None and (self.cut is None or isinstance(fact, self.cut)):
                 rows = int(rows_before[n])
                 if rows > lo:
@@ -579,6 +625,17 @@ class _Scan:
             yield fact
         if tb is not None and lo < tb.n:
             yield Requests(tb.slice(lo, tb.n) if lo else tb)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Request lines not yet parsed and the facts among them (each with the number of
+    request lines before it), of one session: its recording and vocabulary."""
+
+    lines: list[bytes]
+    held: list[tuple[int, Fact]]
+    rec: Recording
+    vocab: dict[str, list[Any]]
 
 
 def _sent(obj: dict[str, Any]) -> SentPrompt:
