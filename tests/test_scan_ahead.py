@@ -94,3 +94,19 @@ def test_a_chunk_of_one_is_handed_on_before_the_next_item_is_made():
     assert next(it) == 1
     taken.set()
     assert list(it) == [2]
+
+
+def test_line_bounds_are_the_lines_of_a_split_and_their_first_bytes():
+    """The lines found at once (``_line_bounds``) are those ``split`` finds, and those
+    that begin as a request line are those ``startswith`` finds, short lines included."""
+    from tokmon.recording.reader import _REQUEST, _line_bounds
+
+    rng = np.random.default_rng(4)
+    words = [b"", b"{", b'{"k":"r"', _REQUEST, _REQUEST + b'"id":1}', b'{"k":"tick"}', b"\xff"]
+    for _ in range(200):
+        region = b"\n".join(words[i] for i in rng.integers(0, len(words), rng.integers(1, 12)))
+        starts, stops, req = _line_bounds(region)
+        lines = region.split(b"\n")
+        got = [region[a:b] for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+        assert got == lines
+        assert req.tolist() == [ln.startswith(_REQUEST) for ln in lines]

@@ -176,16 +176,17 @@ class _Lines:
         if not d.eof:
             self.cut = True
 
-    def blocks(self) -> Iterator[list[bytes]]:
-        """The complete lines, a piece of the file at a time; then ``tail`` holds a last
+    def regions(self) -> Iterator[bytes]:
+        """The complete lines, a piece of the file at a time, each piece as the bytes of
+        its lines (newlines between them, not after the last); then ``tail`` holds a last
         line cut short (b"" when there is none)."""
         rest = b""
         self.tail = b""
         try:
             for chunk in self._chunks():
                 buf = rest + chunk
-                lines = buf.split(b"\n")
-                rest = lines.pop()
+                cut = buf.rfind(b"\n")
+                rest = buf[cut + 1 :]
                 # an unfinished line may not grow past MAX_LINE (a line that ends within
                 # the next piece is then at most MAX_LINE + CHUNK long)
                 if len(rest) > MAX_LINE:
@@ -193,12 +194,18 @@ class _Lines:
                         f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
                         "not a tokmon recording"
                     )
-                self.offset += len(buf) - len(rest)
-                yield lines
+                if cut >= 0:
+                    self.offset += cut + 1
+                    yield buf[:cut]
         finally:
             self.f.close()
         if rest.strip():
             self.tail = rest
+
+    def blocks(self) -> Iterator[list[bytes]]:
+        """The complete lines, a piece of the file at a time (``regions``, split)."""
+        for region in self.regions():
+            yield region.split(b"\n")
 
     def __iter__(self) -> Iterator[tuple[bytes, bool]]:
         for lines in self.blocks():
@@ -211,6 +218,25 @@ class _Lines:
 BATCH = 50_000  # request lines turned into columns at a time
 AHEAD = 2  # batches of lines read ahead of their parsing (``scan(ahead=True)``), ~15 MB each
 _REQUEST = b'{"k":"r",'  # how a request line begins (as the writer writes it)
+_REQ = np.frombuffer(_REQUEST, dtype=np.uint8)
+
+
+def _line_bounds(region: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each line of ``region`` starts and stops, and which begin as a request line
+    does (``_REQUEST``): found for the whole region at once, not line by line."""
+    a = np.frombuffer(region, dtype=np.uint8)
+    nl = np.flatnonzero(a == 10)
+    starts = np.empty(nl.size + 1, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = nl + 1
+    stops = np.empty_like(starts)
+    stops[:-1] = nl
+    stops[-1] = a.size
+    req = (stops - starts) >= _REQ.size
+    if a.size:
+        at = np.minimum(starts[:, None] + np.arange(_REQ.size), a.size - 1)
+        req &= (a[at] == _REQ).all(axis=1)
+    return starts, stops, req
 
 
 @contextmanager
@@ -435,28 +461,35 @@ class _Scan:
     # ------------------------------------------------------------------ one file
     def file(self, path: str, offset: int) -> Iterator[Item | _Batch]:
         lines = _Lines(path, offset)
-        batch: list[bytes] = []  # request lines not yet parsed
+        # request lines not yet parsed: runs of whole lines as they lie in the file, and
+        # how many lines they hold
+        batch: list[bytes] = []
+        nb = 0
         held: list[tuple[int, Fact]] = []  # facts after them: (request lines before, fact)
         first = True  # (a part's first line: its header)
         n_lines = 0
-        for block in lines.blocks():
-            n_lines += len(block)
+        for region in lines.regions():
+            starts, stops, req = _line_bounds(region)
+            n = starts.size
+            n_lines += n
             # most lines are requests, parsed a batch at a time: a run of them is taken at
-            # once (the lines of other kinds found first), the others one by one
-            others = [i for i, ln in enumerate(block) if not ln.startswith(_REQUEST)]
-            others.append(len(block))
+            # once, as the bytes it is in the file (the lines of other kinds found first,
+            # by their first bytes, at once), the others one by one
+            others = np.flatnonzero(~req).tolist()
+            others.append(n)
             nxt = 0  # (others[nxt]: the next line that is not a request)
             j = 0
-            while j < len(block):
+            while j < n:
                 if self.rec is not None and not first and j < others[nxt]:
-                    end = min(others[nxt], j + BATCH - len(batch))
-                    batch.extend(block[j:end])
+                    end = min(others[nxt], j + BATCH - nb)
+                    batch.append(region[int(starts[j]) : int(stops[end - 1])])
+                    nb += end - j
                     j = end
-                    if len(batch) >= BATCH:
-                        yield from self._batch(batch, held)
-                        batch, held = [], []
+                    if nb >= BATCH:
+                        yield from self._batch(batch, nb, held)
+                        batch, nb, held = [], 0, []
                     continue
-                line = block[j]
+                line = region[int(starts[j]) : int(stops[j])]
                 if j == others[nxt]:
                     nxt += 1
                 j += 1
@@ -494,17 +527,18 @@ class _Scan:
                     self.vocab = {}
                     self.rec = Recording(path=path, header=obj, sessions=earlier + 1,
                                          requests=RequestTable.empty(self.vocab))  # fmt: skip
-                    batch, held = [], []
+                    batch, nb, held = [], 0, []
                     yield Session(self.rec)
                     continue
                 if k == "r":
                     batch.append(line)  # (keys in another order: parsed with its batch)
+                    nb += 1
                     continue
                 if obj.get("carried") and self.part > max(1, self.from_part):
                     continue  # a part's repeat of the run's state: the parts before said it
                 fact = self._fact(obj, k)
                 if fact is not None:
-                    held.append((len(batch), fact))
+                    held.append((nb, fact))
                     t = getattr(fact, "t", None)
                     if isinstance(t, int) and self.rec is not None:
                         self._seen(self.rec, t)
@@ -512,7 +546,7 @@ class _Scan:
             self.rec.truncated = True  # (following, a half-written line is normal)
         if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
-        yield from self._batch(batch, held)
+        yield from self._batch(batch, nb, held)
         rec = self.rec
         rec.lines += n_lines
         rec.offset = None if lines.gzip or self.part > 1 else lines.offset
@@ -595,9 +629,11 @@ class _Scan:
             self._corrupt(rec, 1)
             return None
 
-    def _batch(self, batch: list[bytes], held: list[tuple[int, Fact]]) -> Iterator[Item | _Batch]:
+    def _batch(
+        self, batch: list[bytes], n: int, held: list[tuple[int, Fact]]
+    ) -> Iterator[Item | _Batch]:
         assert self.rec is not None
-        b = _Batch(batch, held, self.rec, self.vocab)
+        b = _Batch(b"\n".join(batch), n, held, self.rec, self.vocab)
         if self.defer:
             yield b
         else:
@@ -609,7 +645,7 @@ class _Scan:
         a row)."""
         rec = b.rec
         parts: list[RequestTable] = []  # (``_columns`` makes one table of a batch, or none)
-        mask = _columns(b.lines, b.vocab, parts)
+        mask = _columns(b.lines, b.n, b.vocab, parts)
         self._corrupt(rec, int((~mask).sum()))
         tb = parts[0] if parts else None
         rows_before = np.concatenate([[0], np.cumsum(mask)])
@@ -629,10 +665,12 @@ class _Scan:
 
 @dataclass(frozen=True)
 class _Batch:
-    """Request lines not yet parsed and the facts among them (each with the number of
-    request lines before it), of one session: its recording and vocabulary."""
+    """Request lines not yet parsed (``n`` of them, newlines between) and the facts among
+    them (each with the number of request lines before it), of one session: its
+    recording and vocabulary."""
 
-    lines: list[bytes]
+    lines: bytes
+    n: int
     held: list[tuple[int, Fact]]
     rec: Recording
     vocab: dict[str, list[Any]]
@@ -682,15 +720,16 @@ def _status(obj: dict[str, Any]) -> EngineStatus:
     )
 
 
-def _columns(batch: list[bytes], vocab: dict[str, list[Any]], parts: list[Any]) -> np.ndarray:
-    """Append a batch of request lines as columns; returns which lines became rows (a
-    batch with one bad line is sorted line by line; a row with an impossible figure is
-    left out too)."""
-    if not batch:
+def _columns(lines: bytes, n: int, vocab: dict[str, list[Any]], parts: list[Any]) -> np.ndarray:
+    """Append a batch of ``n`` request lines (newlines between them) as columns; returns
+    which lines became rows (a batch with one bad line is sorted line by line; a row with
+    an impossible figure is left out too)."""
+    if not n:
         return np.zeros(0, dtype=bool)
-    fast = arrow_lines.read(batch, vocab)
+    fast = arrow_lines.read_joined(lines, n, vocab)
     if fast is not None:
         return _append(fast, parts)
+    batch = lines.split(b"\n")
     try:
         dicts = list(map(_loads, batch))
         return _append(RequestTable.from_lines(dicts, vocab), parts)
