@@ -10,7 +10,7 @@ from tokmon.model.facts import Requests, Tick
 from tokmon.model.fold import Fold, FoldSettings
 from tokmon.model.records import OUTCOMES, RequestRecord
 from tokmon.model.stats import Slo
-from tokmon.model.table import RequestTable, distinct_pairs
+from tokmon.model.table import RequestTable, distinct_pairs, record_to_line
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -261,3 +261,20 @@ def test_distinct_pairs_are_the_sorted_set_of_the_rows_pairs():
     b = g.integers(-1, 7, 500)
     assert distinct_pairs(a, b) == sorted({(int(x), int(y)) for x, y in zip(a, b, strict=True)})
     assert distinct_pairs(a[:0], b[:0]) == []
+
+
+def test_adjacent_slices_of_a_table_join_as_a_slice_of_it_and_others_as_copies():
+    """A report's stretch joins a second's slices of one batch: the same rows as a copy
+    would give, as a view of the batch where they are adjacent."""
+    a = RequestTable.from_records(varied(300, seed=11))
+    b = RequestTable.from_lines([record_to_line(r, 0, True) for r in varied(50, seed=12)], a.vocab)
+    cuts = [0, 40, 41, 120, 300]
+    parts = [a.slice(lo, hi) for lo, hi in zip(cuts, cuts[1:], strict=False)]
+    whole = RequestTable.concat(parts, a.vocab, free=False)
+    assert whole.n == 300 and np.shares_memory(whole.cols["rid"], a.cols["rid"])
+    mixed = [parts[0], parts[2], b.slice(0, 10), b.slice(10, 50), parts[3]]  # (a gap, two tables)
+    got = RequestTable.concat(mixed, a.vocab, free=False)
+    want = {k: np.concatenate([p.cols[k] for p in mixed]) for k in a.cols}
+    for k, v in want.items():
+        assert np.array_equal(got.cols[k], v, equal_nan=True), k
+    assert got.records_at(np.arange(got.n)) == [r for p in mixed for r in p.records()]

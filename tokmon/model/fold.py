@@ -332,7 +332,7 @@ class Fold:
         c = tb.cols
         rows = np.arange(tb.n)
         arms = c["arm"]
-        for code in np.unique(arms):
+        for code in distinct(arms):
             name = tb.vocab["arm"][code]
             tot = self.totals.get(name)
             if tot is None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from tokmon.model.records import CLOCK_PREFIX, FAILURES, OUTCOMES
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
+from tokmon.model.table import distinct
 
 if TYPE_CHECKING:
     from tokmon.model.table import RequestTable
@@ -295,7 +296,7 @@ class ByStratum:
         if v.size == 0:
             return
         keys = row_keys(rid)
-        for sid in np.unique(st).astype(np.int64).tolist():
+        for sid in map(int, distinct(st)):
             m = st == sid
             q = self.values.get(sid)
             if q is None:
@@ -306,7 +307,7 @@ class ByStratum:
             q.extend(v[m])
             segs, sv, sk = self.segments[sid], v[m], keys[m]
             ss = seg[m]
-            for g in np.unique(ss).astype(np.int64).tolist():
+            for g in map(int, distinct(ss)):
                 mg = ss == g
                 rs = segs.get(g)
                 if rs is None:
@@ -425,8 +426,9 @@ class ArmTotals:
         c = tb.cols
         out = c["outcome"][idx]
         names = tb.vocab["outcome"]
-        for code, cnt in zip(*np.unique(out, return_counts=True), strict=True):
-            self.by_outcome[names[code]] = self.by_outcome.get(names[code], 0) + int(cnt)
+        for code, cnt in enumerate(np.bincount(out).tolist()):  # (codes: small integers)
+            if cnt:
+                self.by_outcome[names[code]] = self.by_outcome.get(names[code], 0) + cnt
         ok_code = tb.code("outcome", "ok")
         warm, settle = c["warmup"][idx], c["settle"][idx]
         self.warmup += int(warm.sum())
@@ -529,6 +531,9 @@ class ArmTotals:
             return out
         # numbered in order of first appearance, as adding the rows one by one would
         pairs = kinds.astype(np.int64) * (1 << 32) + steps.astype(np.int64) + 1  # step ≥ -1
+        if (lo := int(pairs.min())) == int(pairs.max()):  # (most often one stratum)
+            out[:] = self.stratum(tb.vocab["kind"][lo >> 32], (lo & 0xFFFFFFFF) - 1)
+            return out
         uniq, first = np.unique(pairs, return_index=True)
         for i in np.argsort(first):
             u = uniq[i]
@@ -540,7 +545,7 @@ class ArmTotals:
     def _add_kinds(self, tb: RequestTable, oi: np.ndarray) -> None:
         c = tb.cols
         kinds = c["kind"][oi]
-        for code in np.unique(kinds):
+        for code in distinct(kinds):
             name = tb.vocab["kind"][code]
             if not name:
                 continue

@@ -165,6 +165,10 @@ class RequestTable:
         self.vocab = vocab  # string column -> its values; a column holds indexes into it
         self.gaps: list[bytes] | None = gaps  # per row, only when chunk gaps were recorded
         self.n = int(cols["rid"].size)
+        # the table this one is rows of (``slice``), from row ``_at``: adjacent slices of
+        # one table are joined again as a slice of it, not copied (``concat``)
+        self._root = self
+        self._at = 0
 
     def __len__(self) -> int:
         return self.n
@@ -277,7 +281,9 @@ class RequestTable:
     def slice(self, lo: int, hi: int) -> RequestTable:
         """Rows ``lo`` to ``hi`` as views of these columns (no copy: a replay's batches)."""
         cols = {k: v[lo:hi] for k, v in self.cols.items()}
-        return RequestTable(cols, self.vocab, None if self.gaps is None else self.gaps[lo:hi])
+        out = RequestTable(cols, self.vocab, None if self.gaps is None else self.gaps[lo:hi])
+        out._root, out._at = self._root, self._at + lo
+        return out
 
     def possible(self, max_t: int) -> np.ndarray:
         """Rows whose figures could have been measured: times within ``max_t`` of the
@@ -300,6 +306,9 @@ class RequestTable:
     ) -> RequestTable:
         if not parts:
             return cls.empty(vocab)
+        if len(parts) == 1:
+            return parts[0]
+        parts = _rejoined(parts)
         if len(parts) == 1:
             return parts[0]
         cols = {}
@@ -331,6 +340,22 @@ class RequestTable:
     def from_records(cls, records: list[RequestRecord]) -> RequestTable:
         """For tests and small tables: through the same path a recording takes."""
         return cls.from_lines([record_to_line(r, 0, True) for r in records], {})
+
+
+def _rejoined(parts: list[RequestTable]) -> list[RequestTable]:
+    """``parts`` with each run of adjacent slices of one table made one slice of it (a
+    report's stretch: a second's batches, cut from one batch of the file)."""
+    out: list[RequestTable] = []
+    i = 0
+    while i < len(parts):
+        first = p = parts[i]
+        j = i + 1
+        while j < len(parts) and parts[j]._root is p._root and parts[j]._at == p._at + p.n:
+            p = parts[j]
+            j += 1
+        out.append(first if j == i + 1 else first._root.slice(first._at, p._at + p.n))
+        i = j
+    return out
 
 
 def record_to_line(r: RequestRecord, t0: int, chunks: bool = False) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.samples import ServerSample
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
 from tokmon.model.stats import GrowArray, ratio_ci_requests
-from tokmon.model.table import RequestTable
+from tokmon.model.table import RequestTable, distinct
 
 TOL_MS = 1.0  # a remainder this far below zero is a mismatch, not rounding
 MISMATCH_SHARE = 0.1  # above this share of mismatched requests, no front end is given
@@ -234,15 +234,15 @@ class TimeSplitReducer:
             return
         c = tb.cols
         arms = c["arm"][ok]
-        for code in np.unique(arms):
+        for code in distinct(arms):
             rows = ok[arms == code]
             name = tb.vocab["arm"][code]
             _add(self._arm(name), tb, rows)
             steps = c["step"][rows]
-            for st in np.unique(steps[steps >= 0]):
+            for st in distinct(steps[steps >= 0]):
                 _add(self._step(name, int(st)), tb, rows[steps == st])
             kinds = c["kind"][rows]
-            for k in np.unique(kinds):
+            for k in distinct(kinds):
                 key = (name, str(tb.vocab["kind"][k]))
                 a = self.kinds.get(key)
                 if a is None:
