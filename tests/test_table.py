@@ -278,3 +278,20 @@ def test_adjacent_slices_of_a_table_join_as_a_slice_of_it_and_others_as_copies()
     for k, v in want.items():
         assert np.array_equal(got.cols[k], v, equal_nan=True), k
     assert got.records_at(np.arange(got.n)) == [r for p in mixed for r in p.records()]
+
+
+def test_a_table_is_freed_without_the_collector():
+    """A report folds with the collector off: a table (or its slices) must not hold
+    itself in a cycle, or every batch of a day would stay in memory."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        tb = RequestTable.from_records(varied(20, seed=3))
+        part = tb.slice(2, 9)
+        alive = weakref.ref(tb), weakref.ref(part)
+        del tb, part
+        assert alive[0]() is None and alive[1]() is None
+    finally:
+        gc.enable()

@@ -165,9 +165,11 @@ class RequestTable:
         self.vocab = vocab  # string column -> its values; a column holds indexes into it
         self.gaps: list[bytes] | None = gaps  # per row, only when chunk gaps were recorded
         self.n = int(cols["rid"].size)
-        # the table this one is rows of (``slice``), from row ``_at``: adjacent slices of
-        # one table are joined again as a slice of it, not copied (``concat``)
-        self._root = self
+        # the table this one is rows of (``slice``; None: itself), from row ``_at``:
+        # adjacent slices of one table are joined again as a slice of it, not copied
+        # (``concat``). Never the table itself: a cycle outlives its table where the
+        # collector is off (a report folds with it off)
+        self._root: RequestTable | None = None
         self._at = 0
 
     def __len__(self) -> int:
@@ -282,8 +284,13 @@ class RequestTable:
         """Rows ``lo`` to ``hi`` as views of these columns (no copy: a replay's batches)."""
         cols = {k: v[lo:hi] for k, v in self.cols.items()}
         out = RequestTable(cols, self.vocab, None if self.gaps is None else self.gaps[lo:hi])
-        out._root, out._at = self._root, self._at + lo
+        out._root, out._at = self.base, self._at + lo
         return out
+
+    @property
+    def base(self) -> RequestTable:
+        """The table this one is rows of (itself, where it is no slice)."""
+        return self if self._root is None else self._root
 
     def possible(self, max_t: int) -> np.ndarray:
         """Rows whose figures could have been measured: times within ``max_t`` of the
@@ -350,10 +357,10 @@ def _rejoined(parts: list[RequestTable]) -> list[RequestTable]:
     while i < len(parts):
         first = p = parts[i]
         j = i + 1
-        while j < len(parts) and parts[j]._root is p._root and parts[j]._at == p._at + p.n:
+        while j < len(parts) and parts[j].base is p.base and parts[j]._at == p._at + p.n:
             p = parts[j]
             j += 1
-        out.append(first if j == i + 1 else first._root.slice(first._at, p._at + p.n))
+        out.append(first if j == i + 1 else first.base.slice(first._at, p._at + p.n))
         i = j
     return out
 
