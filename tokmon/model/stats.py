@@ -304,8 +304,8 @@ class ByStratum:
                 self.segments[sid] = {}
                 self.cap[sid] = SEGMENT_CAP
                 self.held[sid] = 0
-            q.extend(v[m])
             segs, sv, sk = self.segments[sid], v[m], keys[m]
+            q.extend(sv)
             ss = seg[m]
             for g in map(int, distinct(ss)):
                 mg = ss == g

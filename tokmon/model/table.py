@@ -313,8 +313,6 @@ class RequestTable:
     ) -> RequestTable:
         if not parts:
             return cls.empty(vocab)
-        if len(parts) == 1:
-            return parts[0]
         parts = _rejoined(parts)
         if len(parts) == 1:
             return parts[0]

@@ -54,15 +54,11 @@ def _parse_options() -> Any:
     return _options
 
 
-def read(batch: list[bytes], vocab: dict[str, list[Any]]) -> RequestTable | None:
-    """The batch's request lines as columns, exactly as ``RequestTable.from_lines`` makes
-    them from the parsed lines (``vocab`` shared and extended the same way); None where
-    this reader does not apply or refuses the batch (the caller reads it line by line)."""
-    return read_joined(b"\n".join(batch), len(batch), vocab) if batch else None
-
-
-def read_joined(buf: bytes, n: int, vocab: dict[str, list[Any]]) -> RequestTable | None:
-    """``read`` of ``n`` lines given as they lie in a file (newlines between them)."""
+def read(buf: bytes, n: int, vocab: dict[str, list[Any]]) -> RequestTable | None:
+    """A batch of ``n`` request lines, as they lie in a file (newlines between them), as
+    columns, exactly as ``RequestTable.from_lines`` makes them from the parsed lines
+    (``vocab`` shared and extended the same way); None where this reader does not apply
+    or refuses the batch (the caller reads it line by line)."""
     if pa is None or not n:
         return None
     # (``u`` first: a byte found by memchr at memory speed, absent from most batches, where

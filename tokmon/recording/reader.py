@@ -335,10 +335,8 @@ def scan(
     thread parses the batch before (a report's reading is then two stages that overlap,
     not one; the items and their order are the same)."""
     st = _Scan(path, cont, series, cut)
-    if not ahead:
-        return st.parsed(st.run(start_ns))  # (no batch is deferred: items pass as they are)
-    st.defer = True
-    return st.parsed(read_ahead(st.run(start_ns), depth=AHEAD, chunk=1))
+    lines = st.run(start_ns)
+    return st.parsed(read_ahead(lines, depth=AHEAD, chunk=1) if ahead else lines)
 
 
 def _part_at(path: str, t: int) -> int:
@@ -401,9 +399,9 @@ class _Scan:
         self.vocab: dict[str, list[Any]] = cont.requests.vocab if cont is not None else {}
         self.part = 0  # the part being read (0: a run not rotated)
         self.from_part = 1  # the first part read (a later one: its carried state applies)
-        # ``scan(ahead=True)``: a batch of request lines is handed on unparsed (``_Batch``),
-        # parsed by ``parsed`` in another thread; the tallies both make, under the lock
-        self.defer = False
+        # a batch of request lines is handed on unparsed (``_Batch``) and parsed by
+        # ``parsed`` (``scan(ahead=True)``: in another thread); the tallies both make,
+        # under the lock
         self._lock = threading.Lock()
 
     def run(self, start_ns: int) -> Iterator[Item | _Batch]:
@@ -486,7 +484,7 @@ class _Scan:
                     nb += end - j
                     j = end
                     if nb >= BATCH:
-                        yield from self._batch(batch, nb, held)
+                        yield self._batch(batch, nb, held)
                         batch, nb, held = [], 0, []
                     continue
                 line = region[int(starts[j]) : int(stops[j])]
@@ -546,7 +544,7 @@ class _Scan:
             self.rec.truncated = True  # (following, a half-written line is normal)
         if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
-        yield from self._batch(batch, nb, held)
+        yield self._batch(batch, nb, held)
         rec = self.rec
         rec.lines += n_lines
         rec.offset = None if lines.gzip or self.part > 1 else lines.offset
@@ -629,15 +627,9 @@ class _Scan:
             self._corrupt(rec, 1)
             return None
 
-    def _batch(
-        self, batch: list[bytes], n: int, held: list[tuple[int, Fact]]
-    ) -> Iterator[Item | _Batch]:
+    def _batch(self, batch: list[bytes], n: int, held: list[tuple[int, Fact]]) -> _Batch:
         assert self.rec is not None
-        b = _Batch(b"\n".join(batch), n, held, self.rec, self.vocab)
-        if self.defer:
-            yield b
-        else:
-            yield from self._flush(b)
+        return _Batch(b"\n".join(batch), n, held, self.rec, self.vocab)
 
     def _flush(self, b: _Batch) -> Iterator[Item]:
         """The batch's requests as columns, handed over between the facts in the order
@@ -726,7 +718,7 @@ def _columns(lines: bytes, n: int, vocab: dict[str, list[Any]], parts: list[Any]
     an impossible figure is left out too)."""
     if not n:
         return np.zeros(0, dtype=bool)
-    fast = arrow_lines.read_joined(lines, n, vocab)
+    fast = arrow_lines.read(lines, n, vocab)
     if fast is not None:
         return _append(fast, parts)
     batch = lines.split(b"\n")
