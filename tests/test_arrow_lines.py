@@ -30,18 +30,38 @@ def ascii_records(n: int, seed: int):
     return [dataclasses.replace(r, error=r.error.replace("\u00e9", "e")) for r in varied(n, seed)]
 
 
+# the keys Arrow is told a batch holds (``arrow_lines.parse``): every key (None), none
+# learned yet, some (a line then holds keys not learned), and more than the lines hold
+KEYS = {
+    "every key": None,
+    "none learned": set(),
+    "some learned": {"id", "arm", "o", "ts", "te", "n"},
+    "more learned": set(arrow_lines._FIELDS),
+}
+
+
 def read_both(batch: list[bytes], monkeypatch) -> tuple[tuple, tuple]:
-    """The reader's columns of ``batch`` with Arrow and without."""
+    """The reader's columns of ``batch`` without Arrow, and with it, equal however many
+    keys Arrow was told of (checked here)."""
     out = []
-    for use in (True, False):
+    for use in ("dict", *KEYS):
         with monkeypatch.context() as m:
-            if not use:
+            if use == "dict":
                 m.setattr(arrow_lines, "pa", None)
+            keys = KEYS.get(use)
             vocab: dict = {}
             parts: list = []
-            mask = reader_mod._columns(b"\n".join(batch), len(batch), vocab, parts)
+            mask = reader_mod._columns(
+                b"\n".join(batch),
+                len(batch),
+                vocab,
+                parts,
+                keys=None if keys is None else set(keys),
+            )
             out.append((mask, parts[0] if parts else None, vocab))
-    return out[0], out[1]
+    for other in out[2:]:
+        assert_same(out[1], other)
+    return out[1], out[0]
 
 
 def assert_same(a, b) -> None:
@@ -148,3 +168,24 @@ def test_a_line_longer_than_a_block_is_read_by_arrow(tmp_path, monkeypatch):
     assert fast.records_at(np.arange(fast.n)) == recs
     a, b = read_both(batch, monkeypatch)
     assert_same(a, b)
+
+
+def test_keys_are_learned_and_a_batch_with_a_new_key_is_read_again_whole(tmp_path):
+    recs = ascii_records(300, seed=11)
+    batch = lines_of(tmp_path, recs)
+    keys: set[str] = set()
+    first = arrow_lines.read(b"\n".join(batch), len(batch), {}, keys)
+    assert first is not None
+    held = {k for ln in batch for k in reader_mod._loads(ln)} - {"k"}
+    assert keys == held  # (learned from the batch read with every key)
+    # a later batch of the same keys is read with those only, and gives the same columns
+    again = arrow_lines.read(b"\n".join(batch), len(batch), {}, keys)
+    assert again is not None and keys == held
+    for k in first.cols:
+        assert np.array_equal(first.cols[k], again.cols[k], equal_nan=True), k
+    # a line with a key not learned (a count of stalls) is read again with every key
+    few = {"id", "arm", "o", "ts", "te"}
+    lines = [edit(b'"hs":200', b'"hs":200,"st":3'), GOOD]
+    got = arrow_lines.read(b"\n".join(lines), 2, {}, few)
+    assert got is not None and got.cols["stalls"].tolist() == [3, 0]
+    assert "st" in few

@@ -1,11 +1,12 @@
-"""A recording read ahead in a thread: the same items in the same order, the reader's
-error raised where it happened, and a consumer that stops early stops the reader."""
+"""A recording read ahead in a thread, and its batches parsed on more: the same items in
+the same order, an error raised where it happened, and a consumer that stops early stops
+the threads."""
 
 import threading
 
 import pytest
 
-from tokmon.recording.prefetch import CHUNK, read_ahead
+from tokmon.recording.prefetch import CHUNK, map_ahead, read_ahead
 
 
 def test_items_come_in_order():
@@ -43,3 +44,49 @@ def test_stopping_early_closes_the_reader_and_its_source():
     it.close()  # joins the reader
     assert closed.is_set()
     assert not any(t.name == "tokmon-read-ahead" for t in threading.enumerate())
+
+
+def test_mapped_items_keep_their_place_among_the_others():
+    made_in: set[str] = set()
+
+    def double(x: int) -> int:
+        made_in.add(threading.current_thread().name)
+        return 2 * x
+
+    items = list(range(500))
+    got = list(map_ahead(iter(items), double, lambda x: x % 3 == 0, workers=2, depth=3))
+    assert got == [2 * x if x % 3 == 0 else x for x in items]
+    assert made_in and all(n.startswith("tokmon-parse") for n in made_in)
+    assert list(map_ahead(iter([]), double, bool)) == []
+
+
+def test_a_mapping_error_is_raised_in_its_items_place():
+    def fn(x: int) -> int:
+        if x == 60:
+            raise ValueError("bad batch")
+        return x
+
+    got = []
+    with pytest.raises(ValueError, match="bad batch"):
+        for x in map_ahead(iter(range(100)), fn, lambda x: x % 2 == 0):
+            got.append(x)
+    assert got == list(range(60))
+
+
+def test_stopping_a_map_early_closes_its_source_and_its_threads():
+    closed = threading.Event()
+
+    def source():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    it = map_ahead(source(), lambda x: x + 1, lambda x: True, workers=2, depth=2)
+    assert [next(it) for _ in range(10)] == list(range(1, 11))
+    it.close()
+    assert closed.is_set()
+    assert not any(t.name.startswith("tokmon-parse") for t in threading.enumerate())

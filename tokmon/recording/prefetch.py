@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -77,3 +79,45 @@ def read_ahead(items: Iterator[T], depth: int = DEPTH, chunk: int = CHUNK) -> It
     finally:
         stop.set()
         reader.join()
+
+
+def map_ahead(
+    items: Iterator[T],
+    fn: Callable[[T], T],
+    pick: Callable[[T], bool],
+    workers: int = 2,
+    depth: int = 3,
+) -> Iterator[T]:
+    """``items`` in their order, those ``pick`` chooses replaced by ``fn`` of them, made on
+    ``workers`` threads up to ``depth`` ahead of the consumer (``fn`` is work that runs
+    without the GIL: a batch's parse, while the consumer folds the batch before). An
+    error in ``fn`` is raised in its item's place. Closing this generator cancels what
+    was not begun, waits for what was, and closes ``items``."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="tokmon-parse")
+    pending: deque[object] = deque()  # futures, and the items not picked between them
+    running = 0
+
+    def front() -> T:
+        nonlocal running
+        y = pending.popleft()
+        if isinstance(y, Future):
+            running -= 1
+            return y.result()  # type: ignore[no-any-return]
+        return y  # type: ignore[return-value]
+
+    try:
+        for x in items:
+            if pick(x):
+                pending.append(pool.submit(fn, x))
+                running += 1
+            else:
+                pending.append(x)
+            while running > depth:
+                yield front()
+        while pending:
+            yield front()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
