@@ -73,6 +73,18 @@ def test_a_mapping_error_is_raised_in_its_items_place():
     assert got == list(range(60))
 
 
+def test_an_error_in_the_source_of_a_map_comes_after_every_item_before_it():
+    def source():
+        yield from range(50)
+        raise ValueError("cut file")
+
+    got = []
+    with pytest.raises(ValueError, match="cut file"):
+        for x in map_ahead(source(), lambda x: -x, lambda x: x % 2 == 0, depth=8):
+            got.append(x)
+    assert got == [-x if x % 2 == 0 else x for x in range(50)]
+
+
 def test_stopping_a_map_early_closes_its_source_and_its_threads():
     closed = threading.Event()
 

@@ -91,7 +91,8 @@ def map_ahead(
     """``items`` in their order, those ``pick`` chooses replaced by ``fn`` of them, made on
     ``workers`` threads up to ``depth`` ahead of the consumer (``fn`` is work that runs
     without the GIL: a batch's parse, while the consumer folds the batch before). An
-    error in ``fn`` is raised in its item's place. Closing this generator cancels what
+    error in ``fn`` is raised in its item's place, and one in ``items`` after the items
+    before it. Closing this generator cancels what
     was not begun, waits for what was, and closes ``items``."""
     pool = ThreadPoolExecutor(workers, thread_name_prefix="tokmon-parse")
     pending: deque[object] = deque()  # futures, and the items not picked between them
@@ -106,7 +107,15 @@ def map_ahead(
         return y  # type: ignore[return-value]
 
     try:
-        for x in items:
+        while True:
+            try:
+                x = next(items)
+            except StopIteration:
+                break
+            except BaseException:
+                while pending:  # (the items before an error in ``items`` first)
+                    yield front()
+                raise
             if pick(x):
                 pending.append(pool.submit(fn, x))
                 running += 1
