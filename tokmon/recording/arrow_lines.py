@@ -13,7 +13,7 @@ equal, line for line, over the cases each could read apart, however many keys Ar
 told of.
 
 A batch is read in two halves: ``parse`` (Arrow, any thread, told only the keys the lines
-have held so far: a day's report 62 -> 55 s) and ``numbered`` (its strings numbered into
+have held so far: ``docs/performance.md``, a day's report) and ``numbered`` (its strings numbered into
 the recording's vocabulary, in the order of the file).
 """
 
@@ -77,7 +77,6 @@ class Parsed:
     the row has no such key), and the token gaps. Made without the shared vocabulary, so
     batches are parsed in any thread and order; numbered in the order of the file."""
 
-    n: int
     numbers: dict[str, np.ndarray]
     strings: dict[str, tuple[list[Any], np.ndarray]]
     gaps: list[bytes] | None
@@ -154,7 +153,7 @@ def parse(buf: bytes, n: int, threads: bool = True, keys: set[str] | None = None
     g = tb.column("g") if "g" in have else pa.nulls(n, pa.string())
     if g.null_count < len(g):
         gaps = [base64.b64decode(x) if x is not None else b"" for x in g.to_pylist()]
-    return Parsed(n, numbers, strings, gaps)
+    return Parsed(numbers, strings, gaps)
 
 
 def numbered(p: Parsed, vocab: dict[str, list[Any]]) -> RequestTable:

@@ -92,8 +92,8 @@ def map_ahead(
     ``workers`` threads up to ``depth`` ahead of the consumer (``fn`` is work that runs
     without the GIL: a batch's parse, while the consumer folds the batch before). An
     error in ``fn`` is raised in its item's place, and one in ``items`` after the items
-    before it. Closing this generator cancels what
-    was not begun, waits for what was, and closes ``items``."""
+    before it. Closing this generator cancels what was not begun, waits for what was,
+    and closes ``items``."""
     pool = ThreadPoolExecutor(workers, thread_name_prefix="tokmon-parse")
     pending: deque[object] = deque()  # futures, and the items not picked between them
     running = 0
