@@ -15,7 +15,7 @@ from tokmon.model.table import RequestTable
 from tokmon.model.timesplit import TimeSplitReducer
 from tokmon.recording.reader import read_recording
 from tokmon.report.render import render
-from tokmon.report.split_text import ttft_bar
+from tokmon.report.split_text import ttft_bar, ttft_parts
 from tokmon.report.summary_text import fmt_ms
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -109,7 +109,9 @@ def test_ttft_split_from_histograms_alone(tmp_path):
 
 def test_a_negative_remainder_is_flagged_not_shown():
     """A server whose figures exceed the client's TTFT (another clock, another
-    definition): counted as mismatched, no front end given, never a negative one."""
+    definition): counted as mismatched, no front end given, never a negative one; past a
+    tenth of the requests no part is given at all (#59: parts summing to 122% of their
+    whole were drawn), and the text says why."""
     tb = RequestTable.from_lines(
         [
             {"id": i, "arm": "a", "o": "ok", "ts": i * 10**9, "te": i * 10**9 + 10**9,
@@ -122,8 +124,12 @@ def test_a_negative_remainder_is_flagged_not_shown():
     red.requests(tb, np.arange(tb.n))
     t = red.view("a", 1.0, np.full(20, 50.0), np.full(20, 5.0)).ttft
     assert t.mismatched == 20 and t.mismatch and t.front is None
-    assert t.queue == 20.0 and t.prefill == 40.0
-    assert ttft_bar(t.to_json())  # the parts still drawn, the front end not
+    assert t.queue is None and t.prefill is None and t.n == 0
+    assert not ttft_bar(t.to_json())
+    assert ttft_parts(t.to_json()) == [
+        "no parts: 20 of 20 requests left out (server figures over the client's TTFT: a "
+        "clock or definition mismatch)"
+    ]
 
 
 @pytest.mark.slow

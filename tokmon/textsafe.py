@@ -68,14 +68,18 @@ def might_hold_surrogates(raw: str | bytes) -> bool:
     return "\\ud" in raw or "\\uD" in raw
 
 
-def loads(raw: str | bytes) -> Any:
-    """JSON from a server or a file, made valid text (``valid``). Raises ValueError, for
-    a nesting too deep to parse as well (a crafted file of 100k brackets)."""
-    try:
-        obj = json.loads(raw)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    return valid(obj) if might_hold_surrogates(raw) else obj
+# every control character but the newline, each as one visible character: a tab as a
+# space, the rest (ESC among them, so no sequence survives) as U+FFFD
+_VISIBLE = {c: "\ufffd" for c in (*range(0x20), *range(0x7F, 0xA0))} | {0x0A: None, 0x09: " "}
+del _VISIBLE[0x0A]
+
+
+def visible(s: str) -> str:
+    """``s`` with every control character made one visible character, so the text keeps
+    its length (the styled spans of a drawn line stay where they were) and nothing in it
+    can drive a terminal: the dashboard's last gate, whatever a string's source (a live
+    run, a replay, an attached view's frame). Secrets are scrubbed where text is made."""
+    return s.translate(_VISIBLE)
 
 
 def add_secret(value: str | None) -> None:

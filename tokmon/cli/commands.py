@@ -20,6 +20,7 @@ from tokmon.cli.parser import (
 )
 from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
+from tokmon.cli.shutdown import SHUTDOWN
 from tokmon.model.words import count
 from tokmon.textsafe import say, write_out, write_text
 
@@ -586,13 +587,17 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"--theme: {e}") from None
         if args.command == "run":
             opts = RunOptions.of(args)
-            if (opts.repeat or 1) > 1:
-                from tokmon.cli.repeat import run_repeated
-
-                return run_repeated(opts, file_arms)
-            if opts.between:
+            if opts.between and (opts.repeat or 1) <= 1:
                 raise UsageError("--between says what happens between runs: with --repeat N")
-            return run_session(build_run(opts, file_arms))
+            # one shutdown for every phase: a signal while a server starts, during the
+            # run or between runs stops the command the same way (cli/shutdown.py)
+            SHUTDOWN.reset()
+            with SHUTDOWN.installed():
+                if (opts.repeat or 1) > 1:
+                    from tokmon.cli.repeat import run_repeated
+
+                    return run_repeated(opts, file_arms)
+                return run_session(build_run(opts, file_arms))
         if args.command == "demo":
             return cmd_demo(args)
         if args.command == "sim":
@@ -629,11 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_USAGE
     except KeyboardInterrupt:
-        say(
-            "tokmon: interrupted",
-            err=True,
-        )
-        return 130
+        say("tokmon: interrupted" + (f" ({SHUTDOWN.name})" if SHUTDOWN.name else ""), err=True)
+        return SHUTDOWN.code or 130
     except Exception as e:  # a bug: one line for the user, the details in a file
         import tempfile
         import traceback

@@ -14,14 +14,15 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from tokmon.cli.options import RunOptions
-from tokmon.cli.parser import UsageError
+from tokmon.cli.parser import RunFailed, UsageError
 from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
+from tokmon.cli.shutdown import SHUTDOWN
+from tokmon.engine.preflight import PreflightError
 from tokmon.model.words import count
 from tokmon.textsafe import dumps, say, write_text
 
@@ -77,6 +78,8 @@ def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
     summaries: list[dict[str, Any]] = []
     names: list[str] = []
     codes: list[int] = []
+    left_out: list[str] = []  # runs cut short or ended by a failure: not compared
+    failed = ""
     for i in range(1, n + 1):
         a = dataclasses.replace(
             args,
@@ -88,26 +91,38 @@ def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
         arms = [dataclasses.replace(x, serve=tuple(w.replace(RUN, str(i)) for w in x.serve))
                 for x in file_arms]  # fmt: skip
         say(f"tokmon: run {i} of {n}", err=True, flush=True)
+        name = Path(a.record).name if a.record else f"run {i}"
         got: list[dict[str, Any]] = []
-        code = run_session(build_run(a, arms), on_summary=got.append)
+        try:
+            code = run_session(build_run(a, arms), on_summary=got.append)
+        except KeyboardInterrupt:  # stopped before the run began (a server starting)
+            code = SHUTDOWN.code or 130
+        except (RunFailed, PreflightError, UsageError) as e:
+            # a run that cannot start ends the repeat: the runs done are still reported
+            failed, code = f"run {i} of {n}: {e}", 1
         codes.append(code)
-        if got:
+        if got and code == 0:
             summaries.append(got[0])
-            names.append(Path(a.record).name if a.record else f"run {i}")
-        if code == 130:  # interrupted: the runs done are still reported
-            say(f"tokmon: stopped after run {i} of {n}", err=True)
+            names.append(name)
+        elif got or code:
+            why = (f"stopped by {SHUTDOWN.name}" if SHUTDOWN.requested
+                   else "it did not start" if failed else "it ended with an error")  # fmt: skip
+            left_out.append(f"{name} ({why})")
+        if SHUTDOWN.requested or failed:
+            say(f"tokmon: stopped at run {i} of {n}" + (f": {failed}" if failed else ""),
+                err=True)  # fmt: skip
             break
         if i < n and cooldown:
             say(f"tokmon: cooling down for {cooldown:g} s", err=True, flush=True)
-            try:
-                time.sleep(cooldown)
-            except KeyboardInterrupt:
-                codes.append(130)
-                break
+            with SHUTDOWN.phase("ending the cooldown", lambda hard: None):
+                if SHUTDOWN.wait(cooldown):
+                    say(f"tokmon: stopped after run {i} of {n}, in the cooldown", err=True)
+                    break
     if len(summaries) >= 2:
         data = between_runs(summaries)
         data["seed"] = seed
         data["files"] = names
+        data["left_out"] = left_out
         say("")
         say(runs_text(data, names).rstrip("\n"), fit=True)
         if args.summary_json:
@@ -118,9 +133,10 @@ def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
                 return 1
     else:
         say(
-            f"tokmon: {count(len(summaries), 'run')} finished: nothing to compare over runs",
+            f"tokmon: {count(len(summaries), 'run')} finished whole: nothing to compare over runs"
+            + (f" (left out: {'; '.join(left_out)})" if left_out else ""),
             err=True,
         )
-    if 130 in codes:
-        return 130
+    if SHUTDOWN.requested:
+        return SHUTDOWN.code
     return max(codes) if any(codes) else 0

@@ -20,6 +20,7 @@ from tokmon.cli.listen import can_listen
 from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import RunFailed, UsageError
 from tokmon.cli.plan import ExitPlan, ProbePlan, RecordPlan, RunPlan, ServerPlan, plan_run
+from tokmon.cli.shutdown import SHUTDOWN
 from tokmon.model.commands import StopRun
 from tokmon.model.redact import redact_argv
 from tokmon.model.words import count
@@ -60,13 +61,24 @@ def prepare_run(plan: RunPlan) -> Prepared:
     written and where it will listen is free, connect to Ray, start the first managed
     server, resolve each arm's model (the pre-flight), measure the prompts, survey each
     server. A failure is one line; a server started here is stopped on the way out."""
-    cfg = plan.cfg
     share_with_group(plan.group_readable)
     prom = plan.view.prometheus
     if prom is not None and prom[1] and not can_listen(*prom):
         raise UsageError(f"--prometheus: {prom[0]}:{prom[1]} is in use")
-    if plan.record is not None:
-        check_record(plan.record)
+    made = check_record(plan.record) if plan.record is not None else None
+    try:
+        return _perform(plan)
+    except BaseException:
+        # stopped or failed before the run began: a recording it made is not left empty
+        if made is not None:
+            with contextlib.suppress(OSError):
+                if made.stat().st_size == 0:
+                    made.unlink()
+        raise
+
+
+def _perform(plan: RunPlan) -> Prepared:
+    cfg = plan.cfg
     if cfg.ray is not None:
         from tokmon.sources.ray_workers import RayUnavailable, connect
 
@@ -171,10 +183,12 @@ def measure_prompts(
         return None
 
 
-def check_record(rec: RecordPlan) -> None:
+def check_record(rec: RecordPlan) -> Path | None:
     """--record: the file can be written, is not an earlier run's unless it may be
-    replaced or added to, and no stale part of an earlier rotated run lies beside it."""
+    replaced or added to, and no stale part of an earlier rotated run lies beside it.
+    The file's path where this made it (empty), else None."""
     path = Path(rec.path)
+    new = not path.exists()
     if path.exists() and not path.is_file():
         raise UsageError(f"--record: {rec.path} is not a regular file")
     if path.exists() and path.stat().st_size and not (rec.append or rec.overwrite):
@@ -202,6 +216,7 @@ def check_record(rec: RecordPlan) -> None:
                 os.remove(p)
             except OSError as e:
                 raise UsageError(f"--record: cannot remove {p}: {e.strerror or e}") from None
+    return path if new else None
 
 
 def start_managed(servers: ServerPlan, arms: list[Any], headers: dict[str, str]) -> Any:
@@ -319,96 +334,104 @@ def run_session(
                 written.append(True)
 
         session.on_finished = write_summary
-    interrupted = 0
-    web = None
-    try:
-        session.start()
-        if view.web is not None:
-            from tokmon.cli.webview import start_web
 
-            page = [sys.executable, "-m", "tokmon", "view"]
-            if view.theme:
-                page += ["--theme", view.theme]
-            web = start_web(
-                view.web, page, source=session, title="tokmon run", control=view.web_control
-            )
-        if headless:
-            from tokmon.ui.headless import run_headless
+    def drain(hard: bool) -> None:
+        session.command(StopRun(hard=hard))
 
-            interrupted = run_headless(session, view.status_every_s)
-        else:
-            from tokmon.ui.app import run_app
-
-            interrupted = 130 if run_app(session, theme=view.theme, fps=view.fps) else 0
-        session.command(StopRun(hard=True))
-        session.wait(10.0)
-        linger = view.linger_s
-        if session.prom is not None and linger > 0 and not interrupted:
-            say(
-                f"tokmon: serving the final metrics on :{session.prom.port} for {linger:g} s",
-                err=True,
-                flush=True,
-            )
-            with contextlib.suppress(KeyboardInterrupt):
-                time.sleep(linger)
-    finally:
-        if web is not None:
-            web.close()
-        session.close()
-    summary = session.final or session.summary()
-    if on_summary is not None:
-        on_summary(summary)
-    from tokmon.ui.headless import summary_text
-
-    say(summary_text(summary), fit=True)
-    code = 0
-    if summary_path and not written:
+    # from here on a signal drains the run (and, once it has ended, changes nothing):
+    # the summary and every file are written whatever comes (cli/shutdown.py)
+    with SHUTDOWN.phase("draining in-flight requests", drain):
+        interrupted = 0
+        web = None
         try:
-            write_text(summary_path, dumps(summary, indent=2) + "\n")
-        except OSError as e:
-            say(f"tokmon: cannot write {summary_path}: {e.strerror or e}", err=True)
+            session.start()
+            if view.web is not None:
+                from tokmon.cli.webview import start_web
+
+                page = [sys.executable, "-m", "tokmon", "view"]
+                if view.theme:
+                    page += ["--theme", view.theme]
+                web = start_web(
+                    view.web, page, source=session, title="tokmon run", control=view.web_control
+                )
+            if headless:
+                from tokmon.ui.headless import run_headless
+
+                run_headless(session, view.status_every_s)
+                interrupted = SHUTDOWN.code
+            else:
+                from tokmon.ui.app import run_app
+
+                interrupted = 130 if run_app(session, theme=view.theme, fps=view.fps) else 0
+            session.command(StopRun(hard=True))
+            session.wait(10.0)
+            linger = view.linger_s
+            if session.prom is not None and linger > 0 and not interrupted:
+                say(
+                    f"tokmon: serving the final metrics on :{session.prom.port} for {linger:g} s",
+                    err=True,
+                    flush=True,
+                )
+                with contextlib.suppress(KeyboardInterrupt):
+                    time.sleep(linger)
+        finally:
+            if web is not None:
+                web.close()
+            session.close()
+        summary = session.final or session.summary()
+        if on_summary is not None:
+            on_summary(summary)
+        from tokmon.ui.headless import summary_text
+
+        say(summary_text(summary), fit=True)
+        code = 0
+        if summary_path and not written:
+            try:
+                write_text(summary_path, dumps(summary, indent=2) + "\n")
+            except OSError as e:
+                say(f"tokmon: cannot write {summary_path}: {e.strerror or e}", err=True)
+                code = 1
+        for why in session.failures():
+            say(f"tokmon: {why}", err=True)
             code = 1
-    for why in session.failures():
-        say(f"tokmon: {why}", err=True)
-        code = 1
-    # where everything went: a reader of a finished run's terminal finds its files
-    wrote = []
-    if recorder is not None and recorder.lines and plan.record is not None:
-        wrote.append(f"recording {plan.record.path}")
-    if summary_path and code == 0:
-        wrote.append(f"summary {summary_path}")
-    if session.managed is not None:
-        logs = sorted({str(srv.log_path) for srv in session.managed.servers.values()})
-        wrote.append("server log" + ("s " if len(logs) > 1 else " ") + ", ".join(logs))
-    if wrote:
-        say("tokmon: wrote " + " · ".join(wrote), err=True)
-    if recorder is not None and (recorder.lost_lines or recorder.error):
-        lost = (
-            f"{count(recorder.lost_lines, 'line')} lost"
-            if recorder.lost_lines
-            else "not all written"
+        # where everything went: a reader of a finished run's terminal finds its files
+        wrote = []
+        if recorder is not None and recorder.lines and plan.record is not None:
+            wrote.append(f"recording {plan.record.path}")
+        if summary_path and code == 0:
+            wrote.append(f"summary {summary_path}")
+        if session.managed is not None:
+            logs = sorted({str(srv.log_path) for srv in session.managed.servers.values()})
+            wrote.append("server log" + ("s " if len(logs) > 1 else " ") + ", ".join(logs))
+        if wrote:
+            say("tokmon: wrote " + " · ".join(wrote), err=True)
+        if recorder is not None and (recorder.lost_lines or recorder.error):
+            lost = (
+                f"{count(recorder.lost_lines, 'line')} lost"
+                if recorder.lost_lines
+                else "not all written"
+            )
+            say(
+                f"tokmon: the recording {recorder.path} is incomplete ({lost}: "
+                f"{recorder.error or 'the disk was full'}); the summary above counts everything",
+                err=True,
+            )
+            code = 1
+        # (requests cancelled by a stop are the user's, not the server's)
+        answered = sum(
+            a["requests"]["ok"]
+            + a["requests"]["failed"]
+            - a["requests"]["by_outcome"].get("cancelled", 0)
+            for a in summary["arms"].values()
         )
-        say(
-            f"tokmon: the recording {recorder.path} is incomplete ({lost}: "
-            f"{recorder.error or 'the disk was full'}); the summary above counts everything",
-            err=True,
-        )
-        code = 1
-    # (requests cancelled by a stop are the user's, not the server's)
-    answered = sum(
-        a["requests"]["ok"]
-        + a["requests"]["failed"]
-        - a["requests"]["by_outcome"].get("cancelled", 0)
-        for a in summary["arms"].values()
-    )
-    if answered and not any(a["requests"]["ok"] for a in summary["arms"].values()):
-        say(f"tokmon: none of the {answered} requests succeeded", err=True)
-        code = code or 1
-    if code:
-        return code
-    if interrupted:
-        return interrupted
-    return exit_code(plan.exits, slo, summary)
+        if answered and not any(a["requests"]["ok"] for a in summary["arms"].values()):
+            say(f"tokmon: none of the {answered} requests succeeded", err=True)
+            code = code or 1
+        if code:
+            return code
+        if interrupted:
+            return interrupted
+        return exit_code(plan.exits, slo, summary)
 
 
 def exit_code(exits: ExitPlan, slo: Slo, summary: dict[str, Any]) -> int:

@@ -26,12 +26,13 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tokmon.bodies import fetch
 from tokmon.engine.worker import build_body, endpoint_url, request_headers
+from tokmon.gate import loads
 from tokmon.inputs import InputError, check_input
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
 from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, compose, prefix_text
-from tokmon.textsafe import loads
 
 LEADS_SAMPLE = 8  # filler words of the short probe
 LEADS_LONG = 40  # of the long one
@@ -55,7 +56,7 @@ def post(client: httpx.Client, url: str, **kw: Any) -> httpx.Response:
         if i:
             time.sleep(BACKOFF_S[min(i - 1, len(BACKOFF_S) - 1)])
         try:
-            r = client.post(url, **kw)
+            r = fetch(client, "POST", url, **kw)
         except httpx.TransportError as e:  # (RemoteProtocolError: a garbled status line)
             last, r = e, None
             continue

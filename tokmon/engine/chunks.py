@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.gate import MAX_DEPTH, too_deep
 from tokmon.textsafe import might_hold_surrogates, valid
 
 DONE = b"[DONE]"
@@ -110,7 +111,7 @@ def _text(v: Any, name: str) -> str:
 
 def _err_message(obj: Any) -> str:
     if isinstance(obj, dict):
-        msg = obj.get("message") or obj.get("msg") or obj.get("type") or json.dumps(obj)[:200]
+        msg = obj.get("message") or obj.get("msg") or obj.get("type") or repr(obj)[:200]
         code = obj.get("code")
         return f"{msg} (code {code})" if code is not None else str(msg)
     return str(obj)[:200]
@@ -130,12 +131,18 @@ def _decode(payload: bytes) -> Any:
         raise ProtocolError(f"unparseable event: {e}") from None
     if text[:1] != "{":
         text = text.strip()
+    # the gate's depth rule (tokmon/gate.py), at the cost of two counts for the usual
+    # event: one nested 1,200 deep was a RecursionError that lost its request's timing
+    if too_deep(payload):
+        raise ProtocolError(f"unparseable event: nested deeper than {MAX_DEPTH}")
     try:
         obj, end = _scan(text, 0)
     except StopIteration:
         raise ProtocolError("unparseable event: expecting a JSON value") from None
     except ValueError as e:
         raise ProtocolError(f"unparseable event: {e}") from None
+    except RecursionError:  # (unreachable past the depth check: kept as the rule)
+        raise ProtocolError("unparseable event: nested too deeply") from None
     if end != len(text) and not text[end:].isspace():
         raise ProtocolError(f"unparseable event: extra data at char {end}")
     if might_hold_surrogates(text):

@@ -18,8 +18,9 @@ from tokmon.engine.chunks import ProtocolError, interpret
 from tokmon.engine.measure import NS_PER_MS, StreamMeter
 from tokmon.engine.sse import SSEError, SSEParser
 from tokmon.engine.target import Target, request_bytes
+from tokmon.gate import loads
 from tokmon.model.records import CLOCK_PREFIX, RequestRecord
-from tokmon.textsafe import clean_text, loads
+from tokmon.textsafe import clean_text
 
 ERROR_BODY_LIMIT = 4096
 # The durations an impossible timeline cannot give (METRICS.md, invariants).
@@ -101,7 +102,7 @@ class StreamSink:
         "ticks",
         "arm",
         "stall_ms",
-        "keep_text",
+        "keep_chars",
         "tm",
         "deadline",
         "status",
@@ -113,11 +114,11 @@ class StreamSink:
         "error",
     )
 
-    def __init__(self, ticks: Tick, arm: str, stall_ms: float, keep_text: bool) -> None:
+    def __init__(self, ticks: Tick, arm: str, stall_ms: float, keep_chars: int) -> None:
         self.ticks = ticks
         self.arm = arm
         self.stall_ms = stall_ms
-        self.keep_text = keep_text
+        self.keep_chars = keep_chars
         self.tm: asyncio.Timeout | None = None
         self.deadline = 0.0
         self.status: int | None = None
@@ -131,7 +132,12 @@ class StreamSink:
     def on_head(self, status: int, t_send: int, t: int) -> None:
         self.status = status
         if status == 200:
-            self.meter = StreamMeter(t_send, stall_ms=self.stall_ms, keep_text=self.keep_text)
+            self.meter = StreamMeter(
+                t_send,
+                stall_ms=self.stall_ms,
+                keep_text=self.keep_chars > 0,
+                keep_chars=self.keep_chars,
+            )
 
     def on_body(self, t: int, data: bytes) -> bool:
         meter = self.meter
@@ -186,7 +192,7 @@ async def stream_request(
     total_s: float,
     idle_s: float = 60.0,
     stall_ms: float = 1000.0,
-    keep_text: bool = False,
+    keep_chars: int = 0,
     base: dict[str, Any] | None = None,
     on_text: Callable[[str], None] | None = None,
     request_id: str = "",
@@ -194,7 +200,7 @@ async def stream_request(
     """Send one streaming request and measure it. Never raises, except CancelledError."""
     st = {"send": 0, "headers": 0, "c0": 0, "c1": 0}
     fields: dict[str, Any] = dict(base) if base else {}
-    sink = StreamSink(ticks, arm, stall_ms, keep_text)
+    sink = StreamSink(ticks, arm, stall_ms, keep_chars)
     outcome = "ok"
     error = ""
     t_start = perf_counter_ns()
@@ -250,6 +256,10 @@ async def stream_request(
             outcome, error = "stream_error", "connection closed mid-stream"
     except h1.HTTPError as e:
         outcome, error = "stream_error", clean_text(f"{type(e).__name__}: {e}")[:200]
+    except Exception as e:  # noqa: BLE001 -- a defect costs the request its outcome only:
+        # what was measured until then (its TTFT, its tokens) is kept, and the detail
+        # names the defect (a RecursionError from a server's answer was once a lost record)
+        outcome, error = "protocol", f"internal: {type(e).__name__}"
     finally:
         if conn is not None:
             _release(pool, conn, st)
@@ -267,7 +277,7 @@ async def stream_request(
         extra = meter.untick_tokens()
         if extra > 0 and outcome == "ok":
             ticks.add(meter.t_last_text or t_end, arm, extra)
-        if on_text is not None and keep_text:
+        if on_text is not None and keep_chars:
             on_text(meter.text)
     fields.update(_finish(meter, t_end, outcome, st, t_sched, t_start, status, error))
     return RequestRecord(rid=rid, arm=arm, outcome=outcome, t_sched=t_sched, t_end=t_end, **fields)

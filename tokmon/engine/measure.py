@@ -16,6 +16,10 @@ from tokmon.engine.chunks import ChunkInfo, ServerTiming, SpecFields
 NS_PER_MS = 1_000_000
 # The detail of an ok request without a TPOT although it had tokens to divide by.
 NO_TPOT_ONE_READ = "no TPOT: the whole answer arrived in one read (no interval to divide)"
+# The detail of an ok request whose kept text was cut (a conversation's reply, a quality
+# probe's answer): what the rest of the run saw of it was its first ``keep_chars``.
+CUT_PREFIX = "cut: "
+KEEP_CHARS = 256 * 1024  # an answer's text kept, where it is kept at all
 
 
 class StreamMeter:
@@ -41,11 +45,19 @@ class StreamMeter:
         "stalls",
         "text_parts",
         "keep_text",
+        "kept",
+        "cut",
         "ticked",
         "bad",
     )
 
-    def __init__(self, t_send: int, stall_ms: float = 1000.0, keep_text: bool = False) -> None:
+    def __init__(
+        self,
+        t_send: int,
+        stall_ms: float = 1000.0,
+        keep_text: bool = False,
+        keep_chars: int = KEEP_CHARS,
+    ) -> None:
         self.t_send = t_send
         self.t_first_text: int | None = None
         self.t_first_content: int | None = None
@@ -67,6 +79,10 @@ class StreamMeter:
         self.stalls = 0
         self.text_parts: list[str] = []
         self.keep_text = keep_text
+        # the text is kept up to ``keep_chars`` (a server may send 300 MB where a number
+        # was asked); the rest is counted in ``cut`` and dropped as it arrives
+        self.kept = keep_chars
+        self.cut = 0
         self.ticked = 0
         self.bad: list[str] = []  # numbers from the server that could not be counts
 
@@ -87,7 +103,13 @@ class StreamMeter:
             self.text_chunks += 1
             self.chunk_times.append(t)
             if self.keep_text and info.text:
-                self.text_parts.append(info.text)
+                part = info.text
+                if len(part) > self.kept:
+                    self.cut += len(part) - self.kept
+                    part = part[: self.kept]
+                if part:
+                    self.text_parts.append(part)
+                    self.kept -= len(part)
             if info.completion_tokens is not None:
                 tokens = max(info.completion_tokens - self.cum_tokens, 0)
                 self.cum_tokens = info.completion_tokens
@@ -145,6 +167,9 @@ class StreamMeter:
         }
         if self.bad:
             out["suspect"] = "; ".join(self.bad)[:300]
+        if self.cut:
+            kept = sum(map(len, self.text_parts))
+            out["note"] = f"{CUT_PREFIX}kept the first {kept:,} characters of {kept + self.cut:,}"
         if self.t_first_text is not None:
             ct = self.chunk_times
             gaps = array("f", [(ct[i] - ct[i - 1]) / ms for i in range(1, len(ct))])
@@ -170,7 +195,7 @@ class StreamMeter:
                 out["tpot_ms"] = (e2e - ttft) / (n - 1)
                 out["decode_tps"] = (n - 1) / ((e2e - ttft) / 1000.0)
             elif n >= 2:
-                out["note"] = NO_TPOT_ONE_READ
+                out.setdefault("note", NO_TPOT_ONE_READ)
             if gaps:
                 out["max_gap_ms"] = max(gaps)
                 if sys.byteorder != "little":

@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from tokmon.bodies import fetch
+from tokmon.gate import loads
 from tokmon.model.arms import Arm
 from tokmon.model.workload import KINDS, synthetic_prompt
-from tokmon.textsafe import clean_text, loads
+from tokmon.textsafe import clean_text
 
 
 def fixed_prompts(n: int) -> list[Any]:
@@ -49,7 +51,7 @@ def generate(
         "/completions" if endpoint == "completions" else "/chat/completions"
     )
     try:
-        r = client.post(url, json=body, headers={**headers, **arm.headers})
+        r = fetch(client, "POST", url, json=body, headers={**headers, **arm.headers})
         if r.status_code != 200:
             return None
         ch = loads(r.content)["choices"][0]

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from tokmon.textsafe import loads
+from tokmon.bodies import BodyTooLarge, fetch
+from tokmon.gate import loads
 
 
 class PreflightError(Exception):
@@ -22,7 +23,9 @@ def fetch_models(
     base = url.rstrip("/")
     try:
         with httpx.Client(timeout=timeout, verify=not insecure, trust_env=False) as c:
-            r = c.get(base + "/models", headers=headers)
+            r = fetch(c, "GET", base + "/models", headers=headers)
+    except BodyTooLarge as e:
+        raise PreflightError(f"{url}: {e}") from None
     except httpx.ConnectError as e:
         msg = str(e).lower()
         if "refused" in msg:

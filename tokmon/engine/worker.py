@@ -24,12 +24,18 @@ import numpy as np
 
 from tokmon.engine import h1
 from tokmon.engine.client import Tick, ssl_context, stream_request
-from tokmon.engine.measure import NS_PER_MS
+from tokmon.engine.measure import KEEP_CHARS, NS_PER_MS
 from tokmon.engine.target import prepare
 from tokmon.inputs import read_share
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
-from tokmon.model.quality import QUALITY_MAX_TOKENS, QUALITY_SET, builtin_items, is_correct
+from tokmon.model.quality import (
+    CHECK_CHARS,
+    QUALITY_MAX_TOKENS,
+    QUALITY_SET,
+    builtin_items,
+    judge,
+)
 from tokmon.model.records import (
     Abort,
     BeginStep,
@@ -356,13 +362,20 @@ class Engine:
                 stall_ms=self.cfg.stall_ms,
                 base=base,
                 request_id=request_id(self.cfg.run_id, rid),
-                keep_text=chat is not None or item is not None,
+                # a probe's answer is judged on its first CHECK_CHARS (one more tells a
+                # longer one); a conversation's reply is sent back, up to KEEP_CHARS
+                keep_chars=CHECK_CHARS + 1 if item is not None else KEEP_CHARS if chat else 0,
                 on_text=answer.append if item is not None else chat.reply if chat else None,
             )
             if item is not None and rec.outcome == "ok":
-                # read, never run: the answer is checked as text (model/quality.py)
-                ok = is_correct(item.check, item.answer, answer[0] if answer else "")
-                rec = replace(rec, quality=1.0 if ok else 0.0)
+                # read, never run: the answer is checked as text (model/quality.py), in
+                # time linear in its length (CHECK_CHARS at most); one it cannot judge
+                # is counted as unjudged, never as wrong
+                ok, why = judge(item.check, item.answer, answer[0] if answer else "")
+                if ok is None:
+                    rec = replace(rec, error=why)
+                else:
+                    rec = replace(rec, quality=1.0 if ok else 0.0)
         except asyncio.CancelledError as e:
             self.records.append(
                 RequestRecord(

@@ -34,7 +34,7 @@ from tokmon.model.history import History, Point
 from tokmon.model.ladder import StepTotals
 from tokmon.model.managed import ManagedServers
 from tokmon.model.probe_state import ProbeState
-from tokmon.model.quality import KIND_PREFIX, QualityReducer
+from tokmon.model.quality import QualityReducer
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.samples import HostSample, ServerSample
 from tokmon.model.samples import read as read_sample
@@ -341,14 +341,7 @@ class Fold:
         counted = rows[~c["warmup"] & ~c["settle"]]
         ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
         self.split.requests(tb, ok)
-        # every answer checked (warm-up included: a timing warms up, correctness does not)
-        q = rows[~np.isnan(c["quality"])]
-        for code, kcode in {
-            (int(a), int(k)) for a, k in zip(c["arm"][q], c["kind"][q], strict=True)
-        }:
-            sel = q[(c["arm"][q] == code) & (c["kind"][q] == kcode)]
-            task = str(tb.vocab["kind"][kcode]).removeprefix(KIND_PREFIX)
-            self.quality.add(tb.vocab["arm"][code], task, c["quality"][sel])
+        self.quality.requests(tb)
         if counted.size:
             self.ladder.requests(tb, counted, self.slo)
         if c["stalls"].any():
@@ -693,7 +686,7 @@ class Fold:
                 for k, ksp in self.time_split_by_kind(sp.arm).items():
                     if k in bk:
                         bk[k]["time_split"] = ksp.to_json()
-        if self.quality.counts:
+        if self.quality.counts or self.quality.unjudged:
             out["quality"] = self.quality.to_json(list(self.arm_names))
         if self.capacity.searches:
             out["capacity_search"] = capacity_summary(

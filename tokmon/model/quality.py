@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.gate import GateError, finite_number, loads
 from tokmon.model.stats import wilson
+from tokmon.model.table import RequestTable, distinct, distinct_pairs
 from tokmon.model.workload import Prompt
 
 CHECKS = ("number", "exact", "contains", "json")
@@ -133,7 +135,9 @@ def parse_items(text: str, source: str) -> tuple[QualityItem, ...]:
             continue
         where = f"{source} line {no}"
         try:
-            d = json.loads(line)
+            d = loads(line, what=where)
+        except GateError as e:
+            raise ValueError(str(e)) from None
         except ValueError:
             raise ValueError(f"{where}: not a JSON object") from None
         if not isinstance(d, dict):
@@ -171,14 +175,14 @@ def _answer(a: Any, check: str, where: str) -> str:
     if check == "json":
         if isinstance(a, str):
             with contextlib.suppress(ValueError):
-                a = json.loads(a)
+                a = loads(a, what=where)
         if not isinstance(a, dict) or not a:
             raise ValueError(f'{where}: a json check\'s "answer" must be a JSON object')
         return json.dumps(a)
     if check == "number":
-        v = _number(a) if isinstance(a, str) else a
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            raise ValueError(f'{where}: a number check\'s "answer" must be a number')
+        v = _number(a) if isinstance(a, str) else finite_number(a)
+        if v is None or not math.isfinite(v):  # (10**400: too large for a float, refused)
+            raise ValueError(f'{where}: a number check\'s "answer" must be a number, and finite')
         return str(a)
     if isinstance(a, (int, float)) and not isinstance(a, bool):
         return str(a)
@@ -238,6 +242,14 @@ def wrong(task: str, answer: str) -> str:
 
 # ------------------------------------------------------------------ reading an answer
 
+_WORD = re.compile(r"\w+")
+_BRACES = re.compile(r'[{}"\\]')
+# the detail of a probe that ended ok with an answer no check could judge, and why
+UNJUDGED = "unjudged: "
+CHECK_CHARS = 64 * 1024  # an answer longer than this is not judged (a probe asks ≤ 96 tokens)
+JSON_TRIES = 16  # balanced spans a json check parses at most
+JSON_PASSES = 4  # passes over the answer, each after a brace left open
+JSON_BUDGET = 4  # … of at most this many times the answer's length, in all
 _NUM = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -260,31 +272,59 @@ def read_number(text: str) -> float | None:
 
 
 def first_json_object(text: str) -> dict[str, Any] | None:
-    """The first balanced ``{…}`` in the text that parses as a JSON object."""
-    i = text.find("{")
-    while i >= 0:
-        depth, in_str, esc = 0, False, False
-        for j in range(i, min(len(text), i + 20_000)):
-            ch = text[j]
-            if in_str:
-                esc = (not esc) and ch == "\\"
-                if ch == '"' and not esc:
-                    in_str = False
+    """The first balanced ``{…}`` in the text (by where it opens) that parses as a JSON
+    object. Linear: a pass pairs the braces from the first ``{`` (strings tracked inside
+    an object only, where they are JSON's; outside, a quote is prose); where none of
+    its spans parses (the first ``{`` was prose's), one more pass starts at the next
+    ``{``, ``JSON_PASSES`` at most; at most ``JSON_TRIES`` spans are parsed, of at most ``JSON_BUDGET`` × the
+    text's length in all. Raises ``Unjudged`` where a bound is reached first."""
+    start = text.find("{")
+    budget, tries = JSON_BUDGET * len(text), 0
+    tried: set[tuple[int, int]] = set()
+    for _ in range(JSON_PASSES):
+        if start < 0:
+            return None
+        for i, j in _brace_spans(text, start):
+            if (i, j) in tried:
                 continue
-            if ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        v = json.loads(text[i : j + 1])
-                    except ValueError:
-                        break
-                    return v if isinstance(v, dict) else None
-        i = text.find("{", i + 1)
-    return None
+            tried.add((i, j))
+            tries += 1
+            budget -= j - i
+            if tries > JSON_TRIES or budget < 0:
+                raise Unjudged(f"no JSON object within {JSON_TRIES} tries")
+            try:
+                v = loads(text[i:j], what="the answer's JSON")
+            except ValueError:
+                continue
+            return v if isinstance(v, dict) else None
+        start = text.find("{", start + 1)  # the first brace may have been prose's
+    raise Unjudged(f"no JSON object within {JSON_PASSES} passes")
+
+
+def _brace_spans(text: str, start: int) -> list[tuple[int, int]]:
+    """The balanced ``{…}`` spans from ``start``, in order of where they open."""
+    spans: list[tuple[int, int]] = []
+    opens: list[int] = []
+    in_str, esc_at = False, -1
+    for m in _BRACES.finditer(text, start):
+        ch, j = m.group(), m.start()
+        if in_str:
+            if j == esc_at:  # the character after a backslash
+                continue
+            if ch == "\\":
+                esc_at = j + 1
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == "{":
+            opens.append(j)
+        elif ch == "}":
+            if opens:
+                spans.append((opens.pop(), j + 1))
+        elif ch == '"' and opens:
+            in_str = True
+    spans.sort()
+    return spans
 
 
 def _norm(s: str) -> str:
@@ -294,14 +334,33 @@ def _norm(s: str) -> str:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return not isinstance(a, bool) and abs(float(a) - float(b)) < 1e-6
+        x, y = finite_number(a), finite_number(b)  # (10**400 is no float: never equal)
+        return x is not None and y is not None and abs(x - y) < 1e-6
     if isinstance(a, str) and isinstance(b, str):
         return _norm(a) == _norm(b)
     return bool(a == b)
 
 
+class Unjudged(ValueError):
+    """An answer a check cannot judge within its bounds (too long, or its budget spent)."""
+
+
+def judge(check: str, answer: str, text: str) -> tuple[bool | None, str]:
+    """(``is_correct``, ""), or (None, why) where the answer cannot be judged within the
+    bounds: an answer over ``CHECK_CHARS`` (a server that sends 64 KB of ``{`` to a
+    question whose answer is a number), or a check that spent its budget. Every check
+    is linear in the answer's length, so a judgment costs milliseconds at most."""
+    if len(text) > CHECK_CHARS:
+        return None, f"{UNJUDGED}an answer over {CHECK_CHARS:,} characters"
+    try:
+        return is_correct(check, answer, text), ""
+    except Unjudged as e:
+        return None, f"{UNJUDGED}{e}"
+
+
 def is_correct(check: str, answer: str, text: str) -> bool:
-    """Whether ``text`` gives ``answer`` by the rule ``check`` (see the module's text)."""
+    """Whether ``text`` gives ``answer`` by the rule ``check`` (see the module's text).
+    Raises ``Unjudged`` where a check spent its budget (``judge`` says None)."""
     if check == "number":
         got, want = read_number(text), _number(answer)
         return got is not None and want is not None and abs(got - want) < 1e-6
@@ -309,13 +368,15 @@ def is_correct(check: str, answer: str, text: str) -> bool:
         cands = [text, text.strip().split("\n")[0], *_BOXED.findall(text)]
         return any(_norm(c) == _norm(answer) for c in cands)
     if check == "contains":
-        words = " ".join(re.findall(r"\w+", answer.lower()))
-        return bool(words) and re.search(rf"\b{re.escape(words)}\b",
-                                         " ".join(re.findall(r"\w+", text.lower()))) is not None  # fmt: skip
+        # the answer's words, in order, among the text's words: a substring search of
+        # the words joined by single spaces (str.find: linear, where a regex of the
+        # answer against the text was length × length)
+        words = " ".join(_WORD.findall(answer.lower()))
+        return bool(words) and f" {words} " in f" {' '.join(_WORD.findall(text.lower()))} "
     if check == "json":
         obj = first_json_object(text)
         try:
-            want = json.loads(answer)
+            want = loads(answer, what="the expected answer")
         except ValueError:
             return False
         if obj is None or not isinstance(want, dict):
@@ -350,13 +411,15 @@ class Accuracy:
     lo: float
     hi: float
     task: str = ""  # "" all tasks
+    unjudged: int = 0  # probes that ended ok with an answer no check could judge
 
     @property
     def rate(self) -> float | None:
         return self.correct / self.n if self.n else None
 
     def text(self) -> str:
-        return f"{self.correct}/{self.n} correct [{self.lo:.0%}, {self.hi:.0%}]"
+        more = f", {self.unjudged} unjudged" if self.unjudged else ""
+        return f"{self.correct}/{self.n} correct [{self.lo:.0%}, {self.hi:.0%}]{more}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -364,6 +427,7 @@ class Accuracy:
             "correct": self.correct,
             "accuracy": None if self.rate is None else round(self.rate, 4),
             "ci95": [round(self.lo, 4), round(self.hi, 4)],
+            **({"unjudged": self.unjudged} if self.unjudged else {}),
         }
 
 
@@ -406,6 +470,24 @@ class QualityReducer:
     ok; a probe that failed gave no answer and is an error, not a wrong answer)."""
 
     counts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    unjudged: dict[str, int] = field(default_factory=dict)  # per arm: probes not judged
+
+    def requests(self, tb: RequestTable) -> None:
+        """Every answer checked (warm-up included: a timing warms up, correctness does
+        not), and the probes that ended ok with an answer no check could judge."""
+        c = tb.cols
+        q = np.flatnonzero(~np.isnan(c["quality"]))
+        for code, kcode in distinct_pairs(c["arm"][q], c["kind"][q]):
+            sel = q[(c["arm"][q] == code) & (c["kind"][q] == kcode)]
+            task = str(tb.vocab["kind"][kcode]).removeprefix(KIND_PREFIX)
+            self.add(tb.vocab["arm"][code], task, c["quality"][sel])
+        codes = [i for i, e in enumerate(tb.vocab["error"]) if str(e).startswith(UNJUDGED)]
+        if codes:
+            rows = np.flatnonzero(np.isin(c["error"], codes))
+            for code in distinct(c["arm"][rows]):
+                arm = tb.vocab["arm"][code]
+                n = int((c["arm"][rows] == code).sum())
+                self.unjudged[arm] = self.unjudged.get(arm, 0) + n
 
     def add(self, arm: str, task: str, verdicts: np.ndarray) -> None:
         c = self.counts.setdefault((arm, task), [0, 0])
@@ -413,23 +495,24 @@ class QualityReducer:
         c[1] += int((verdicts > 0.5).sum())
 
     def arms(self) -> list[str]:
-        return list(dict.fromkeys(a for a, _ in self.counts))
+        return list(dict.fromkeys([*(a for a, _ in self.counts), *self.unjudged]))
 
     def accuracy(self, arm: str, task: str = "") -> Accuracy | None:
         keys = [k for k in self.counts if k[0] == arm and (not task or k[1] == task)]
         n = sum(self.counts[k][0] for k in keys)
-        if not n:
+        unjudged = 0 if task else self.unjudged.get(arm, 0)
+        if not n and not unjudged:
             return None
         ok = sum(self.counts[k][1] for k in keys)
         lo, hi = wilson(ok, n)
-        return Accuracy(arm, n, ok, lo, hi, task)
+        return Accuracy(arm, n, ok, lo, hi, task, unjudged)
 
     def tasks(self, arm: str) -> list[str]:
         return sorted(t for a, t in self.counts if a == arm)
 
     def diff(self, base: str, other: str) -> QualityDiff | None:
         a, b = self.accuracy(base), self.accuracy(other)
-        if a is None or b is None:
+        if a is None or b is None or not a.n or not b.n:
             return None
         d, lo, hi = newcombe(a.correct, a.n, b.correct, b.n)
         return QualityDiff(base, other, d, lo, hi)

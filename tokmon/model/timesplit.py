@@ -18,10 +18,14 @@ sources, per docs/METRICS.md, best first:
   client's mean; the figures are means.
 
 The network is the round trip of a tiny GET on an open connection, sampled during the
-run (it holds the server's HTTP handling of that GET too). A remainder below −1 ms is a
-clock or definition mismatch: the request is counted as such and left out of the front
-end, never shown as a negative figure; over a tenth of the requests, no front end is
-given at all.
+run (it holds the server's HTTP handling of that GET too). A part is never larger than
+the whole it is a part of: a request whose server-reported queue or prefill exceeds its
+client TTFT, or whose parts leave a remainder below −1 ms, or whose server ITL exceeds
+its client TPOT by more than 1 ms, is a clock or definition mismatch — counted
+and named, and left out of every part and of the client figure the parts are set
+against, never shown as a share over 100% or a negative figure; over a tenth of the
+requests, the parts it would have given are not given at all. The same holds for the
+histograms' means against the client's.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from tokmon.model.sketch import Quantiles, RowSample, row_keys
 from tokmon.model.stats import GrowArray, ratio_ci_requests
 from tokmon.model.table import RequestTable, distinct
 
-TOL_MS = 1.0  # a remainder this far below zero is a mismatch, not rounding
+# a remainder this far below zero is a mismatch, not rounding (nor a first chunk read a
+# little late on a busy client, which shortens the client's TPOT below the server's)
+TOL_MS = 1.0
 MISMATCH_SHARE = 0.1  # above this share of mismatched requests, no front end is given
 MIN_BIN = 3  # requests a batch-size bin needs to be shown
 # batch-size bins: 1, 2, 3–4, 5–8, … (the cost of a step grows with the batch)
@@ -67,7 +73,7 @@ class TtftSplit:
 
     @property
     def mismatch(self) -> bool:
-        return self.n > 0 and self.mismatched > MISMATCH_SHARE * self.n
+        return self.mismatched > MISMATCH_SHARE * (self.n + self.mismatched)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +103,11 @@ class TpotSplit:
     stat: str = "p50"
     n: int = 0
     of: int = 0  # past ROWS requests: how many the uniform sample of ``n`` was drawn from
+    mismatched: int = 0  # requests whose server ITL exceeded their client TPOT
+
+    @property
+    def mismatch(self) -> bool:
+        return self.mismatched > MISMATCH_SHARE * (self.n + self.mismatched)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,6 +117,7 @@ class TpotSplit:
             "source": self.source or None,
             "stat": self.stat,
             "n": self.n,
+            "mismatched": self.mismatched,
             **({"sampled_of": self.of} if self.of else {}),
         }
 
@@ -379,28 +391,32 @@ def _f64(x: np.ndarray) -> np.ndarray:
 def _ttft(a: _Arm, rtt: float | None, client: Quantiles) -> TtftSplit:
     net = 0.0 if rtt is None else rtt
     holds = () if rtt is not None else ("network",)
-    n = len(a.server)
-    if n:
+    if len(a.server):
         tt, q, p = (_f64(a.server.col(x)) for x in _SERVER)
         has_q = ~np.isnan(q)
-        rem = tt - net - np.where(has_q, q, 0.0) - p
-        bad = rem < -TOL_MS
-        good = rem[~bad]
+        q0 = np.where(has_q, q, 0.0)
+        rem = tt - net - q0 - p
+        # a part larger than its whole, or parts that leave a remainder below −1 ms
+        bad = (rem < -TOL_MS) | (q0 > tt + TOL_MS) | (p > tt + TOL_MS)
+        ok = ~bad
+        tt, q, p, rem, has_q = tt[ok], q[ok], p[ok], rem[ok], has_q[ok]
         split = TtftSplit(
             client=_med(tt),
             network=rtt,
-            queue=_med(q[has_q]) if has_q.any() else None,
-            prefill=_med(p),
-            front=None,
             source="per-request",
             stat="p50",
-            n=n,
+            n=int(ok.sum()),
             mismatched=int(bad.sum()),
             front_holds=holds + (() if has_q.all() else ("queue",)),
             of=a.server.seen if a.server.sampled else 0,
         )
-        if not split.mismatch and good.size:
-            split = dataclasses.replace(split, front=float(np.median(np.maximum(good, 0.0))))
+        if not split.mismatch and rem.size:
+            split = dataclasses.replace(
+                split,
+                queue=_med(q[has_q]) if has_q.any() else None,
+                prefill=_med(p),
+                front=float(np.median(np.maximum(rem, 0.0))),
+            )
         return split
     h = a.hist
     mean = client.mean()
@@ -408,16 +424,18 @@ def _ttft(a: _Arm, rtt: float | None, client: Quantiles) -> TtftSplit:
         qh = float(1000.0 * h[0] / h[1]) if h[1] > 0 else None
         ph = float(1000.0 * h[2] / h[3]) if h[3] > 0 else None
         remh = mean - net - (qh or 0.0) - (ph or 0.0)
-        low = remh < -TOL_MS
+        # means against a mean: a part over the whole, or a remainder below −1 ms, is a
+        # mismatch of every request the means cover, and no part is given
+        low = remh < -TOL_MS or (qh or 0.0) > mean + TOL_MS or (ph or 0.0) > mean + TOL_MS
         out = TtftSplit(
             client=mean,
             network=rtt,
-            queue=qh,
-            prefill=ph,
+            queue=None if low else qh,
+            prefill=None if low else ph,
             front=None if low else max(remh, 0.0),
             source="histogram",
             stat="mean",
-            n=len(client),
+            n=0 if low else len(client),
             mismatched=len(client) if low else 0,
             front_holds=holds
             + (() if qh is not None else ("queue",))
@@ -432,20 +450,29 @@ def _tpot(a: _Arm, client: Quantiles) -> TpotSplit:
     has = ~np.isnan(itl)
     if has.any():
         tp, itl = _f64(a.decode.col("tpot"))[has], itl[has]
-        return TpotSplit(
+        bad = itl > tp + TOL_MS  # the server's time per token over the whole of it
+        tp, itl = tp[~bad], itl[~bad]
+        out = TpotSplit(
             client=_med(tp),
-            server_step=_med(itl),
-            stream=_med(tp - itl),
             source="per-request",
             stat="p50",
-            n=int(has.sum()),
+            n=int(tp.size),
             of=a.decode.seen if a.decode.sampled else 0,
+            mismatched=int(bad.sum()),
+        )
+        if out.mismatch or not tp.size:
+            return out
+        # (a stream's time within the tolerance below zero is rounding: 0, never negative)
+        return dataclasses.replace(
+            out, server_step=_med(itl), stream=_med(np.maximum(tp - itl, 0.0))
         )
     h = a.hist
     mean = client.mean()
     if h[5] > 0 and mean is not None:
         srv = 1000.0 * h[4] / h[5]
-        return TpotSplit(mean, srv, mean - srv, "histogram", "mean", len(client))
+        if srv > mean + TOL_MS:
+            return TpotSplit(mean, None, None, "histogram", "mean", 0, mismatched=len(client))
+        return TpotSplit(mean, srv, max(mean - srv, 0.0), "histogram", "mean", len(client))
     return TpotSplit(client=client.median(), n=len(client))
 
 

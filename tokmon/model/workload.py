@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.textsafe import loads
+from tokmon.gate import loads
 
 
 class WorkloadError(ValueError):

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tokmon.bodies import fetch
+from tokmon.gate import loads
 from tokmon.model.environment import (
     JSON_ENDPOINTS,
     MAX_TEXT,
@@ -36,7 +38,6 @@ from tokmon.model.environment import (
 from tokmon.model.redact import redact_tree
 from tokmon.probes.base import Sampler
 from tokmon.probes.server import MAX_BODY, MetricsTooLarge, _known_lines, detect
-from tokmon.textsafe import loads
 
 MAX_JSON = 1 << 20  # a configuration answer is read up to this size
 # The kernel's receive stamp (Linux; the probes do not import the engine, which keeps
@@ -73,14 +74,8 @@ def bounded(obj: Any, depth: int = 0) -> Any:
 def _get(c: httpx.Client, url: str, headers: dict[str, str], limit: int) -> httpx.Response | None:
     """A GET whose body is read up to ``limit`` bytes (None: no answer, or too big)."""
     try:
-        with c.stream("GET", url, headers=headers) as r:
-            body = b""
-            for part in r.iter_bytes():
-                body += part
-                if len(body) > limit:
-                    return None
-            return httpx.Response(r.status_code, headers=r.headers, content=body)
-    except httpx.HTTPError:
+        return fetch(c, "GET", url, headers=headers, limit=limit)
+    except (httpx.HTTPError, ValueError):
         return None
 
 

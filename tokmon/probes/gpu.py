@@ -265,12 +265,14 @@ class DcgmProbe(Sampler):
     def sample(self) -> dict[str, Any]:
         import httpx
 
+        from tokmon.bodies import fetch
+
         if self._client is None:
             self._client = httpx.Client(timeout=2.0, trust_env=False)
         try:
-            r = self._client.get(self.url)
+            r = fetch(self._client, "GET", self.url)
             r.raise_for_status()
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, ValueError) as e:
             if not self._reported:
                 self._reported = True
                 self.event(

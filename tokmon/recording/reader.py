@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
+from tokmon.gate import loads
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError, Window, arrow_lines
 from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
 from tokmon.recording.prefetch import map_ahead, read_ahead
-from tokmon.textsafe import loads, might_hold_surrogates
+from tokmon.textsafe import might_hold_surrogates
 
 try:  # orjson parses recordings about twice as fast; the standard library works too
     import orjson

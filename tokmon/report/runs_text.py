@@ -13,6 +13,9 @@ def runs_text(data: dict[str, Any], names: list[str]) -> str:
     out = [f"{data['runs']} runs: " + " · ".join(clean_text(n, False) for n in names),
            "each figure per run, the mean with its 95% t interval over runs, the spread "
            "(CV, max−min over the mean)"]  # fmt: skip
+    if data.get("left_out"):
+        out.append("left out (cut short or ended by a failure, not compared): "
+                   + "; ".join(clean_text(str(x), False) for x in data["left_out"]))  # fmt: skip
     for arm, a in data["arms"].items():
         out.append("")
         out.append(f"arm {clean_text(arm, False)}")

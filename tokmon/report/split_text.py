@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tokmon.model.timesplit import MISMATCH_SHARE
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
 
@@ -43,26 +44,45 @@ def ttft_bar(t: dict[str, Any], width: int = 24) -> str:
     return "".join(cells)[: width + 3]
 
 
+def _left_out(d: dict[str, Any], what: str) -> tuple[int, int, bool]:
+    """(requests left out as mismatched, requests in all, whether that is over the share
+    past which no part is given) of a split's ``d``."""
+    bad, n = int(d.get("mismatched") or 0), int(d.get("n") or 0)
+    return bad, n + bad, bad > MISMATCH_SHARE * (n + bad)
+
+
+def mismatch_note(d: dict[str, Any], what: str) -> str:
+    """What a split left out: ``3 of 120 requests left out (server figures over the
+    client's TTFT: a clock or definition mismatch)``; "" where none was."""
+    bad, total, _ = _left_out(d, what)
+    if not bad:
+        return ""
+    return (f"{bad} of {total} requests left out (server figures over the client's "
+            f"{what}: a clock or definition mismatch)")  # fmt: skip
+
+
 def ttft_parts(t: dict[str, Any], glyphs: bool = True) -> list[str]:
     """``net 2.5 ms (3%)`` for each part given (after its bar's glyph); what the
-    remainder holds besides."""
+    remainder holds besides; the requests left out as mismatched. A part is never over
+    its whole and never negative (the model's rule, ``timesplit``): where too many
+    requests broke it, no part is given and the note says why."""
     client = _f(t.get("client"))
+    note = mismatch_note(t, "TTFT")
+    if _left_out(t, "TTFT")[2]:
+        return [f"no parts: {note}"]
     out = []
     for key, name, glyph in PARTS:
         v = _f(t.get(key))
         if v is None:
-            if key == "front" and t.get("source") and (t.get("mismatched") or 0):
-                out.append(f"front — ({t.get('mismatched')} of {t.get('n')} requests below 0: "
-                           "a clock or definition mismatch)")  # fmt: skip
-            elif key != "front":
+            if key != "front":
                 out.append(f"{name} not reported")
             continue
-        share = f" ({v / client:.0%})" if client else ""
+        share = f" ({min(v / client, 1.0):.0%})" if client else ""
         label = name
         if key == "front" and t.get("front_holds"):
             label = "front+" + "+".join(str(h) for h in t["front_holds"])
         out.append(f"{glyph if glyphs else ''}{label} {ms(v)}{share}")
-    return out
+    return out + ([note] if note else [])
 
 
 def _scope(t: dict[str, Any]) -> str:
@@ -90,16 +110,18 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
         out.append("  " + bar)
     out += wrap(ttft_parts(t), "  ", width) if t.get("source") else []
     if p.get("source"):
-        out += wrap(
-            [
+        note = mismatch_note(p, "TPOT")
+        if _left_out(p, "TPOT")[2]:
+            parts = [f"TPOT {ms(_f(p.get('client')))}: no split", note]
+        else:
+            parts = [
                 f"TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}",
                 f"stream {ms(_f(p.get('stream')))}",
                 f"(whole run {p.get('stat')}, {p.get('source')}"
                 + (f", {_req(p)})" if p.get("sampled_of") else ")"),
-            ],
-            "  ",
-            width,
-        )
+                *([note] if note else []),
+            ]
+        out += wrap(parts, "  ", width)
     bins = sp.get("batch_tpot") or []
     if bins:
         out += wrap([f"{b[0]}: {ms(_f(b[1]))} ({b[2]})" for b in bins],

@@ -280,8 +280,10 @@ def quality_lines(q: dict[str, Any] | None) -> list[str]:
             f"{clean_text(str(t), False)} {v.get('correct')}/{v.get('n')}"
             for t, v in (a.get("by_task") or {}).items()
         )
+        unjudged = a.get("unjudged") or 0
         out.append(f"  {clean_text(str(arm), False)}: {a.get('correct')}/{a.get('n')} correct "
-                   f"[{lo:.0%}, {hi:.0%}]" + (f" ({tasks})" if tasks else ""))  # fmt: skip
+                   f"[{lo:.0%}, {hi:.0%}]" + (f", {unjudged} unjudged" if unjudged else "")
+                   + (f" ({tasks})" if tasks else ""))  # fmt: skip
     d = q.get("difference")
     if d:
         lo, hi = d.get("ci95") or [0.0, 0.0]

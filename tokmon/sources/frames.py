@@ -17,6 +17,7 @@ import json
 import math
 from typing import Any
 
+from tokmon.gate import GateError, loads
 from tokmon.model import (
     alerts,
     capacity,
@@ -56,6 +57,9 @@ def _registry() -> dict[str, type]:
 
 _TYPES = _registry()
 _NAMES = {cls: name for name, cls in _TYPES.items()}
+
+
+FRAME_LIMIT = 32 << 20  # a frame is ~30 kB; a session never sends one near this
 
 
 class FrameError(ValueError):
@@ -160,8 +164,10 @@ def _build(name: Any, values: Any) -> Any:
 def decode(data: bytes) -> Any:
     """A frame's value. Raises FrameError for anything a session does not send."""
     try:
-        raw = json.loads(data, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
+        raw = loads(data, limit=FRAME_LIMIT, what="frame", parse_constant=_no_constant)
+    except GateError as e:
+        raise FrameError(f"not a frame ({e})") from None
+    except ValueError as e:
         raise FrameError(f"not a frame ({type(e).__name__})") from None
     try:
         return _dec(raw)

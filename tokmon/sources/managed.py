@@ -29,9 +29,11 @@ from typing import Any
 
 import httpx
 
+from tokmon.bodies import fetch
+from tokmon.gate import loads
 from tokmon.model.arms import PORT, Arm
 from tokmon.model.redact import redact_argv
-from tokmon.textsafe import loads, open_private
+from tokmon.textsafe import open_private
 
 
 def become_subreaper() -> bool:
@@ -237,9 +239,9 @@ class ManagedServer:
                 if stop is not None and stop.is_set():
                     raise ServerFailed("stopped while waiting for the server")
                 with contextlib.suppress(httpx.HTTPError, ValueError):
-                    h = c.get(root + "/health", headers=headers)
+                    h = fetch(c, "GET", root + "/health", headers=headers)
                     if h.status_code in (200, 404):  # 404: a server without /health
-                        m = c.get(root + "/v1/models", headers=headers)
+                        m = fetch(c, "GET", root + "/v1/models", headers=headers)
                         if m.status_code == 200:
                             data = loads(m.content).get("data") or [{}]
                             return str(data[0].get("id") or "")
@@ -298,8 +300,8 @@ def warm(url: str, model: str, headers: dict[str, str], n: int, endpoint: str) -
                 body["prompt"] = text
             else:
                 body["messages"] = [{"role": "user", "content": text}]
-            with contextlib.suppress(httpx.HTTPError):
-                ok += c.post(url + path, json=body, headers=headers).status_code == 200
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                ok += fetch(c, "POST", url + path, json=body, headers=headers).status_code == 200
     return ok
 
 

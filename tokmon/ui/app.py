@@ -53,7 +53,7 @@ from tokmon.ui.panels import (
     view_points,
 )
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
-from tokmon.ui.widgets import InfoPanel, KeyBar, MarkerRow, MetricSpark
+from tokmon.ui.widgets import InfoPanel, KeyBar, MarkerRow, MetricSpark, drawable
 
 # rows the panels below the charts keep at least (arms, comparison, events)
 BOTTOM_MIN = 6  # rows under the charts at least: a rule, a title and a few lines
@@ -425,7 +425,7 @@ class DashboardApp(App[None]):
             n = self._notice = None
         line.display = n is not None
         if n is not None:
-            line.update(Text(n[0]))
+            line.update(drawable(Text(n[0])))
             line.set_classes(n[1])
 
     # ------------------------------------------------------------------ actions

@@ -6,11 +6,9 @@ it only reads snapshots, as the dashboard does.
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any
 
-from tokmon.model.commands import StopRun
 from tokmon.model.records import Event
 from tokmon.model.snapshot import Snapshot
 from tokmon.textsafe import say
@@ -54,32 +52,10 @@ class EventLines:
         ]
 
 
-# The exit code of a run ended by a signal: 128 + its number, as a shell says it.
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
-
-
-def run_headless(session: Any, every: float) -> int:
-    """Status lines to stderr until the run ends. Ctrl-C, SIGTERM (systemd, ``timeout``)
-    and SIGHUP (an SSH session that dropped) each drain the run and write everything,
-    as the first Ctrl-C does; a second signal stops at once. Returns the exit code of an
-    interrupted run (130, 143, 129), 0 when it ended by itself."""
-    interrupted = {"n": 0, "code": 0}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        interrupted["n"] += 1
-        if interrupted["n"] == 1:
-            interrupted["code"] = SIGNAL_EXIT.get(signal.Signals(signum), 128 + signum)
-            name = signal.Signals(signum).name
-            say(
-                f"\ntokmon: stopping ({name}) — draining in-flight requests "
-                "(Ctrl-C again to stop now)",
-                err=True,
-            )
-            session.command(StopRun())
-        else:
-            session.command(StopRun(hard=True))
-
-    old = {sig: signal.signal(sig, on_signal) for sig in SIGNAL_EXIT}
+def run_headless(session: Any, every: float) -> None:
+    """Status lines to stderr until the run ends. The signals that stop it (Ctrl-C,
+    SIGTERM from systemd or ``timeout``, SIGHUP from an SSH session that dropped) are the
+    command's (``cli/shutdown.py``): each drains the run, as the first Ctrl-C does."""
     last_t = None
     events = EventLines()
 
@@ -88,26 +64,21 @@ def run_headless(session: Any, every: float) -> int:
         for line in events.new(s) if s is not None else ():
             say(line, err=True, flush=True)
 
-    try:
-        next_print = time.monotonic() + every
-        next_events = time.monotonic() + EVENTS_EVERY_S
-        while not session.wait(0.2):
-            now = time.monotonic()
-            if now >= next_events:  # an alert shows within a second of being raised
-                next_events = now + EVENTS_EVERY_S
-                log_events()
-            if now >= next_print:
-                next_print = max(next_print + every, now)
-                s = session.snapshot()
-                # a starved process may wake twice before a new snapshot: no repeat
-                if s is not None and s.t != last_t:
-                    last_t = s.t
-                    say(status_line(s), err=True, flush=True)
-        log_events()  # those of the run's last moments
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-    return interrupted["code"]
+    next_print = time.monotonic() + every
+    next_events = time.monotonic() + EVENTS_EVERY_S
+    while not session.wait(0.2):
+        now = time.monotonic()
+        if now >= next_events:  # an alert shows within a second of being raised
+            next_events = now + EVENTS_EVERY_S
+            log_events()
+        if now >= next_print:
+            next_print = max(next_print + every, now)
+            s = session.snapshot()
+            # a starved process may wake twice before a new snapshot: no repeat
+            if s is not None and s.t != last_t:
+                last_t = s.t
+                say(status_line(s), err=True, flush=True)
+    log_events()  # those of the run's last moments
 
 
 EVENTS_EVERY_S = 1.0

@@ -15,7 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tokmon.textsafe import clean_text
+from tokmon.textsafe import clean_text, visible
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -159,7 +159,7 @@ class MetricSpark(Widget):
             t.append(clean_text(line1, keep_newlines=False))
             if line2:
                 t.append("\n" + clean_text(line2, keep_newlines=False), style="dim")
-            self.label.update(t)
+            self.label.update(drawable(t))
 
 
 class MarkerRow(Widget):
@@ -186,7 +186,9 @@ class MarkerRow(Widget):
         pad = cols - len(marks)
         axis_style = self.get_component_rich_style("marker--axis")
         segs = [
-            Segment(_clip(self.axis, self.offset_cols - 1).ljust(self.offset_cols), axis_style),
+            Segment(
+                _clip(visible(self.axis), self.offset_cols - 1).ljust(self.offset_cols), axis_style
+            ),
             Segment(" " * pad, axis_style),
         ]
         styles = {
@@ -214,8 +216,22 @@ class MarkerRow(Widget):
         return Strip(segs, w)
 
 
+def drawable(text: Text) -> Text:
+    """``text`` as the dashboard may draw it: every control character made visible, the
+    spans unmoved (``textsafe.visible``). Every line a panel or a label draws passes
+    here: the one gate at the drawing boundary."""
+    plain = text.plain
+    safe = visible(plain)
+    if safe == plain:
+        return text
+    out = text.copy()
+    out.plain = safe
+    return out
+
+
 class InfoPanel(Static):
-    """A block of text that is only re-rendered when its content changed."""
+    """A block of text that is only re-rendered when its content changed (and drawn
+    through ``drawable``)."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -225,7 +241,7 @@ class InfoPanel(Static):
         key = text.plain + "|" + "".join(str(s.style) for s in text.spans)
         if key != self._last:
             self._last = key
-            self.update(text)
+            self.update(drawable(text))
 
 
 class KeyBar(Widget):
