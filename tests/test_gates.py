@@ -166,7 +166,7 @@ def test_a_server_timing_larger_than_its_whole_is_left_out():
     t = sp.ttft
     assert (t.n, t.mismatched, t.queue, t.prefill, t.front) == (46, 4, 10.0, 30.0, 8.0)
     lines = "\n".join(arm_lines("a", sp.to_json(), 200))
-    assert "4 of 50 requests left out (server figures over the client's TTFT" in lines
+    assert "4 of 50 requests left out: server figures over the client's TTFT" in lines
     assert "3000000" not in lines and "▓queue 10.0 ms (20%)" in lines
 
 
@@ -187,3 +187,298 @@ def test_a_server_itl_over_the_clients_tpot_is_no_negative_stream():
     red.requests(tb, np.arange(tb.n))
     p = red.view("a", 2.0, np.full(40, 50.0), np.full(40, 17.0)).tpot
     assert p.mismatched == 0 and p.stream == 0.0 and p.server_step == pytest.approx(17.6)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def test_a_parquet_export_is_written_as_every_file_of_tokmons(tmp_path):
+    """pyarrow wrote the file itself: it followed a planted symlink and overwrote its
+    target, made a dangling link's target, clobbered a file that was not tokmon's, wrote
+    0644 and left escape sequences in its strings. Now the writer opens it."""
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rec = tmp_path / "r.jsonl"
+    with Hostile() as srv:
+        srv.events = sse_events(text_event("a"), text_event("b", "st\x1b]0;x\x07op"),
+                                usage_event(2), "[DONE]")  # fmt: skip
+        p = run("run", "--url", srv.url, "--headless", "--no-gpu", "-n", "2", "--no-env",
+                "--record", str(rec))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file")
+    link = tmp_path / "link.parquet"
+    link.symlink_to(victim)
+    dangling = tmp_path / "dangling.parquet"
+    dangling.symlink_to(tmp_path / "made.txt")
+    for out in (link, dangling, victim):
+        p = run("export", str(rec), "-F", "parquet", "-o", str(out))
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert victim.read_text() == "the user's own file" and not (tmp_path / "made.txt").exists()
+    out = tmp_path / "r.parquet"
+    for _ in range(2):  # tokmon's own export is replaced
+        p = run("export", str(rec), "-F", "parquet", "-o", str(out))
+        assert p.returncode == 0, p.stderr
+    assert out.stat().st_mode & 0o777 == 0o600
+    reasons = pq.read_table(out).column("finish_reason").to_pylist()
+    assert "stop" in "".join(reasons) and not any("\x1b" in r or "\x07" in r for r in reasons)
+
+
+# ----------------------------------------------------------------------------- the drawing boundary
+
+EVIL = "\x1b[2J\x1b]0;title\x07\x1b]52;c;ZXZpbA==\x07\x9b31m\x07"
+
+
+def poisoned(obj: object) -> object:
+    """``obj`` (a snapshot) with every string it holds followed by escape sequences."""
+    import dataclasses
+
+    if isinstance(obj, str):
+        return obj + EVIL
+    if isinstance(obj, tuple):
+        return tuple(poisoned(x) for x in obj)
+    if isinstance(obj, list):
+        return [poisoned(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: poisoned(v) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = object.__new__(type(obj))
+        for f in dataclasses.fields(obj):
+            object.__setattr__(out, f.name, poisoned(getattr(obj, f.name)))
+        return out
+    return obj
+
+
+class _Still:
+    commands = frozenset()
+
+    def __init__(self, snap: object) -> None:
+        self.snap = snap
+
+    def snapshot(self) -> object:
+        return self.snap
+
+    def command(self, cmd: object) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+async def test_an_attached_views_frame_draws_no_escape(size):
+    """A frame of tokmon's own types whose every string holds ESC sequences (an attached
+    view's peer): nothing the dashboard draws carries a control character (the header's
+    status field and the split panel's scope and source were drawn as they came, an
+    ``ESC[2J``, an OSC title and an OSC 52 clipboard write on the user's terminal)."""
+    from fakes import FakeSource
+
+    from tokmon.sources import frames
+    from tokmon.ui.app import DashboardApp
+
+    snap = poisoned(FakeSource(split=True).snapshot())
+    frame = frames.decode(frames.encode(snap))  # as an attached view receives it
+    app = DashboardApp(_Still(frame))  # type: ignore[arg-type]
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        for key in ("", "w", "z"):
+            if key:
+                await pilot.press(key)
+            app.draw()
+            await pilot.pause(0.3)
+            text = "".join(seg.text for strip in app.screen._compositor.render_strips()
+                           for seg in strip)  # fmt: skip
+            bad = {c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0}
+            assert not bad, (key, sorted(map(hex, map(ord, bad))))
+            assert "\ufffd" in text or "]0;title" not in text
+
+
+# ----------------------------------------------------------------------------- the smaller doors
+
+
+def test_secrets_the_keyword_rule_missed_are_redacted():
+    """Secrets in serve= commands that the keyword rule missed were written verbatim to
+    recordings, summaries and server logs."""
+    from tokmon.model.redact import redact_argv, secrets_in
+
+    argv = ["srv", "-H", "X-Api-Key: hk-111111", "--header", "X-Session-Token: st-222222",
+            "-H", "Cookie: ck-333333", "--jwt", "jw-444444", "--session-cookie", "sc-555555",
+            "--sas-sig", "sg-666666", "--sas-token=sv-777777", "--pass", "pw-888888",
+            "--password", "pw-999999", "-H", "Authorization: Bearer bb-000000",
+            "--max-tokens", "64", "--max-num-batched-tokens", "4096", "--passes", "3",
+            "-H", "Accept: text/plain"]  # fmt: skip
+    red = " ".join(redact_argv(argv))
+    found = secrets_in(argv)
+    for s in ("hk-111111", "st-222222", "ck-333333", "jw-444444", "sc-555555", "sg-666666",
+              "sv-777777", "pw-888888", "pw-999999", "bb-000000"):  # fmt: skip
+        assert s not in red and s in found, s
+    for keep in ("--max-tokens 64", "--max-num-batched-tokens 4096", "--passes 3",
+                 "Accept: text/plain"):  # fmt: skip
+        assert keep in red, keep
+    # a command in one word, its header quoted
+    one = redact_argv(["--arm", "b:serve=x -H 'X-Api-Key: hk-111111' --port 1"])
+    assert "hk-111111" not in " ".join(one)
+
+
+@pytest.mark.parametrize(
+    "toml, says",
+    [
+        ("extra_body = {when = 1979-05-27T07:32:00Z}", "extra_body in CFG.when: a TOML datetime"),
+        ('[arms.a]\nurl = "http://127.0.0.1:9/v1"\nbody = {d = [1979-05-27]}',
+         "arm a: body.d[0]: a TOML date is not a JSON value"),
+        ('[arms.a]\nurl = "http://127.0.0.1:9/v1"\nbody = {x = inf}',
+         "arm a: body.x: inf is not a JSON number"),
+    ],
+)  # fmt: skip
+def test_a_toml_value_json_cannot_hold_is_one_line(tmp_path, toml, says):
+    """A TOML datetime in extra_body or an arm's body was a raw traceback (exit 1)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('url = "http://127.0.0.1:9/v1"\n' * ("arms" not in toml) + toml + "\n")
+    p = run("run", "--config", str(cfg), "-n", "1", "--headless")
+    assert p.returncode == 2 and says.replace("CFG", str(cfg)) in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_a_streamed_trace_cut_while_read_is_named(tmp_path):
+    """A streamed trace truncated at a line boundary mid-run sent half its requests and
+    exited 0 with no notice: the engine that reads past its end names it."""
+    from tokmon.inputs import load_mooncake, read_share
+    from tokmon.model.workload import WorkloadError
+
+    p = tmp_path / "t.jsonl"
+    lines = [json.dumps({"timestamp": i, "input_length": 5, "output_length": 2}) + "\n"
+             for i in range(200)]  # fmt: skip
+    p.write_text("".join(lines))
+    tr = load_mooncake(str(p), stream_over=0)
+    p.write_text("".join(lines[:120]))  # cut at a line boundary, after the scan
+    got = []
+    with pytest.raises(WorkloadError, match="ended after 120 of the 200 requests"):
+        got.extend(read_share(tr, 0, 1))
+    assert len(got) == 120
+
+
+def test_a_quality_file_nested_deep_or_huge_is_one_line(tmp_path):
+    """``10**400`` was ``internal error (OverflowError)``, exit 70; a line nested 100k
+    deep said ``maximum recursion depth exceeded`` and named no file."""
+    for name, line, says in (
+        ("big.jsonl", '{"prompt": "p", "answer": 1' + "0" * 400 + ', "check": "number"}',
+         'big.jsonl line 1: a number check\'s "answer" must be a number'),
+        ("deep.jsonl", "[" * 100_000 + "]" * 100_000, "deep.jsonl line 1: nested deeper than 64"),
+    ):  # fmt: skip
+        f = tmp_path / name
+        f.write_text(line + "\n")
+        p = run("run", "--url", "http://127.0.0.1:9/v1", "--headless", "--quality", "2",
+                "--quality-file", str(f))  # fmt: skip
+        assert p.returncode == 2 and says in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and "recursion" not in p.stderr
+
+
+# ----------------------------------------------------------------------------- one shutdown
+
+
+class Running:
+    """``tokmon ARGS`` in its own process group, its stderr read line by line."""
+
+    def __init__(self, *args: str, cwd: object = None) -> None:
+        import os
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "TOKMON_API_KEY")}
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "tokmon", *args], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
+            stdin=subprocess.DEVNULL, cwd=cwd,
+        )  # fmt: skip
+        self.err: list[str] = []
+
+    def until(self, text: str, times: int = 1, timeout: float = 120) -> None:
+        import time
+
+        assert self.p.stderr is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.p.stderr.readline()
+            if not line:
+                break
+            self.err.append(line)
+            if sum(text in x for x in self.err) >= times:
+                return
+        raise AssertionError(f"never said {text!r} {times}×: {''.join(self.err)}")
+
+    def signal(self, sig: str = "TERM", timeout: float = 60) -> tuple[str, str, float]:
+        import os
+        import signal as s
+        import time
+
+        t0 = time.monotonic()
+        os.killpg(self.p.pid, getattr(s, f"SIG{sig}"))
+        try:
+            out, err = self.p.communicate(timeout=timeout)
+        finally:
+            if self.p.poll() is None:
+                os.killpg(self.p.pid, s.SIGKILL)
+        return out, "".join(self.err) + err, time.monotonic() - t0
+
+
+SCRIPT = """import os, sys, time
+run, port = sys.argv[1], sys.argv[sys.argv.index("--port") + 1]
+if run == "2":
+    time.sleep(300)  # run 2's server never becomes ready
+os.execv(sys.executable, [sys.executable, "-m", "tokmon", "sim", "--port", port,
+                          "--profile", "small-cpu"])
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_while_a_server_starts_ends_the_repeat_with_what_finished(tmp_path):
+    """SIGTERM while run 2's managed server starts killed tokmon in 17 ms: no summary and
+    a 0-byte r-2.jsonl. Now the server is stopped, run 1's files stand, run 2 leaves no
+    empty recording, and the exit code says which signal ended it."""
+    import sys
+
+    (tmp_path / "srv.py").write_text(SCRIPT)
+    r = Running("run", "--arm", f"a:serve={sys.executable} srv.py {{run}} --port {{port}}",
+                "--repeat", "3", "-n", "6", "-c", "2", "--max-tokens", "8", "--headless",
+                "--no-gpu", "--no-env", "--record", "r.jsonl", "--summary-json", "s.json",
+                cwd=tmp_path)  # fmt: skip
+    r.until("run 2 of 3")
+    r.until("starting arm a's server", times=2)
+    out, err, took = r.signal("TERM")
+    assert r.p.returncode == 143, err
+    assert "Traceback" not in err and "run 3 of 3" not in err
+    assert "stopped at run 2 of 3" in err, err
+    assert (tmp_path / "r-1.jsonl").stat().st_size > 0 and (tmp_path / "s-1.json").exists()
+    assert not (tmp_path / "r-2.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_runs_drain_or_a_cooldown_ends_the_repeat(tmp_path):
+    """SIGTERM during run 2 of 3 drained run 2 and then started run 3; in a cooldown it
+    killed tokmon with no table over runs. Now either ends the repeat: a run cut short is
+    left out of the figures over runs (and said), the runs that finished are compared."""
+    from tokmon.sim.process import SimProcess
+    from tokmon.sim.server import SimConfig
+
+    with SimProcess(SimConfig(schedule=(5.0, 2.0, 1), seed=1)) as sim:
+        common = ("run", "--url", sim.url, "--headless", "--no-gpu", "--no-env", "-c", "2",
+                  "--max-tokens", "8", "--status-interval", "0.5s")  # fmt: skip
+        # a signal in the cooldown after run 2: runs 1 and 2 compared, no run 3
+        # (the first cooldown passes; the signal comes within the second, 6 s long)
+        r = Running(*common, "-n", "10", "--repeat", "3", "--between", "cooldown=6s",
+                    "--record", "c.jsonl", cwd=tmp_path)  # fmt: skip
+        r.until("cooling down", times=2)
+        out, err, took = r.signal("TERM")
+        assert r.p.returncode == 143, err
+        assert "run 3 of 3" not in err and "in the cooldown" in err, err
+        assert "2 runs: c-1.jsonl · c-2.jsonl" in out and took < 30, (out, took)
+        # a signal in a run (one that would take minutes): drained, left out, no next run
+        r = Running(*common, "-d", "5m", "--repeat", "3", "--record", "d.jsonl",
+                    cwd=tmp_path)  # fmt: skip
+        r.until(" · ok ")  # (a status line: the run is under way)
+        out, err, took = r.signal("TERM")
+    assert r.p.returncode == 143, err
+    assert "run 2 of 3" not in err and "stopped at run 1 of 3" in err, err
+    assert "left out: d-1.jsonl (stopped by SIGTERM)" in err, err
+    assert (tmp_path / "d-1.jsonl").stat().st_size > 0  # its recording whole, all the same

@@ -352,3 +352,56 @@ def test_a_jump_in_a_streamed_replay_finds_the_next_event_as_it_reads(rotated):
     assert held.pos == src.pos
     held.close()
     src.close()
+
+
+def _copy_run(rec, d):
+    import shutil
+
+    d.mkdir()
+    first = d / rec.name
+    shutil.copy(rec, first)
+    for k in part_numbers(str(rec)):
+        shutil.copy(part_path(str(rec), k), part_path(str(first), k))
+    return first
+
+
+def test_a_copied_or_stray_part_is_named_and_never_counted_twice(rotated, tmp_path):
+    """A part copied over the next (part004 = part003) and a stray part999 = the last
+    part: each named as what its header says it is and skipped (they were counted twice:
+    550 requests for 436, and the stray gave 992 "missing" notes)."""
+    import shutil
+
+    rec, _ = rotated
+    whole = read_recording(str(rec)).requests.n
+    first = _copy_run(rec, tmp_path / "copy")
+    last = max(part_numbers(str(first)))
+    shutil.copy(part_path(str(first), 3), part_path(str(first), 4))
+    shutil.copy(part_path(str(first), last), part_path(str(first), 999))
+    got = read_recording(str(first))
+    assert got.requests.n == whole - request_lines(part_path(str(rec), 4))
+    assert got.missing == [
+        f"{part_path(str(first), 4)} (a copy of part 3, not part 4: not read)",
+        f"{part_path(str(first), 999)} (after the run's end: not of it)",
+    ]
+    r = tokmon("report", str(first))
+    assert r.returncode == 0 and "a copy of part 3" in r.stdout, r.stderr
+
+
+def test_a_damaged_middle_part_is_named_as_itself(rotated, tmp_path):
+    """A gzip part cut in the middle of the run: the note names that part, not the
+    run's first file ("run.jsonl.gz was cut"), and the parts after it still read."""
+    rec, _ = rotated
+    first = _copy_run(rec, tmp_path / "copy")
+    third = part_path(str(first), 3)
+    with open(third, "rb") as f:
+        data = f.read()
+    with open(third, "wb") as f:
+        f.write(data[: len(data) // 2])
+    got = read_recording(str(first))
+    assert got.truncated and got.cut == [third] and not got.missing
+    assert got.requests.n > read_recording(str(rec)).requests.n - request_lines(
+        part_path(str(rec), 3)
+    )
+    r = tokmon("report", str(first))
+    assert r.returncode == 0, r.stderr
+    assert f"note: {third} was cut" in r.stderr and f"note: {first} was cut" not in r.stderr

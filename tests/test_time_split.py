@@ -15,7 +15,7 @@ from tokmon.model.table import RequestTable
 from tokmon.model.timesplit import TimeSplitReducer
 from tokmon.recording.reader import read_recording
 from tokmon.report.render import render
-from tokmon.report.split_text import ttft_bar, ttft_parts
+from tokmon.report.split_text import mismatch_note, ttft_bar, ttft_parts
 from tokmon.report.summary_text import fmt_ms
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -126,10 +126,11 @@ def test_a_negative_remainder_is_flagged_not_shown():
     assert t.mismatched == 20 and t.mismatch and t.front is None
     assert t.queue is None and t.prefill is None and t.n == 0
     assert not ttft_bar(t.to_json())
-    assert ttft_parts(t.to_json()) == [
-        "no parts: 20 of 20 requests left out (server figures over the client's TTFT: a "
-        "clock or definition mismatch)"
-    ]
+    assert ttft_parts(t.to_json()) == ["no parts"]
+    assert " ".join(mismatch_note(t.to_json(), "TTFT")) == (
+        "20 of 20 requests left out: server figures over the client's TTFT (a clock or "
+        "definition mismatch)"
+    )
 
 
 @pytest.mark.slow

@@ -84,10 +84,18 @@ def loads(
     if too_deep(raw, max_depth):
         raise GateError(f"{what}: nested deeper than {max_depth}")
     try:
-        obj = json.loads(raw, parse_constant=parse_constant)
+        obj = json.loads(raw, parse_constant=parse_constant, parse_int=_parse_int)
     except RecursionError:  # (the depth check makes this unreachable; kept as the rule)
         raise GateError(f"{what}: nested too deeply") from None
     return valid(obj) if might_hold_surrogates(raw) else obj
+
+
+def _parse_int(s: str) -> int | float:
+    """An integer of JSON text: past 20 digits (nothing tokmon reads is so large: a time
+    in ns since 1970 has 19) a float, infinite past 308 digits, which every check of a
+    finite number then refuses -- where ``10**400`` was an OverflowError in ``isfinite``
+    and in every conversion to float."""
+    return int(s) if len(s) <= 21 else float(s)
 
 
 def _size(n: int) -> str:

@@ -194,6 +194,9 @@ def open_private(path: str | Path, *, append: bool, replace_any: bool = False) -
 
 def _looks_ours(fd: int) -> bool:
     head = os.pread(fd, 65536, 0)
+    if head.startswith(b"PAR1"):  # a Parquet export: its metadata, ours, is at its end
+        tail = os.pread(fd, 65536, max(0, os.fstat(fd).st_size - 65536))
+        return b"tokmon" in tail
     return any(m in head for m in _OURS)
 
 

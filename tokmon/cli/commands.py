@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokmon import __version__
 from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import (
     EXIT_FAILED,
@@ -22,7 +23,7 @@ from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
 from tokmon.cli.shutdown import SHUTDOWN
 from tokmon.model.words import count
-from tokmon.textsafe import say, write_out, write_text
+from tokmon.textsafe import clean_text, open_private, say, write_out, write_text
 
 if TYPE_CHECKING:
     from tokmon.recording.window import Window
@@ -362,10 +363,10 @@ def _instant(value: str, head: dict[str, Any], opt: str) -> int:
 
 
 def _notes(rec: Any, path: str) -> None:
-    if rec.truncated:
+    for cut in getattr(rec, "cut", None) or ([path] if rec.truncated else []):
         say(
-            f"tokmon report: note: {path} was cut (the writer did not finish); "
-            "figures cover the complete lines",
+            f"tokmon report: note: {cut} was cut (its writer did not finish, or it was "
+            "damaged); figures cover the complete lines",
             err=True,
         )
     if rec.corrupt:
@@ -458,7 +459,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         ) from None
     if not args.output:
         raise UsageError("Parquet export needs -o FILE")
-    pq.write_table(pa.table(export_columns(rec)), args.output)
+    # every string cleaned as in every other output, and the file written as every file
+    # of tokmon's is (open_private: 0600, never through a symbolic link, never over a
+    # file that is not tokmon's): pyarrow writes to the descriptor it is handed
+    cols = {k: [clean_text(v) if isinstance(v, str) else v for v in vs]
+            for k, vs in export_columns(rec).items()}  # fmt: skip
+    table = pa.table(cols).replace_schema_metadata({"tokmon": __version__})
+    try:
+        with open_private(args.output, append=False) as f:
+            pq.write_table(table, f)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+    say(f"tokmon: wrote {args.output}", err=True)
     return 0
 
 

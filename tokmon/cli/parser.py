@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from tokmon import __version__
 from tokmon.cli.options import CONFIG_KEYS, TEXT_KEYS, add_display_options, add_run_options, number
+from tokmon.model.coerce import json_value
 from tokmon.textsafe import say
 
 EXIT_USAGE = 2
@@ -461,7 +462,10 @@ def config_argv(parser: argparse.ArgumentParser, defaults: dict[str, Any], path:
             for x in items:
                 out += [opt, x]
         elif key == "extra_body" and isinstance(v, dict):
-            out += [opt, json.dumps(v)]
+            try:
+                out += [opt, json.dumps(json_value(v, where))]
+            except ValueError as e:
+                raise UsageError(str(e)) from None
         elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise UsageError(f"{where} must be a single value, got {v!r}")
         elif key in TEXT_KEYS and not isinstance(v, str):

@@ -10,7 +10,6 @@ import dataclasses
 import os
 import secrets
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -372,8 +371,7 @@ def run_session(
                     err=True,
                     flush=True,
                 )
-                with contextlib.suppress(KeyboardInterrupt):
-                    time.sleep(linger)
+                SHUTDOWN.wait(linger)  # (a signal ends it: Ctrl-C, SIGTERM, SIGHUP)
         finally:
             if web is not None:
                 web.close()

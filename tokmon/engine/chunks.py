@@ -94,7 +94,8 @@ def _real(v: Any, name: str, hi: float = 1e6) -> float | None:
     """A finite, non-negative figure (an acceptance length), or None if absent."""
     if v is None:
         return None
-    if type(v) in (int, float) and math.isfinite(v) and 0 <= v <= hi:
+    # (the range first: NaN fails it, and an int of 400 digits is no OverflowError)
+    if type(v) in (int, float) and 0 <= v <= hi:
         return float(v)
     raise _BadNumber(f"{name} = {_show(v)} is not a valid figure")
 

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokmon.model.coerce import json_value
 from tokmon.model.redact import redact_argv, redact_text, short_command
 
 
@@ -167,6 +168,10 @@ def arm_from_mapping(name: str, obj: dict[str, Any]) -> Arm:
     headers = obj.get("headers", {})
     if not isinstance(body, dict) or not isinstance(headers, dict):
         raise ArmError(f"arm {name}: body and headers must be tables")
+    try:
+        json_value(body, f"arm {name}: body")
+    except ValueError as e:
+        raise ArmError(str(e)) from None
     serve = serve_argv(name, obj["serve"]) if "serve" in obj else ()
     if serve and obj.get("url"):
         raise ArmError(f"arm {name}: give url or serve, not both")

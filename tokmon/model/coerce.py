@@ -29,3 +29,22 @@ def integer(v: Any) -> int:
 
 def text(v: Any, default: str = "") -> str:
     return v if isinstance(v, str) else default
+
+
+def json_value(v: Any, where: str) -> Any:
+    """``v`` (a TOML value) where JSON is meant (a request body): strings, finite
+    numbers, booleans, lists and tables only. Raises ValueError naming ``where`` and the
+    first value JSON cannot hold (a TOML date or time, inf, nan) -- one line, not a
+    traceback when the body is sent."""
+    stack = [(v, where)]
+    while stack:
+        x, at = stack.pop()
+        if isinstance(x, dict):
+            stack.extend((y, f"{at}.{k}") for k, y in x.items())
+        elif isinstance(x, list):
+            stack.extend((y, f"{at}[{i}]") for i, y in enumerate(x))
+        elif isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"{at}: {x} is not a JSON number")
+        elif x is not None and not isinstance(x, (str, int, float, bool)):
+            raise ValueError(f"{at}: a TOML {type(x).__name__} is not a JSON value")
+    return v

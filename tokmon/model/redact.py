@@ -3,11 +3,13 @@
 A server command (``serve=``), tokmon's own command line and what a server says of
 itself are written down (the recording, the summary, reports, logs): never with a
 secret in them. The rule: the value of any option whose name says it is one (it holds
-key, token, secret, password, passwd, auth or credential: ``--api-key v``,
-``--hf_token=v``, ``--admin-api-key``, ``--auth-token``, ``-k``), a ``NAME=value`` word
-whose NAME says so (an environment variable), a bearer or basic credential anywhere
-in an argument (``'Authorization: Bearer …'``), and the password of a URL. A name given
-to ``--show-arg`` is kept as it is.
+key, token, secret, password, passwd, pass, auth, credential, cookie, signature, sig,
+jwt or sas as a word: ``--api-key v``, ``--hf_token=v``, ``--admin-api-key``,
+``--auth-token``, ``--session-cookie``, ``--sas-sig``, ``--jwt``, ``-k``), a
+``NAME=value`` word whose NAME says so (an environment variable), the value of a header
+whose name says so (``-H 'X-Api-Key: v'``, ``'Cookie: v'``), a bearer or basic
+credential anywhere in an argument (``'Authorization: Bearer …'``), and the password of
+a URL. A name given to ``--show-arg`` is kept as it is.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ from tokmon.textsafe import REDACTED
 # words of an option's name that make its value a secret (``--max-tokens`` and
 # ``--tokenizer`` hold none of them: words are matched whole)
 SECRET_WORDS = frozenset(
-    ("key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "pwd",
-     "auth", "credential", "credentials", "bearer")
+    ("key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd",
+     "pwd", "pass", "auth", "credential", "credentials", "bearer", "cookie", "cookies",
+     "signature", "sig", "jwt", "sas", "authorization")
 )  # fmt: skip
 # short options that are keys by convention (curl, openssl, many servers' -k KEY)
 SHORT_SECRETS = ("-k",)
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9._~+/=:-]{4,})")
-_AUTH_HEADER = re.compile(r"(?i)\b(authorization|x-api-key|api-key)(\s*:\s*)(\S.*)")
+# a header whose name holds a secret word: its value (``X-Api-Key: v``, ``Cookie: v``)
+_SECRET_HEADER = (r"[\w-]*(?:key|token|auth|secret|cookie|signature|sig|password|passwd|"
+                  r"jwt|authorization|credential)[\w-]*")  # fmt: skip
+_AUTH_HEADER = re.compile(rf"(?i)\b({_SECRET_HEADER})(\s*:\s*)(\S.*)")
+_HEADER_NAME = re.compile(rf"(?i){_SECRET_HEADER}:")
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
@@ -58,12 +65,19 @@ def _scan(argv: Sequence[str], shown: tuple[str, ...]) -> tuple[list[str], list[
     found: list[str] = []
     hide = False
     for a in argv:
+        if hide and a.strip("'\"").lower() in ("bearer", "basic"):
+            written.append(a)  # 'Authorization:' 'Bearer' 'TOKEN': the token is the secret
+            continue
         if hide:  # the value after a secret option, or after 'Bearer'
             written.append(REDACTED)
-            found.append(a)
+            found.append(a.strip("'\"") or a)
             hide = False
             continue
         if a.lower() in ("bearer", "basic"):  # 'Authorization:' 'Bearer' 'TOKEN'
+            written.append(a)
+            hide = True
+            continue
+        if _HEADER_NAME.fullmatch(a.strip("'\"")):  # 'X-Api-Key:' 'VALUE' (split on spaces)
             written.append(a)
             hide = True
             continue

@@ -133,11 +133,20 @@ def _codes(
     index: dict[Any, int],
     voc: list[Any],
     short: str,
+    fill: int,
 ) -> list[tuple[np.ndarray | None, list[int]]]:
     """A string column's groups of values as codes into ``voc``; a value not seen before
     (rare) is added in the order of the rows where it first appears, whatever group its
     line fell in, so the codes do not depend on how the lines were grouped (the columnar
-    reader, ``recording/arrow_lines.py``, numbers them the same way)."""
+    reader, ``recording/arrow_lines.py``, numbers them the same way). In a column that
+    holds no null (``fill``: its default's code; -1: it is required), a null is its
+    default, as a key left out is (Arrow reads both as null), or refused where required
+    (a request line with ``"arm": null`` reached the figures as an arm named None)."""
+    if None not in index:
+        if fill >= 0:
+            index = {**index, None: fill}
+        elif any(None in p for _w, p in parts):
+            raise TypeError(f"{short}: null where a string is required")
     coded = [(w, [index.get(v, -1) for v in p]) for w, p in parts]
     new: list[tuple[int, Any]] = []
     for (w, p), (_, codes) in zip(parts, coded, strict=True):
@@ -258,7 +267,7 @@ class RequestTable:
                 fill = 0 if fill is None else fill  # required: every row has it
             parts: list[tuple[np.ndarray | None, Sequence[Any]]] = list(values.get(short, []))
             if typ in ("s", "z"):
-                parts = list(_codes(parts, index, voc, short))
+                parts = list(_codes(parts, index, voc, short, fill))
             if len(parts) == 1 and parts[0][0] is None:
                 # numpy refuses None and text where a number belongs: a bad line raises
                 cols[name] = np.array(parts[0][1], dtype=dtype)

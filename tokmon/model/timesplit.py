@@ -413,7 +413,9 @@ def _ttft(a: _Arm, rtt: float | None, client: Quantiles) -> TtftSplit:
         if not split.mismatch and rem.size:
             split = dataclasses.replace(
                 split,
-                queue=_med(q[has_q]) if has_q.any() else None,
+                # (a queue reported of some requests only is not a part of all of them:
+                # it stays in the remainder, which says it holds it)
+                queue=_med(q) if has_q.all() else None,
                 prefill=_med(p),
                 front=float(np.median(np.maximum(rem, 0.0))),
             )

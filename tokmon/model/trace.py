@@ -204,6 +204,12 @@ def stream_share(
             )
         last = e.t_ms
         yield i, dataclasses.replace(e, t_ms=e.t_ms - stream.t0_ms)
+    if i + 1 < stream.count:
+        # (every engine reads every line: each sees the file end early, and says so)
+        raise WorkloadError(
+            f"{where} ended after {i + 1:,} of the {stream.count:,} requests it held when "
+            "the run began: it was cut or replaced while the run read it"
+        )
 
 
 def check_speed(speed: float) -> float:

@@ -84,6 +84,9 @@ class Recording:
     t_seen: int = 0  # the latest time of any line read (a scan holds no request)
     part: int = 0  # a later part of a rotated run, read alone (0: the run from its start)
     missing: list[str] = field(default_factory=list)  # parts of a rotated run not found
+    # the files of a rotated run that were cut (their writer stopped, or a part was
+    # damaged): named, each as itself (``truncated`` says the run was)
+    cut: list[str] = field(default_factory=list)
     window: Window | None = None  # read as a window of the run (``read_window``)
 
     @property
@@ -390,7 +393,8 @@ def _first_line(path: str) -> dict[str, Any] | None:
 
 
 class _Foreign(Exception):
-    """A file named as a later part whose header is another run's."""
+    """A file named as a later part that is not that part of this run: another run's,
+    or a copy of another part (its header says which part it is and of which run)."""
 
 
 class _Scan:
@@ -421,8 +425,8 @@ class _Scan:
         if rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
         if cont is None:
-            for part_path in self.parts_after():
-                yield from self.file(part_path, 0)
+            for k, part_path in self.parts_after():
+                yield from self.file(part_path, 0, k)
         if rec.t_end is None:
             rec.truncated = True
 
@@ -449,24 +453,32 @@ class _Scan:
             rec.corrupt += n
 
     # ------------------------------------------------------------------ parts
-    def parts_after(self) -> list[str]:
-        """The later parts of a rotated run whose first part was read (in order); a part
-        that is missing is named in ``rec.missing``, and the parts after it still read."""
+    def parts_after(self) -> Iterator[tuple[int, str]]:
+        """The later parts of a rotated run whose first part was read, in order, as they
+        are read: a run of parts that are missing is named in ``rec.missing`` (one note
+        for the run), and the parts after it still read; once the run's end was read, a
+        file numbered after it is named as not of the run (a stray copy), never read."""
         rec = self.rec
         rot = (rec.header.get("rotation") if rec is not None else None) or {}
         if rec is None or rot.get("part") != 1:
-            return []
-        found = part_numbers(self.path)
-        out = []
-        for k in range(max(2, self.from_part), max(found, default=1) + 1):
-            if k in found:
-                out.append(part_path(self.path, k))
-            else:
-                rec.missing.append(part_path(self.path, k))
-        return out
+            return
+        found = sorted(k for k in part_numbers(self.path) if k >= max(2, self.from_part))
+        expect = max(2, self.from_part)
+        for k in found:
+            if rec.t_end is not None:
+                rec.missing.append(f"{part_path(self.path, k)} (after the run's end: not of it)")
+                continue
+            if k > expect:
+                gone = part_path(self.path, expect)
+                if k - expect > 1:
+                    gone += f" … {part_path(self.path, k - 1)} ({k - expect} parts)"
+                rec.missing.append(gone)
+            expect = k + 1
+            yield k, part_path(self.path, k)
 
     # ------------------------------------------------------------------ one file
-    def file(self, path: str, offset: int) -> Iterator[Item | _Batch]:
+    def file(self, path: str, offset: int, number: int = 0) -> Iterator[Item | _Batch]:
+        """The facts of one file: the recording, or part ``number`` of a rotated run."""
         lines = _Lines(path, offset)
         # request lines not yet parsed: runs of whole lines as they lie in the file, and
         # how many lines they hold
@@ -515,10 +527,10 @@ class _Scan:
                 if first and (self.rec is None or self.cont is None):
                     first = False
                     try:
-                        item = self._header(obj, path)
-                    except _Foreign:
+                        item = self._header(obj, path, number)
+                    except _Foreign as e:
                         assert self.rec is not None
-                        self.rec.missing.append(f"{path} (the part of another run)")
+                        self.rec.missing.append(f"{path} ({e})")
                         return
                     if item is not None:
                         yield item
@@ -549,19 +561,21 @@ class _Scan:
                     t = getattr(fact, "t", None)
                     if isinstance(t, int) and self.rec is not None:
                         self._seen(self.rec, t)
-        if lines.tail and self.rec is not None and self.cont is None:
-            self.rec.truncated = True  # (following, a half-written line is normal)
+        cut = bool(lines.tail) and self.cont is None  # (following, a half line is normal)
         if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
         yield self._batch(batch, nb, held)
         rec = self.rec
         rec.lines += n_lines
         rec.offset = None if lines.gzip or self.part > 1 else lines.offset
-        if lines.cut:
+        if lines.cut or cut:
             rec.truncated = True
+            if self.part:  # (a rotated run: which part was cut, by its own name)
+                rec.cut.append(path)
 
-    def _header(self, obj: dict[str, Any], path: str) -> Session | None:
-        """A file's first line: the run's header, or the header of a later part."""
+    def _header(self, obj: dict[str, Any], path: str, k: int = 0) -> Session | None:
+        """A file's first line: the run's header, or the header of part ``k`` (raises
+        _Foreign, saying why, where it is not that part of this run)."""
         if obj.get("k") != "header":
             raise RecordingError(f"{path} is not a tokmon recording (no header line)")
         v = obj.get("schema_version")
@@ -588,9 +602,11 @@ class _Scan:
         if (
             not isinstance(part, int)
             or not isinstance(rot, dict)
-            or (rot.get("run") != first.get("run"))
+            or rot.get("run") != first.get("run")
         ):
-            raise _Foreign
+            raise _Foreign("the part of another run")
+        if k and part != k:
+            raise _Foreign(f"a copy of part {part}, not part {k}: not read")
         self.part = part
         return None
 

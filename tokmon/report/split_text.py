@@ -51,25 +51,25 @@ def _left_out(d: dict[str, Any], what: str) -> tuple[int, int, bool]:
     return bad, n + bad, bad > MISMATCH_SHARE * (n + bad)
 
 
-def mismatch_note(d: dict[str, Any], what: str) -> str:
-    """What a split left out: ``3 of 120 requests left out (server figures over the
-    client's TTFT: a clock or definition mismatch)``; "" where none was."""
+def mismatch_note(d: dict[str, Any], what: str) -> list[str]:
+    """What a split left out, in pieces that wrap whole: ``3 of 120 requests left out:``
+    ``server figures over the client's TTFT`` ``(a clock or definition mismatch)``;
+    none where none was."""
     bad, total, _ = _left_out(d, what)
     if not bad:
-        return ""
-    return (f"{bad} of {total} requests left out (server figures over the client's "
-            f"{what}: a clock or definition mismatch)")  # fmt: skip
+        return []
+    return [f"{bad} of {total} requests left out:", f"server figures over the client's {what}",
+            "(a clock or definition mismatch)"]  # fmt: skip
 
 
 def ttft_parts(t: dict[str, Any], glyphs: bool = True) -> list[str]:
     """``net 2.5 ms (3%)`` for each part given (after its bar's glyph); what the
-    remainder holds besides; the requests left out as mismatched. A part is never over
-    its whole and never negative (the model's rule, ``timesplit``): where too many
-    requests broke it, no part is given and the note says why."""
+    remainder holds besides. A part is never over its whole and never negative (the
+    model's rule, ``timesplit``): where too many requests broke it, no part is given
+    (``no parts``), and ``mismatch_note`` says why."""
     client = _f(t.get("client"))
-    note = mismatch_note(t, "TTFT")
     if _left_out(t, "TTFT")[2]:
-        return [f"no parts: {note}"]
+        return ["no parts"]
     out = []
     for key, name, glyph in PARTS:
         v = _f(t.get(key))
@@ -82,7 +82,7 @@ def ttft_parts(t: dict[str, Any], glyphs: bool = True) -> list[str]:
         if key == "front" and t.get("front_holds"):
             label = "front+" + "+".join(str(h) for h in t["front_holds"])
         out.append(f"{glyph if glyphs else ''}{label} {ms(v)}{share}")
-    return out + ([note] if note else [])
+    return out
 
 
 def _scope(t: dict[str, Any]) -> str:
@@ -108,20 +108,22 @@ def arm_lines(name: str, sp: dict[str, Any], width: int = 58) -> list[str]:
     bar = ttft_bar(t, max(8, min(40, width - 4)))
     if bar:
         out.append("  " + bar)
-    out += wrap(ttft_parts(t), "  ", width) if t.get("source") else []
+    if t.get("source"):
+        out += wrap(ttft_parts(t), "  ", width)
+        out += wrap(mismatch_note(t, "TTFT"), "  ", width, " ")
     if p.get("source"):
         note = mismatch_note(p, "TPOT")
         if _left_out(p, "TPOT")[2]:
-            parts = [f"TPOT {ms(_f(p.get('client')))}: no split", note]
+            parts = [f"TPOT {ms(_f(p.get('client')))}: no split"]
         else:
             parts = [
                 f"TPOT {ms(_f(p.get('client')))}: server {ms(_f(p.get('server_step')))}",
                 f"stream {ms(_f(p.get('stream')))}",
                 f"(whole run {p.get('stat')}, {p.get('source')}"
                 + (f", {_req(p)})" if p.get("sampled_of") else ")"),
-                *([note] if note else []),
             ]
         out += wrap(parts, "  ", width)
+        out += wrap(note, "  ", width, " ")
     bins = sp.get("batch_tpot") or []
     if bins:
         out += wrap([f"{b[0]}: {ms(_f(b[1]))} ({b[2]})" for b in bins],
@@ -138,6 +140,8 @@ def kind_line(kind: str, sp: dict[str, Any]) -> str:
     tail = f" · TPOT {ms(_f(p.get('client')))}"
     if p.get("source"):
         tail += f" (server {ms(_f(p.get('server_step')))})"
+    if parts == ["no parts"]:
+        return head + " · no parts: " + " ".join(mismatch_note(t, "TTFT")) + tail + f" · {_req(t)}"
     return head + (" = " + " + ".join(parts) if parts else "") + tail + f" · {_req(t)}"
 
 

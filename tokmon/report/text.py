@@ -109,6 +109,7 @@ def report_data(
         "part": rec.part,
         "environment": environment_block(rec),
         "truncated": rec.truncated,
+        "cut_parts": list(rec.cut),
         "corrupt_lines": rec.corrupt,
         "lost_lines": rec.lost_lines,
         "paused": [g for g in rec.gaps if g.get("why") == "paused" and inside(g.get("to") or 0)],
@@ -198,10 +199,13 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
     h = "## " if md else ""
     fence = ["```"] if md else []
     if data["truncated"]:
+        cut = data.get("cut_parts") or []
         out.append(
-            "NOTE: the recording was cut (the writer stopped before its end); "
-            "figures cover what was written."
-        )
+            ("NOTE: the recording was cut (the writer stopped before its end); "
+             if not cut else f"NOTE: {', '.join(clean_text(c, False) for c in cut)} "
+             "of this rotated run " + ("was" if len(cut) == 1 else "were") + " cut; ")
+            + "figures cover what was written."
+        )  # fmt: skip
     if data["corrupt_lines"]:
         n = data["corrupt_lines"]
         out.append(f"NOTE: {count(n, 'corrupt line')} {'was' if n == 1 else 'were'} skipped.")
