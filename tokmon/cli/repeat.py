@@ -61,7 +61,7 @@ def _ends_by_itself(o: RunOptions) -> bool:
 
 
 def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
-    from tokmon.model.runs import between_runs
+    from tokmon.model.runs import between_runs, not_whole
     from tokmon.report.runs_text import runs_text
 
     n = args.repeat or 1
@@ -101,12 +101,13 @@ def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
             # a run that cannot start ends the repeat: the runs done are still reported
             failed, code = f"run {i} of {n}: {e}", 1
         codes.append(code)
-        if got and code == 0:
+        broken = not_whole(got[0]) if got else ""
+        if got and code == 0 and not broken:
             summaries.append(got[0])
             names.append(name)
         elif got or code:
             why = (f"stopped by {SHUTDOWN.name}" if SHUTDOWN.requested
-                   else "it did not start" if failed else "it ended with an error")  # fmt: skip
+                   else "it did not start" if failed else broken or "it ended with an error")  # fmt: skip
             left_out.append(f"{name} ({why})")
         if SHUTDOWN.requested or failed:
             say(f"tokmon: stopped at run {i} of {n}" + (f": {failed}" if failed else ""),

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tokmon.bodies import fetch
+from tokmon.bodies import BodyTooLarge, fetch
 from tokmon.engine.worker import build_body, endpoint_url, request_headers
 from tokmon.gate import loads
 from tokmon.inputs import InputError, check_input
@@ -57,6 +57,8 @@ def post(client: httpx.Client, url: str, **kw: Any) -> httpx.Response:
             time.sleep(BACKOFF_S[min(i - 1, len(BACKOFF_S) - 1)])
         try:
             r = fetch(client, "POST", url, **kw)
+        except BodyTooLarge as e:  # (a probe's answer is one token: this is no answer)
+            raise CalibrationError(str(e)) from None
         except httpx.TransportError as e:  # (RemoteProtocolError: a garbled status line)
             last, r = e, None
             continue

@@ -110,6 +110,7 @@ class Connection:
         "_keepalive",
         "_finished",
         "_last",
+        "_t_read",
         "_idle_ns",
         "_idle_h",
         "_drain_h",
@@ -140,6 +141,7 @@ class Connection:
         self._keepalive = True
         self._finished = False
         self._last = 0
+        self._t_read = 0  # the last read's stamp: bytes arrive in order, and so do stamps
         self._idle_ns = 0
         self._idle_h: asyncio.TimerHandle | None = None
         self._drain_h: asyncio.TimerHandle | None = None
@@ -309,6 +311,15 @@ class Connection:
             k = CLOCK.to_mono(wall, now)
             if now - STAMP_WINDOW_NS < k <= now:
                 t = k
+        # A read's bytes came after the last read's, on the same connection: its stamp is
+        # never earlier. (Each wall stamp is moved to the monotonic clock with the offset
+        # measured at its read, which moves by a few hundred ns: two reads of a 10 MB
+        # answer were once stamped 0.3 µs out of order, and the request dropped as
+        # impossible. A read stamped when read, its kernel stamp refused, is later
+        # than the reads it follows too.)
+        if t < self._t_read:
+            t = self._t_read
+        self._t_read = t
         eof = not data
         if self.tls is not None and data:
             got = self._decrypt(data)

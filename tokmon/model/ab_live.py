@@ -57,7 +57,7 @@ class LiveComparison:
         self._view = None  # made when first drawn
         self.causes = split.causes(a, b)
         self.causes_by_kind = split.causes_by_kind(a, b)
-        self.crossovers = ladder.crossovers(a, b)
+        self.crossovers = ladder.crossovers(a, b, self.kind_weights)
 
     def view(self) -> ComparisonView | None:
         if self.result is None:

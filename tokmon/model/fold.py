@@ -653,6 +653,7 @@ class Fold:
                 st.arm, self.probes.rtt_ms(st.arm), st.ttft, st.tpot, st.step
             ).to_json(),
             (names[0], names[1]) if len(names) >= 2 else None,
+            dict(s.kind_weights) if s.kind_weights else None,
         )
         if lad is not None:
             out["ladder"] = lad

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from tokmon.model.coerce import number
+
 # the 97.5% quantile of Student's t by degrees of freedom (1–30); beyond, the normal's
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -180,6 +182,22 @@ def changed_env(summaries: list[dict[str, Any]], arm: str) -> list[str]:
             continue
         out.append(f"{k}: {' / '.join(vals)}")
     return out
+
+
+def not_whole(summary: dict[str, Any]) -> str:
+    """Why a finished run is not one to compare with the others ("" where it is): a
+    managed server that failed, or a server that could not be reached for some of its
+    requests (it died, or restarted, mid-way). Such a run's figures are not the
+    configuration's: ``reproduces`` is judged without it."""
+    for arm, m in (summary.get("managed_servers") or {}).items():
+        if isinstance(m, dict) and number(m.get("failed")):
+            return f"the server of arm {arm} failed"
+    for arm, a in (summary.get("arms") or {}).items():
+        by = ((a.get("requests") or {}).get("by_outcome") or {}) if isinstance(a, dict) else {}
+        lost = number(by.get("connect")) if isinstance(by, dict) else None
+        if lost:
+            return f"the server of arm {arm} could not be reached for {int(lost)} requests"
+    return ""
 
 
 def between_runs(summaries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -18,9 +18,18 @@ from tokmon.model.ladder import StepTotals, knee, knee_json
 from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.samples import GpuSample, ProbeSample, ServerSample
 from tokmon.model.sketch import Quantiles
-from tokmon.model.stats import MIN_SAMPLES, Slo, ratio_ci_requests
+from tokmon.model.stats import (
+    MIN_SAMPLES,
+    Ratio,
+    Slo,
+    Stratum,
+    ratio_ci_requests,
+    ratio_ci_stratified,
+)
 from tokmon.model.table import RequestTable, distinct_pairs
 from tokmon.model.views import LadderView
+
+REPS = 2000  # bootstrap replicates of a load's speed-up (each kind's, and combined)
 
 
 class Steps:
@@ -120,31 +129,64 @@ class Steps:
             stopped=self.stopped,
         )
 
-    def crossovers(self, a: str, b: str) -> tuple[Crossover, ...]:
-        """``b``'s decode speed-up over ``a`` at each load both ran (ladder steps,
-        capacity probes), and where it stops paying: per task kind where the mix has
-        several, else over the whole."""
-        param = self.param or ""
-        if not self.steps or param not in ("concurrency", "rate"):
-            return ()
+    def kinds(self, weights: dict[str, float] | None = None) -> list[str]:
+        """The task kinds of the workload the steps met (and the mix's, from
+        ``weights``), quality probes aside; [] where there is one kind or none."""
+        met = {k for st in self.steps for k in st.decode_kind}
+        names = sorted(k for k in met | set(weights or ()) if not k.startswith(KIND_PREFIX))
+        return names if len(names) > 1 else []
+
+    def level_ratio(
+        self, x: StepTotals, y: StepTotals, weights: dict[str, float] | None = None
+    ) -> Ratio | None:
+        """``y``'s decode speed-up over ``x`` at one load (a ladder step, a capacity
+        probe): the one method of every combined speed-up (``stats.ratio_ci_stratified``)
+        — per task kind where the mix has several, combined with the mix's weights as a
+        weighted geometric mean, with its coverage: the load is whole when every kind
+        has ``MIN_SAMPLES`` requests in both arms *there*. A median pooled over the kinds
+        is not the workload's speed-up where the arms ran the kinds in other shares
+        (spec ran more code than plain: the pooled ratio said ×0.89 where code gave
+        ×1.86 and free text ×0.78). Its per-kind ratios are the crossover's, so the two
+        cannot contradict."""
+        kinds = self.kinds(weights)
+        if not kinds:
+            return ratio_ci_stratified({0: Stratum(x.decode)}, {0: Stratum(y.decode)},
+                                       segments=False, reps=REPS)  # fmt: skip
+        sa = {i: Stratum(x.decode_kind.get(k) or Quantiles()) for i, k in enumerate(kinds)}
+        sb = {i: Stratum(y.decode_kind.get(k) or Quantiles()) for i, k in enumerate(kinds)}
+        w = {i: float(weights[k]) for i, k in enumerate(kinds)} if weights else None
+        return ratio_ci_stratified(sa, sb, segments=False, reps=REPS, weights=w,
+                                   expected=tuple(range(len(kinds))))  # fmt: skip
+
+    def _levels(self, a: str, b: str) -> list[tuple[str, StepTotals, StepTotals]]:
+        """(load, a's step, b's step) for each load both arms ran, in the order run."""
         by: dict[tuple[str, str], StepTotals] = {}
         for st in self.steps:
             by[(st.arm, st.value)] = st  # (a level probed twice: its last run)
-        levels = [v for (arm, v) in by if arm == a and (b, v) in by]
-        kinds = sorted({k for st in self.steps for k in st.decode_kind
-                        if not k.startswith(KIND_PREFIX)})  # fmt: skip
+        return [(v, by[(a, v)], by[(b, v)]) for (arm, v) in by if arm == a and (b, v) in by]
+
+    def crossovers(
+        self, a: str, b: str, weights: dict[str, float] | None = None
+    ) -> tuple[Crossover, ...]:
+        """``b``'s decode speed-up over ``a`` at each load both ran (ladder steps,
+        capacity probes), and where it stops paying: per task kind where the mix has
+        several, else over the whole — each kind's ratio at a load the very one that
+        ``level_ratio`` combines."""
+        param = self.param or ""
+        if not self.steps or param not in ("concurrency", "rate"):
+            return ()
+        kinds = self.kinds(weights)
         out = []
         # over a mix of kinds, per kind only: a median over code and free text together
         # is neither's speed-up (and its interval jumps between the two)
-        for kind in kinds if len(kinds) > 1 else [""]:
+        for kind in kinds or [""]:
             pts = []
-            for v in levels:
-                x, y = by[(a, v)], by[(b, v)]
+            for v, x, y in self._levels(a, b):
                 da = x.decode if not kind else x.decode_kind.get(kind, Quantiles())
                 db = y.decode if not kind else y.decode_kind.get(kind, Quantiles())
                 if len(da) < MIN_SAMPLES or len(db) < MIN_SAMPLES:
                     continue
-                r = ratio_ci_requests(da, db)
+                r = ratio_ci_requests(da, db, reps=REPS)
                 if r is not None:
                     pts.append(AtLoad(float(v), r[0], r[1], r[2]))
             if pts:
@@ -158,9 +200,11 @@ class Steps:
         gpus: int,
         split_of: Callable[[StepTotals], dict[str, Any]],
         pair: tuple[str, str] | None,
+        weights: dict[str, float] | None = None,
     ) -> dict[str, Any] | None:
         """The summary's ladder block; ``split_of``: a step's time split; ``pair``: the
-        A/B's arms, for the crossover."""
+        A/B's arms, for the crossover; ``weights``: the mix's kinds, for the speed-up
+        at each step."""
         if not self.steps:
             return None
         figs = [st.figures(t_end) for st in self.steps]
@@ -182,22 +226,39 @@ class Steps:
         if len(arms) >= 2:
             speedup = []
             by = {(st.step, st.arm): st for st in self.steps}
+            kinds = self.kinds(weights)
             for step in sorted({st.step for st in self.steps}):
                 a, b = by.get((step, arms[0])), by.get((step, arms[1]))
                 if a is None or b is None:
                     continue
-                r = ratio_ci_requests(a.decode, b.decode)
+                r = self.level_ratio(a, b, weights)
                 speedup.append(
                     {
                         "step": step,
                         "value": a.value,
                         "baseline": arms[0],
                         "other": arms[1],
-                        "decode_ratio": None
-                        if r is None
-                        else {"ratio": r[0], "ci95": [r[1], r[2]]},
+                        "decode_ratio": None if r is None else ratio_json(r, kinds),
                     }
                 )
             out["speedup"] = speedup
-            out["crossover"] = [c.to_json() for c in self.crossovers(*pair)] if pair else []
+            out["crossover"] = (
+                [c.to_json() for c in self.crossovers(*pair, weights)] if pair else []
+            )
         return out
+
+
+def ratio_json(r: Ratio, kinds: list[str]) -> dict[str, Any]:
+    """A combined speed-up as the summary writes it: the ratio, its interval, the kinds
+    it combines, and — where a kind had too few requests in an arm — that it is partial,
+    with the share of the workload it holds and what it lacks."""
+    return {
+        "ratio": r.ratio,
+        "ci95": [r.lo, r.hi],
+        "kinds": kinds or None,
+        "coverage": round(r.coverage, 4),
+        "partial": r.partial,
+        "missing": [
+            {"kind": kinds[sid] if kinds else "", "n": [na, nb]} for sid, na, nb in r.missing
+        ],
+    }

@@ -200,7 +200,12 @@ def compare(
     # quality probes load the server like any request, but they are not the workload
     # being compared: their strata are left out of the speed-up (their answers are judged
     # in ``quality``), so they neither dilute it nor make it partial
-    probes = [i for i, (kind, _) in enumerate(keys) if kind.startswith(KIND_PREFIX)]
+    # requests of a ladder run sent outside its steps (before the first began: the
+    # steps' edges) were measured at no step's load: not a stratum either (they made a
+    # finished ladder "partial" over strata of 3 and 0 requests)
+    ladder = any(step >= 0 for _, step in keys)
+    probes = [i for i, (kind, step) in enumerate(keys)
+              if kind.startswith(KIND_PREFIX) or (ladder and step < 0)]  # fmt: skip
     expected = tuple(i for i in range(len(keys)) if i not in probes)
     weights = _stratum_weights(keys, base, other, kind_weights)
     shared = {key: i for i, key in enumerate(keys)}

@@ -247,15 +247,9 @@ def summary_table(summary: dict[str, Any]) -> str:
                 )
             )
         for sp in lad.get("speedup", []):
-            r = sp["decode_ratio"]
-            out.append(
-                f"  speed-up {sp['other']}/{sp['baseline']} at {lad['param']} {sp['value']}: "
-                + (
-                    "not enough data"
-                    if r is None
-                    else f"×{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
-                )
-            )
+            out.append(f"  speed-up {clean_text(str(sp['other']), False)}/"
+                       f"{clean_text(str(sp['baseline']), False)} at {lad['param']} "
+                       f"{sp['value']}: {step_ratio_text(sp['decode_ratio'])}")  # fmt: skip
         for cr in lad.get("crossover") or []:
             out.append(f"  crossover: {clean_text(str(cr.get('text')), False)}")
         if lad.get("stopped_early"):
@@ -266,6 +260,23 @@ def summary_table(summary: dict[str, Any]) -> str:
     if oc:
         out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
+
+
+def step_ratio_text(r: dict[str, Any] | None) -> str:
+    """A load's combined decode speed-up: ``×1.27 [1.19, 1.35] over code and creative
+    (mix-weighted)``, or partial with what it lacks."""
+    if r is None:
+        return "not enough data"
+    out = f"×{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+    kinds = [clean_text(str(k), False) for k in r.get("kinds") or []]
+    if kinds:
+        out += f" over {', '.join(kinds[:-1])} and {kinds[-1]} (by kind, mix-weighted)"
+    if r.get("partial"):
+        lack = ", ".join(f"{clean_text(str(m.get('kind')), False)} {m['n'][0]}/{m['n'][1]}"
+                         for m in r.get("missing") or [])  # fmt: skip
+        out += (f"; PARTIAL: {r.get('coverage', 0):.0%} of the workload "
+                f"(too few requests: {lack}; {MIN_SAMPLES} in each arm needed)")  # fmt: skip
+    return out
 
 
 def quality_lines(q: dict[str, Any] | None) -> list[str]:

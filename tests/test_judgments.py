@@ -1,0 +1,112 @@
+"""Judgments that agree with each other (#58): each through the fold, with synthetic
+facts on a known schedule — no wall clock, no server."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tokmon.model.facts import Requests
+from tokmon.model.fold import Fold, FoldSettings
+from tokmon.model.ladder import knee
+from tokmon.model.records import Event, RequestRecord
+from tokmon.model.table import RequestTable
+from tokmon.model.views import StepFigures
+
+S = 1_000_000_000
+
+
+def request(rid: int, arm: str, kind: str, step: int, t: int, dec: float, seg: int = 0):
+    return RequestRecord(
+        rid=rid, arm=arm, outcome="ok", t_sched=t, t_end=t + S // 2, kind=kind, step=step,
+        segment=seg, t_send=t, ttft_ms=50.0, e2e_ms=500.0, output_tokens=64,
+        tpot_ms=1000.0 / dec, decode_tps=dec,
+    )  # fmt: skip
+
+
+def ladder_fold(shares: dict[str, dict[str, int]], speed: dict[str, dict[str, float]]) -> Fold:
+    """A two-arm ladder of two steps whose arms ran the kinds in other shares: at each
+    step ``shares[arm][kind]`` requests of each kind, decoding at ``speed[arm][kind]``
+    tok/s (a little spread around it), plus four requests sent before the first step
+    began (the ladder's edge: they belong to no step)."""
+    f = Fold(FoldSettings(arms=("plain", "spec"), kind_weights=(("code", 1.0), ("creative", 1.0))))
+    recs = [request(i, "plain", ("code", "creative")[i % 2], -1, 0, 40.0) for i in range(4)]
+    t, rid, seg = S, 100, 0
+    rng = np.random.default_rng(3)
+    for step, value in enumerate(("4", "32")):
+        for arm in ("plain", "spec"):
+            f.apply(Event(t=t, kind="arm", message=f"arm → {arm}", data={"arm": arm}))
+            f.apply(Event(t=t, kind="step", message="step",
+                          data={"step": step, "arm": arm, "value": value,
+                                "param": "concurrency", "warm_s": 0.0}))  # fmt: skip
+            for kind, n in shares[arm].items():
+                for _ in range(n):
+                    t += S // 100
+                    dec = speed[arm][kind] * (1 + 0.02 * rng.standard_normal())
+                    recs.append(request(rid, arm, kind, step, t, dec, seg))
+                    rid += 1
+            seg += 1
+            t += S
+    f.apply(Requests(RequestTable.from_records(recs)))
+    f.apply(Event(t=t, kind="ladder", message="ladder done", data={}))
+    return f
+
+
+def test_a_ladder_steps_speed_up_is_stratified_by_kind_and_agrees_with_the_crossover():
+    """Spec ran 193 creative and 166 code requests to plain's other shares: the pooled
+    ratio said spec loses at the step (×0.89) where code gave ×1.86 and creative ×0.78.
+    One method now: each step's speed-up is the kinds' ratios combined with the mix's
+    weights — between them, at their weighted geometric mean — and the crossover's
+    per-kind ratios are its very strata; the finished ladder is whole (its edge
+    requests, sent before the first step, are no stratum)."""
+    shares = {"plain": {"code": 150, "creative": 40}, "spec": {"code": 40, "creative": 150}}
+    speed = {"plain": {"code": 40.0, "creative": 40.0}, "spec": {"code": 80.0, "creative": 32.0}}
+    s = ladder_fold(shares, speed).summary(20 * S)
+    lad = s["ladder"]
+    cross = {c["kind"]: {p[0]: p[1:] for p in c["points"]} for c in lad["crossover"]}
+    assert set(cross) == {"code", "creative"}
+    for sp in lad["speedup"]:
+        r = sp["decode_ratio"]
+        load = float(sp["value"])
+        code, creative = cross["code"][load][0], cross["creative"][load][0]
+        assert code > 1.9 and creative < 0.85  # the kinds' own ratios
+        assert min(code, creative) < r["ratio"] < max(code, creative)
+        geo = math.exp(0.5 * math.log(code) + 0.5 * math.log(creative))  # the mix: 1:1
+        assert abs(r["ratio"] / geo - 1) < 0.10, (r["ratio"], geo)
+        assert r["ratio"] > 1.1 and r["ci95"][0] > 1.0  # spec pays over this mix
+        assert r["kinds"] == ["code", "creative"] and not r["partial"]
+    # the whole run: stratified the same way, and whole
+    dec = s["comparison"]["decode_tokens_per_s"]
+    assert not dec["partial"] and dec["coverage"] == 1.0, dec
+    assert 1.1 < dec["ratio"] < 1.4
+
+
+def test_a_step_missing_a_kind_in_one_arm_says_so():
+    shares = {"plain": {"code": 30, "creative": 30}, "spec": {"code": 30, "creative": 3}}
+    speed = {"plain": {"code": 40.0, "creative": 40.0}, "spec": {"code": 80.0, "creative": 32.0}}
+    s = ladder_fold(shares, speed).summary(20 * S)
+    for sp in s["ladder"]["speedup"]:
+        r = sp["decode_ratio"]
+        assert r["partial"] and r["coverage"] == 0.5
+        assert r["missing"] == [{"kind": "creative", "n": [30, 3]}]
+
+
+def fig(value: str, tps: float, ttft95: float) -> StepFigures:
+    return StepFigures(step=0, value=value, arm="a", duration_s=10.0, tokens_per_s=tps,
+                       requests=10, ok=10, failed=0, error_rate=0.0, ttft_p50=ttft95 / 2,
+                       ttft_p95=ttft95, tpot_p50=20.0, decode_p50=40.0, gpu_mem_max_pct=None,
+                       kv_max_pct=None)  # fmt: skip
+
+
+def test_the_knee_is_the_most_throughput_before_latency_takes_off():
+    """A capacity search probed 1, 8, 11 and 12 streams (out of order): the knee was
+    placed at 11 streams with 949 tok/s while 8 gave 1,100.8. It is where throughput
+    stopped rising (against the best below, not the step before) while latency took
+    off, and the load that gave the most below it."""
+    steps = [fig("12", 960.0, 900.0), fig("1", 200.0, 100.0), fig("11", 949.0, 190.0),
+             fig("8", 1100.8, 150.0)]  # fmt: skip
+    k = knee(steps)
+    assert k is not None and k.value == "8" and k.tokens_per_s == 1100.8
+    # throughput still rising where latency takes off: no knee yet
+    assert knee([fig("1", 100.0, 100.0), fig("2", 190.0, 150.0), fig("4", 380.0, 250.0)]) is None
