@@ -214,3 +214,61 @@ def test_each_scenario_runs_and_says_what_it_is(tmp_path, name, extra, headline)
         assert set(a["by_kind"]) == {"code", "structured"}
     if name == "chat":
         assert s["slo"]["fraction"] is not None
+
+
+def test_a_probe_is_sized_by_evidence_not_by_the_clock():
+    """A probe of 60 s took 9 requests of 4-second answers (goodput 9/9 [70%, 100%]) and
+    the search could not finish: a probe now runs to its request budget, its time limit
+    what that budget takes at the requests' measured duration; while doubling, a probe
+    whose first requests all met the SLOs passes as a scout, and the capacity found is
+    confirmed with the full test."""
+    from tokmon.model.capacity import time_limit
+
+    plan = CapacityPlan("concurrency", goodput=0.95, min_s=2)
+    assert time_limit(plan, 1, 4.0) == 360.0  # 60 requests of 4 s at one stream, ×1.5
+    assert time_limit(plan, 16, 4.0) == 30.0  # (at least 30 s)
+    assert time_limit(plan, 1, None) == 600.0  # nothing measured yet
+    assert time_limit(CapacityPlan("concurrency", max_s=45), 1, 4.0) == 45.0  # the user's
+    assert judge(plan, 10, 10, 3.0, 360.0, scouting=True) == ("pass", True)
+    assert judge(plan, 10, 10, 3.0, 360.0, scouting=False) is None  # the full test
+    assert judge(plan, 10, 9, 3.0, 360.0, scouting=True) is None  # one missed: run on
+    assert judge(plan, 60, 57, 30.0, 360.0) == ("pass", True)  # its budget: by its point
+    assert judge(plan, 20, 19, 361.0, 360.0) == ("pass", True)  # its time: by its point
+    # doubling with scouts, then the capacity found probed once more in full
+    s = CapacitySearch(plan)
+    seen, lefts = [], []
+    while (lv := s.next_level()) is not None:
+        seen.append(lv)
+        scout = s.scouting
+        if lv <= 8:
+            s.add(Probe(lv, 10 if scout else 75, 10 if scout else 75, 0, 0, "pass", 5.0, scout))
+        else:
+            s.add(Probe(lv, 40, 30, 0, 0, "fail", 5.0))
+        lefts.append(s.left())
+    assert seen == [1, 2, 4, 8, 16, 12, 10, 9, 8]
+    # said once it brackets: 16 failed, 8 passed as a scout: 12, 10, 9, then 8 in full
+    assert lefts[4:] == ["about 4 more probes", "about 3 more probes", "about 2 more probes",
+                         "about 1 more probe", ""]  # fmt: skip
+    assert (s.passed, s.failed, s.done) == (8, 9, True) and not s._last()[8].by_point
+
+
+@pytest.mark.slow
+def test_a_search_on_long_answers_finishes_in_minutes(tmp_path):
+    """A server that holds 8 streams (a batch of 8) with 4-second answers, an SLO of
+    TTFT ≤ 1 s (a ninth stream waits a whole answer): the search finds 8, 9 failing, the
+    capacity confirmed with the full test, and its probes take under four minutes."""
+    from tokmon.sim.model import parse_profile
+
+    prof = parse_profile("zero", "step_base_ms=50,max_batch=8")
+    with SimProcess(SimConfig(profile=prof, seed=3)) as sim:
+        out = tmp_path / "s.json"
+        r = tokmon("run", "--url", sim.url, "--find-capacity", "concurrency", "--slo",
+                   "ttft=1000", "--max-tokens", "80", "--ignore-eos", "--headless",
+                   "--no-gpu", "--summary-json", str(out), "--status-interval", "1h",
+                   timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    cap = json.loads(out.read_text())["capacity_search"]["default"]
+    assert (cap["capacity"], cap["fails_at"], cap["done"]) == (8.0, 9.0, True), cap
+    top = cap["at_capacity"]
+    assert not top["by_point"] and top["ci95"][0] >= 0.95, top  # confirmed in full
+    assert cap["probe_seconds"] < 240, cap["probe_seconds"]

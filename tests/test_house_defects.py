@@ -39,8 +39,10 @@ def test_one_slo_share_for_the_arms_and_the_gate():
         t.add(RequestTable.from_records(recs), np.arange(len(recs)), Slo(ttft_ms=100.0))
         tots[arm] = t
     s = build_summary(started_at="", duration_s=1.0, target={}, totals=tots,
-                      active_s={"a": 1.0, "b": 1.0}, alternations=0, slo_good=True)  # fmt: skip
-    assert s["slo"] == {"met": 3, "counted": 5, "fraction": 0.6}
+                      active_s={"a": 1.0, "b": 1.0}, alternations=0,
+                      slo=Slo(ttft_ms=100.0))  # fmt: skip
+    assert {k: s["slo"][k] for k in ("met", "counted", "fraction")} == {
+        "met": 3, "counted": 5, "fraction": 0.6}  # fmt: skip
     assert s["arms"]["a"]["slo_fraction"] == slo_share(2, 3)
 
 

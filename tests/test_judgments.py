@@ -3,6 +3,7 @@ facts on a known schedule — no wall clock, no server."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -110,3 +111,48 @@ def test_the_knee_is_the_most_throughput_before_latency_takes_off():
     assert k is not None and k.value == "8" and k.tokens_per_s == 1100.8
     # throughput still rising where latency takes off: no knee yet
     assert knee([fig("1", 100.0, 100.0), fig("2", 190.0, 150.0), fig("4", 380.0, 250.0)]) is None
+
+
+def test_the_slo_verdict_is_said_wherever_figures_are():
+    """``--slo`` showed no attainment on the dashboard or in the closing text (only the
+    JSON's ``slo_fraction``). Now the verdict is in words, with its interval and the
+    target: in the summary (whole run and per arm), the closing text and the reports'
+    text, a scenario's headline, and the dashboard's panel, live."""
+    from tokmon.model.facts import Tick
+    from tokmon.model.slo import slo_verdict
+    from tokmon.model.stats import Slo
+    from tokmon.ui.headless import summary_text
+    from tokmon.ui.panels import compare_blocks
+
+    slo = Slo(ttft_ms=100.0, tpot_ms=50.0, target=0.95)
+    v = slo_verdict("", 1178, 1204, slo)
+    assert v.text() == ("TTFT ≤ 100 ms and TPOT ≤ 50 ms: 97.8% of 1,204 requests "
+                        "[96.9%, 98.5%] — meets the 95% target")  # fmt: skip
+    assert slo_verdict("", 80, 100, slo).verdict == "misses the 95% target"
+    assert "within its interval" in slo_verdict("", 96, 100, slo).verdict
+    f = Fold(FoldSettings(arms=("plain", "spec"), slo=slo, scenario="chat",
+                          scenario_headline="TTFT and TPOT against the SLO (goodput)"))  # fmt: skip
+    recs = [request(i, ("plain", "spec")[i % 2], "chat", -1, i * S // 10,
+                    40.0 if i % 7 else 10.0) for i in range(200)]  # fmt: skip
+    recs = [r if r.rid % 9 else dataclasses.replace(r, ttft_ms=250.0) for r in recs]
+    f.apply(Requests(RequestTable.from_records(recs)))
+    f.apply(Tick(t=30 * S))
+    s = f.summary(30 * S)
+    whole = s["slo"]
+    # TTFT 250 ms: every 9th; TPOT 100 ms: every 7th; both: every 63rd
+    assert whole["counted"] == 200 and whole["met"] == 200 - 23 - 29 + 4
+    assert whole["text"].startswith("TTFT ≤ 100 ms and TPOT ≤ 50 ms: 76.0% of 200 requests")
+    assert whole["verdict"] == "misses the 95% target" and whole["meets"] is False
+    assert set(s["arms"]["plain"]["slo"]) >= {"fraction", "ci95", "verdict", "text"}
+    text = summary_text(s)
+    assert "SLO TTFT ≤ 100 ms and TPOT ≤ 50 ms: 76.0% of 200 requests" in text
+    assert "the headline is TTFT and TPOT against the SLO (goodput) — TTFT ≤ 100 ms" in text
+    snap = f.snapshot
+    assert snap is not None and [x.arm for x in snap.slo] == ["plain", "spec"]
+    lines = [ln.plain for b in compare_blocks(snap, 200, False) for ln in b.lines]
+    assert any(
+        ln.startswith("SLO TTFT ≤ 100 ms and TPOT ≤ 50 ms (whole run, 95% target)")
+        and "plain " in ln
+        and "% of 100 requests [" in ln
+        for ln in lines
+    ), lines

@@ -111,7 +111,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--scenario',), 'a preset for a kind of service, below your own options and --config: chat (closed loop, multi-turn, TTFT/TPOT SLOs), serve (capacity search under an SLO), batch (saturated, long outputs: throughput and cost), code (code and structured kinds, greedy: the speed-up by kind); --help-scenario prints what it sets', choices=('chat', 'serve', 'batch', 'code'), group='load', config=False, text=True),
     Option(('--help-scenario',), 'print what --scenario sets, and exit', action="store_true", group='load', config=False),
     Option(('--find-capacity',), 'search the highest load that meets every --slo for --slo-target of the requests (goodput): doubling until a probe fails, then bisecting; each probe runs until its goodput interval is clear of the target (--probe-duration), for every arm in turn', choices=('concurrency', 'rate'), group='load', text=True),
-    Option(('--probe-duration',), 'a capacity probe runs at least MIN and at most MAX after its --step-warmup (then its point decides, and says so)', default='5s,60s', metavar='MIN,MAX', group='load'),
+    Option(('--probe-duration',), 'a capacity probe runs at least MIN after its --step-warmup, and at most 60 requests (or MAX: auto, as long as 60 of its requests take; then its point decides, and says so)', default='5s,auto', metavar='MIN,MAX', group='load'),
     Option(('--capacity-at-least',), 'with --find-capacity: exit 1 when the capacity found is below this level (streams or req/s), for CI', type=number(0, 1e9, lo_open=True), group='load'),
     Option(('--ladder-stop',), 'end the ladder when a step passes these (the server is saturated)', metavar='errors=5%,ttft_p95=MS', group='load'),
     # requests

@@ -403,7 +403,7 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         target=url,
         auth=auth,
         ladder=ladder,
-        slo=parse_slo(o.slo),
+        slo=parse_slo(o.slo, float(o.slo_target)),
         window_s=dur("--window", o.window, allow_zero=False) or 10.0,
         drift_alert=parse_drift_alert(o.drift_alert),
         check_outputs=max(0, o.check_outputs),
@@ -523,12 +523,12 @@ def quality_run(o: RunOptions, arms: list[Any]) -> tuple[int, str]:
     return n * (len(arms) if assign != "switch" else 1), assign
 
 
-def parse_slo(text: str | None) -> Slo:
+def parse_slo(text: str | None, target: float = 0.95) -> Slo:
     from tokmon.model.stats import Slo
 
     got: dict[str, float] = {}
     if not text:
-        return Slo()
+        return Slo(target=target)
     for part in text.split(","):
         k, eq, v = part.partition("=")
         k = k.strip()
@@ -541,7 +541,7 @@ def parse_slo(text: str | None) -> Slo:
         if x <= 0:
             raise UsageError(f"--slo: {k} must be positive")
         got[f"{k}_ms"] = x
-    return Slo(**got)
+    return Slo(**got, target=target)
 
 
 def parse_drift_alert(text: str | None) -> float:
@@ -592,10 +592,11 @@ def capacity_plan(o: RunOptions, ladder: Any) -> CapacityPlan:
                          "is found under it")  # fmt: skip
     lo_hi = [x.strip() for x in str(o.probe_duration).split(",")]
     if len(lo_hi) != 2:
-        raise UsageError(f"--probe-duration: expected MIN,MAX (5s,60s), got {o.probe_duration!r}")
+        raise UsageError(f"--probe-duration: expected MIN,MAX (5s,auto), got {o.probe_duration!r}")
     lo = dur("--probe-duration", lo_hi[0], allow_zero=False) or 5.0
-    hi = dur("--probe-duration", lo_hi[1], allow_zero=False) or 60.0
-    if hi < lo:
+    # MAX "auto": as long as the probe's request budget takes at the requests' duration
+    hi = 0.0 if lo_hi[1] == "auto" else dur("--probe-duration", lo_hi[1], allow_zero=False) or 0.0
+    if hi and hi < lo:
         raise UsageError("--probe-duration: MAX is below MIN")
     mine, other = (o.concurrency, o.rate) if param == "concurrency" else (o.rate, o.concurrency)
     if other is not None:

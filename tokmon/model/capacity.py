@@ -4,9 +4,15 @@ Doubling from the first level until a probe fails, then bisecting between the hi
 that passed and the lowest that failed, to a resolution of one stream (concurrency) or
 5% (rate). Each probe runs until its goodput — the share of its requests that met every
 SLO — is clearly on one side of the target: a sequential test on the Wilson 95%
-interval, checked as requests come, between a minimum and a maximum duration (after the
-step's warm-up). Easy probes are short, close ones long; a probe still undecided at its
-maximum is judged by its point and says so.
+interval, checked as requests come. A probe is sized by evidence, not by the clock: it
+runs at least a minimum duration (after the step's warm-up) and at most a budget of
+requests (``budget``), its time limit derived from how long the requests take (at 4 s an
+answer, 60 requests at one stream are four minutes; at 16 streams, fifteen seconds).
+While the search is still doubling (no level has failed yet), a probe whose first
+``scout`` requests all met the SLOs passes by its point: the levels that decide the
+answer, where it brackets, get the full test. A probe still undecided at its budget is
+judged by its point and says so. (A probe of 60 s took 9 requests of long answers and
+the search could not finish in minutes.)
 
 Pure: the live session's conductor feeds it each probe's counts and performs what it
 decides; the fold rebuilds the same search from the recorded probe events, so a replay
@@ -32,8 +38,12 @@ class CapacityPlan:
     start: float = 1.0
     limit: float = 1024.0  # the search never asks for more
     min_s: float = 5.0  # a probe runs at least this long (after its warm-up)
-    max_s: float = 60.0  # and at most this long: then its point decides
+    # and at most this long (0: as its requests' duration says, ``time_limit``): then its
+    # point decides
+    max_s: float = 0.0
     warm_s: float = 5.0
+    budget: int = 60  # requests a probe takes at most: then its point decides
+    scout: int = 10  # while doubling: a probe whose first this many all met passes
 
     def resolution(self, lo: float) -> float:
         """How close the bracket must get: one stream, or 5% of the rate."""
@@ -90,9 +100,35 @@ class Probe:
         )
 
 
-def judge(plan: CapacityPlan, n: int, good: int, elapsed_s: float) -> tuple[str, bool] | None:
+LIMIT_SLACK = 1.5  # a probe's time limit: its budget's expected time, with this slack
+LIMIT_FLOOR_S = 30.0  # and never less than this (a first request still in flight)
+LIMIT_NONE_S = 600.0  # where no request has ended yet to say how long one takes
+
+
+def time_limit(plan: CapacityPlan, level: float, request_s: float | None) -> float:
+    """How long a probe at ``level`` may run (after its warm-up): the time its request
+    budget takes at the requests' measured duration (``request_s``, a median), with
+    slack; ``max_s`` where the user set one. At a rate, the budget takes budget / rate."""
+    if plan.max_s > 0:
+        return plan.max_s
+    if request_s is None or request_s <= 0:
+        return LIMIT_NONE_S
+    per_s = level / request_s if plan.param == "concurrency" else level
+    return max(LIMIT_FLOOR_S, min(LIMIT_NONE_S, LIMIT_SLACK * plan.budget / max(per_s, 1e-9)))
+
+
+def judge(
+    plan: CapacityPlan,
+    n: int,
+    good: int,
+    elapsed_s: float,
+    limit_s: float | None = None,
+    scouting: bool = False,
+) -> tuple[str, bool] | None:
     """A probe's verdict once it can be given: ("pass" | "fail", by its point), or None
-    while it must run on."""
+    while it must run on. ``limit_s``: its time limit (``time_limit``); ``scouting``:
+    the search is still doubling (a probe whose first ``scout`` requests all met the
+    SLOs passes by its point)."""
     if elapsed_s < plan.min_s:
         return None
     if n >= MIN_REQUESTS:
@@ -101,7 +137,10 @@ def judge(plan: CapacityPlan, n: int, good: int, elapsed_s: float) -> tuple[str,
             return "pass", False
         if hi < plan.goodput:
             return "fail", False
-    if elapsed_s >= plan.max_s:
+    if scouting and n >= plan.scout and good == n:
+        return "pass", True
+    limit = plan.max_s if limit_s is None else limit_s
+    if n >= plan.budget or (limit > 0 and elapsed_s >= limit):
         return ("pass" if n and good / n >= plan.goodput else "fail"), True
     return None
 
@@ -113,18 +152,26 @@ class CapacitySearch:
     done: bool = False
     stopped: str = ""  # why the search ended before it converged
 
+    def _last(self) -> dict[float, Probe]:
+        """The last probe of each level (a level confirmed is judged by its last)."""
+        return {p.level: p for p in self.probes}
+
     @property
     def passed(self) -> float | None:
-        ok = [p.level for p in self.probes if p.verdict == "pass"]
+        ok = [lv for lv, p in self._last().items() if p.verdict == "pass"]
         return max(ok) if ok else None
+
+    @property
+    def scouting(self) -> bool:
+        """Still doubling: no level has failed."""
+        return not any(p.verdict == "fail" for p in self.probes)
 
     @property
     def failed(self) -> float | None:
         """The lowest failing level above the highest that passed."""
         top = self.passed
-        bad = [
-            p.level for p in self.probes if p.verdict == "fail" and (top is None or p.level > top)
-        ]
+        bad = [lv for lv, p in self._last().items()
+               if p.verdict == "fail" and (top is None or lv > top)]  # fmt: skip
         return min(bad) if bad else None
 
     def next_level(self) -> float | None:
@@ -151,10 +198,31 @@ class CapacitySearch:
                 return None
             return math.floor(nxt) if self.plan.param == "concurrency" else nxt
         if hi - lo <= step:
+            # the capacity found is the answer: where it passed only as a scout (its
+            # first requests, while doubling), it is probed once more with the full test
+            top = self._last()[lo]
+            if top.by_point and top.n < self.plan.budget and not self._confirmed(lo):
+                return lo
             self.done = True
             return None
         mid = (lo + hi) / 2
         return float(math.floor(mid)) if self.plan.param == "concurrency" else mid
+
+    def left(self) -> str:
+        """What the search has left, in words, once it brackets the capacity: ``about 3
+        more probes`` (bisecting to the resolution, and a confirmation of a scout's
+        pass); "" while it is still doubling (how far it goes is what it measures)."""
+        lo, hi = self.passed, self.failed
+        if self.done or lo is None or hi is None:
+            return ""
+        step = self.plan.resolution(lo)
+        n = max(0, math.ceil(math.log2(max((hi - lo) / step, 1.0))))
+        top = self._last()[lo]
+        n += int(top.by_point and top.n < self.plan.budget and not self._confirmed(lo))
+        return "" if n == 0 else f"about {n} more probe{'s' if n > 1 else ''}"
+
+    def _confirmed(self, level: float) -> bool:
+        return sum(1 for p in self.probes if p.level == level) > 1
 
     def add(self, probe: Probe) -> None:
         self.probes.append(probe)
@@ -209,6 +277,8 @@ class CapacityView:
     probes: tuple[Probe, ...]
     done: bool
     param: str
+    # the probe running: its requests so far and how many met every SLO ("" none)
+    progress: str = ""
 
 
 class CapacityReducer:
@@ -238,11 +308,19 @@ class CapacityReducer:
             s.done = bool(r.get("done", True))
             s.stopped = str(r.get("stopped") or "")
 
-    def views(self) -> tuple[CapacityView, ...]:
-        return tuple(
-            CapacityView(a, s.verdict_text(), tuple(s.probes), s.done, s.plan.param)
-            for a, s in self.searches.items()
-        )
+    def views(self, running: tuple[str, int, int] | None = None) -> tuple[CapacityView, ...]:
+        """Each arm's search; ``running``: the probe under way (its arm, its requests so
+        far, how many met every SLO), shown as its progress."""
+        out = []
+        for a, s in self.searches.items():
+            prog = ""
+            if running is not None and running[0] == a and not s.done:
+                n, good = running[1], running[2]
+                prog = (f"{n} of at most {s.plan.budget} requests, {good} met"
+                        if n else "warming up")  # fmt: skip
+            out.append(CapacityView(a, s.verdict_text(), tuple(s.probes), s.done,
+                                    s.plan.param, prog))  # fmt: skip
+        return tuple(out)
 
     def to_json(self) -> dict[str, Any]:
         return {a: s.to_json() for a, s in self.searches.items()}

@@ -39,11 +39,12 @@ from tokmon.model.records import EngineStatus, Event
 from tokmon.model.samples import HostSample, ServerSample
 from tokmon.model.samples import read as read_sample
 from tokmon.model.sketch import Quantiles
+from tokmon.model.slo import slo_verdict
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats
 from tokmon.model.steps import Steps
 from tokmon.model.storage import StorageReducer
-from tokmon.model.summary import alerts_from_events, build_summary
+from tokmon.model.summary import alerts_from_events, build_summary, slo_counted
 from tokmon.model.table import RequestTable, distinct
 from tokmon.model.timesplit import TimeSplit, TimeSplitReducer
 from tokmon.model.views import ArmCost, Cost, Price, RestartView
@@ -573,7 +574,7 @@ class Fold:
             costs=costs,
             price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.probes.gpus),
             time_split=self._time_split_view(now, final),
-            capacity=self.capacity.views(),
+            capacity=self.capacity.views(self._probe_running()),
             crossovers=self.ab.crossovers,
             scenario=s.scenario,
             causes=self.ab.causes,
@@ -581,9 +582,22 @@ class Fold:
             quality=self.quality.views(),
             quality_diff=qd,
             storage=self.storage.view(),
+            slo=tuple(
+                slo_verdict(n, t.good, slo_counted(t), self.slo) for n, t in self.totals.items()
+            )
+            if self.slo.any
+            else (),
         )
         for raised in later:
             self._raise(out, now, raised)
+
+    def _probe_running(self) -> tuple[str, int, int] | None:
+        """The capacity probe under way: its arm, requests so far and how many met."""
+        steps = self.ladder.steps
+        if not self.capacity.searches or not steps or steps[-1].t1 is not None:
+            return None
+        st = steps[-1]
+        return st.arm, st.ok + st.failed, st.good
 
     def _time_split_view(self, now: int, final: bool) -> tuple[TimeSplit, ...]:
         # every 2 s of the run's clock (medians over the whole run), so a replay, ticking
@@ -637,7 +651,7 @@ class Fold:
             streams=self.level if s.mode == "concurrency" and not self.steps else None,
             alternations=self.turns.alternations,
             server_spec=self.server_spec(),
-            slo_good=self.slo.any,
+            slo=self.slo if self.slo.any else None,
             kind_weights=dict(s.kind_weights) if s.kind_weights else None,
         )
         for name, a in out["arms"].items():

@@ -12,6 +12,7 @@ from tokmon.model.crossover import Crossover
 from tokmon.model.history import Point
 from tokmon.model.quality import Accuracy, QualityDiff
 from tokmon.model.records import EngineStatus, Event
+from tokmon.model.slo import SloVerdict
 from tokmon.model.stats import WindowStats
 from tokmon.model.storage import StorageView
 from tokmon.model.timesplit import SpeedupCauses, TimeSplit
@@ -78,6 +79,9 @@ class Snapshot:
     quality_diff: QualityDiff | None = None  # the second arm's accuracy minus the first's
     capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
     storage: StorageView = field(default_factory=StorageView)  # memory, recording, disk
+    # with --slo: each arm's share of its counted requests that met every SLO (whole run),
+    # its interval and its verdict against the target
+    slo: tuple[SloVerdict, ...] = ()
     crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
     scenario: str = ""  # --scenario: the kind of service the run stands for
     wall_start: float = 0.0  # the run's start, epoch seconds (the clock on the time axis)

@@ -143,11 +143,15 @@ class WindowStats:
     acceptance_source: str = ""
 
 
+SLO_TARGET = 0.95  # the share of requests that must meet the SLOs (--slo-target)
+
+
 @dataclass(frozen=True)
 class Slo:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None
+    target: float = SLO_TARGET  # the share that must meet them: the verdict's (model/slo.py)
 
     @property
     def any(self) -> bool:

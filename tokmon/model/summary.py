@@ -11,10 +11,12 @@ from typing import Any
 from tokmon import __version__
 from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.sketch import Quantiles
+from tokmon.model.slo import slo_verdict
 from tokmon.model.stats import (
     MIN_SAMPLES,
     ArmTotals,
     ByStratum,
+    Slo,
     Stratum,
     pct_summary,
     ratio_ci_requests,
@@ -323,7 +325,7 @@ def build_summary(
     active_tokens: dict[str, float] | None = None,
     streams: float | None = None,
     server_spec: dict[str, dict[str, Any]] | None = None,
-    slo_good: bool = False,
+    slo: Slo | None = None,
     kind_weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     arms = {}
@@ -335,10 +337,11 @@ def build_summary(
             None if active_tokens is None else active_tokens.get(name, 0.0),
             streams,
         )
-        if slo_good:
+        if slo is not None:
             s["goodput_per_s"] = t.good / active_s[name] if active_s.get(name) else 0.0
             s["slo_met"] = t.good
             s["slo_fraction"] = slo_share(t.good, slo_counted(t))
+            s["slo"] = slo_verdict(name, t.good, slo_counted(t), slo).to_json()
         arms[name] = s
     summary: dict[str, Any] = {
         "tokmon_version": __version__,
@@ -347,11 +350,12 @@ def build_summary(
         "target": target,
         "arms": arms,
     }
-    if slo_good:
-        # the whole run's share (every arm's counted requests): what --fail-on-slo gates
+    if slo is not None:
+        # the whole run's share (every arm's counted requests): what --fail-on-slo gates,
+        # and its verdict in words against the target
         met = sum(t.good for t in totals.values())
         counted = sum(slo_counted(t) for t in totals.values())
-        summary["slo"] = {"met": met, "counted": counted, "fraction": slo_share(met, counted)}
+        summary["slo"] = slo_verdict("", met, counted, slo).to_json()
     names = list(totals)
     if len(names) >= 2:
         comps = [

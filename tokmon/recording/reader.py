@@ -832,7 +832,10 @@ def _check_header(h: dict[str, Any], path: str) -> None:
         if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
             raise bad(f"{k!r} is {type(v).__name__}")
     for k, v in (h.get("slo") or {}).items():
-        if k not in ("ttft_ms", "tpot_ms", "e2e_ms") or not _is_num(v):
+        if k == "target":  # (the share that must meet them: a number, checked on reading)
+            if not _is_num(v):
+                raise bad("slo.target is not a share")
+        elif k not in ("ttft_ms", "tpot_ms", "e2e_ms") or not _is_num(v):
             raise bad(f"slo.{k} is not an SLO in ms")
     for k, v in (h.get("cost") or {}).items():
         if v is not None and not _is_num(v):

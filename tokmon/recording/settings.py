@@ -10,7 +10,13 @@ from tokmon.model.coerce import number, text
 from tokmon.model.environment import ServerEnv
 from tokmon.model.fold import FoldSettings, mix_weights
 from tokmon.model.redact import short_command
-from tokmon.model.stats import Slo
+from tokmon.model.stats import SLO_TARGET, Slo
+
+
+def _share(v: Any) -> float:
+    """An SLO target from a file: a share in (0, 1], else the default (older files)."""
+    x = number(v)
+    return x if x is not None and 0 < x <= 1 else SLO_TARGET
 
 
 def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
@@ -57,7 +63,8 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
         # (a file may say anything: bounds a live run's options have too)
         window_s=min(3600.0, max(0.1, number(f.get("window_s")) or 10.0)),
         slo=Slo(
-            **{k: number(v) for k, v in slo_d.items() if k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+            **{k: number(v) for k, v in slo_d.items() if k in ("ttft_ms", "tpot_ms", "e2e_ms")},
+            target=_share(slo_d.get("target")),
         ),
         assign=text(f.get("assign"), "switch"),
         mode=text(f.get("mode"), "concurrency"),

@@ -11,6 +11,7 @@ import numpy as np
 
 from tokmon.model.samples import GpuSample, ServerSample
 from tokmon.model.samples import read as read_sample
+from tokmon.model.timesplit import MISMATCH_SHARE
 from tokmon.recording.reader import Recording
 from tokmon.report.html_verdict import arm_colour, verdict_html
 from tokmon.report.text import escape, render_text
@@ -131,14 +132,17 @@ def _split_chart(summary: dict[str, Any], go: Any) -> str:
     cause (queueing or prefill) is the part that grows."""
     rows: list[tuple[str, dict[str, Any]]] = []
     for arm, a in (summary.get("arms") or {}).items():
+        # one bar per arm, always: an arm without a split says why in its label
         t = (a.get("time_split") or {}).get("ttft_ms") or {}
-        if t.get("source"):
-            rows.append((f"{arm} (run, {t.get('stat')})", t))
+        why = (f"run, {t.get('stat')}" if t.get("source") and not _no_parts(t)
+               else "no parts: a clock or definition mismatch" if t.get("source")
+               else "no server figures")  # fmt: skip
+        rows.append((f"{arm} ({why})", t))
     for st in (summary.get("ladder") or {}).get("steps") or []:
         t = (st.get("time_split") or {}).get("ttft_ms") or {}
         if t.get("source"):
             rows.append((f"{st.get('arm')} @ {st.get('value')} ({t.get('stat')})", t))
-    if not rows:
+    if not any(t.get("source") for _, t in rows):
         return ""
     fig = go.Figure()
     for key, name in (("network", "network"), ("front", "front end"), ("queue", "queue"),
@@ -152,14 +156,24 @@ def _split_chart(summary: dict[str, Any], go: Any) -> str:
                 hovertemplate="%{y}: %{x:.1f} ms<extra>" + name + "</extra>",
             )
         )
+    # sized to its rows (each bar 36 px), the legend whole in a row of its own below:
+    # at a fixed 176 px the chart was a line, a bar missing, the legend cut to "prefill"
     fig.update_layout(
         barmode="stack",
-        height=120 + 28 * len(rows),
+        height=160 + 36 * len(rows),
         template="plotly_white",
         xaxis_title="TTFT (ms)",
-        yaxis={"autorange": "reversed"},
+        yaxis={"autorange": "reversed", "automargin": True},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
+        margin={"t": 20, "b": 110},
     )
     return "<h2>Where the time goes</h2>" + fig.to_html(include_plotlyjs=False, full_html=False)
+
+
+def _no_parts(t: dict[str, Any]) -> bool:
+    """A split whose requests mostly broke the part-and-whole rule: no part given."""
+    bad, n = int(t.get("mismatched") or 0), int(t.get("n") or 0)
+    return bad > MISMATCH_SHARE * (n + bad)
 
 
 def render_html(rec: Recording, data: dict[str, Any]) -> str:

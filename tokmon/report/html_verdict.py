@@ -182,6 +182,9 @@ def verdict_html(summary: dict[str, Any], go: Any, include_js: bool) -> tuple[st
         if d.get("partial") and missing:
             names = " · ".join(escape(stratum_label(m)) for m in missing if isinstance(m, dict))
             parts.append(f"<p class='note'>still collecting: {names}</p>")
+    slo = summary.get("slo")
+    if isinstance(slo, dict) and slo.get("text"):  # the SLO verdict in words, beside it
+        parts.append(f"<p class='verdict'>SLO {escape(str(slo['text']))} (whole run)</p>")
     parts.append("<h2>Arms</h2>" + arms_table(summary))
     parts.append("</section>")
     return "".join(parts), used_js

@@ -82,6 +82,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         "times in ms, decode in tokens/s per request; warm-up excluded",
         *lines,
     ]
+    out += slo_lines(summary)
     warm = [(n, a["requests"].get("warmup") or 0) for n, a in summary["arms"].items()]
     if any(w for _, w in warm):  # (ok counts every request; the figures leave these out)
         out.append("warm-up, counted in ok and left out of every figure: "
@@ -95,8 +96,10 @@ def summary_table(summary: dict[str, Any]) -> str:
                    + ("" if not rate else f", growing {human_bytes(rate)}/s"))  # fmt: skip
     sc = summary.get("scenario")
     if sc:  # which kind of service the run stands for, and what to read first
+        verdict = (summary.get("slo") or {}).get("text")
         out.insert(1, f"scenario {clean_text(str(sc.get('name')), False)}: the headline is "
-                      f"{clean_text(str(sc.get('headline')), False)}")  # fmt: skip
+                      f"{clean_text(str(sc.get('headline')), False)}"
+                      + (f" — {clean_text(str(verdict), False)}" if verdict else ""))  # fmt: skip
     for name, a in summary["arms"].items():
         by = a["requests"]["by_outcome"]
         fails = {k: v for k, v in by.items() if k != "ok"}
@@ -260,6 +263,25 @@ def summary_table(summary: dict[str, Any]) -> str:
     if oc:
         out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
+
+
+def slo_lines(summary: dict[str, Any]) -> list[str]:
+    """The SLO verdict in words (``--slo``): the whole run's share against the target,
+    then each arm's where there are several."""
+    whole = summary.get("slo")
+    if not isinstance(whole, dict) or not whole.get("text"):
+        return []
+    out = [f"SLO {clean_text(str(whole['text']), False)} (whole run, every arm)"]
+    arms = [(n, a.get("slo")) for n, a in summary["arms"].items() if isinstance(a.get("slo"), dict)]
+    if len(arms) > 1:
+        for name, v in arms:
+            lo, hi = v.get("ci95") or [0.0, 1.0]
+            share = v.get("fraction")
+            out.append(f"  {clean_text(name, False)}: "
+                       + ("no request counted" if share is None else
+                          f"{100 * share:.1f}% of {v.get('counted'):,} [{100 * lo:.1f}%, "
+                          f"{100 * hi:.1f}%] — {v.get('verdict')}"))  # fmt: skip
+    return out
 
 
 def step_ratio_text(r: dict[str, Any] | None) -> str:

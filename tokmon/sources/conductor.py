@@ -14,7 +14,14 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
+from tokmon.model.capacity import (
+    CapacityPlan,
+    CapacitySearch,
+    Probe,
+    judge,
+    time_limit,
+    wilson,
+)
 from tokmon.model.commands import AbortInFlight, StopRun, Switch, TogglePause
 from tokmon.model.ladder import Ladder, StepTotals, stop_reason
 from tokmon.model.records import BeginStep, SetLevel
@@ -138,11 +145,20 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
         search = CapacitySearch(plan)
         name = arm or s.arm_names[0]
         s._event("search", f"capacity search ({name}): {plan.param} at {plan.goodput:.0%} "
-                 f"goodput, {plan.slo}", {"arm": name, "plan": _plan_json(plan)})  # fmt: skip
+                 f"goodput, {plan.slo} — doubling from {plan.fmt(plan.start)} until a level "
+                 f"fails, then halving the bracket; each probe up to {plan.budget} requests "
+                 f"({plan.scout} while doubling), as long as they take",
+                 {"arm": name, "plan": _plan_json(plan)})  # fmt: skip
         while (level := search.next_level()) is not None:
             value = f"{level:g}"
+            scouting = search.scouting
+            with s.lock:  # how long a request takes so far: the probe's time limit
+                e2e = s.fold.totals[name].e2e.median() if name in s.fold.totals else None
+            limit = time_limit(plan, level, None if e2e is None else e2e / 1000.0)
             begin_step(s, i, arm, plan.param, value, plan.warm_s,
-                       f"capacity probe {i + 1}: {plan.param} {value}")  # fmt: skip
+                       f"capacity probe {i + 1}: {plan.param} {value} — up to "
+                       f"{plan.budget} requests" + (f" (≥ {plan.scout} while doubling)" if scouting
+                       else "") + f", {limit:.0f} s at most")  # fmt: skip
             t0 = perf_counter_ns() + int(plan.warm_s * 1e9)
             verdict = None
             while verdict is None:
@@ -153,7 +169,7 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
                     n = 0 if st is None else st.ok + st.failed
                     good = 0 if st is None else st.good
                     elapsed = max(0.0, (perf_counter_ns() - t0) / 1e9)
-                    verdict = judge(plan, n, good, elapsed)
+                    verdict = judge(plan, n, good, elapsed, limit, scouting)
             assert st is not None or n == 0
             lo, hi = wilson(good, n) if n else (0.0, 0.0)
             probe = Probe(level, n, good, lo, hi, verdict[0], elapsed, verdict[1],
@@ -164,13 +180,14 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
                 f"probe {plan.fmt(level)} ({name}): {probe.verdict}"
                 + (" by its point" if probe.by_point else "")
                 + f", goodput {good}/{n} [{lo:.0%}, {hi:.0%}]"
-                + (f" — {probe.why}" if probe.why else ""),
+                + (f" — {probe.why}" if probe.why else "")
+                + (f"; {left}" if (left := search.left()) else ""),
                 {"arm": name, "probe": probe.to_json()},
                 t=perf_counter_ns(),
             )
             i += 1
             rate_fail = probe.verdict == "fail" and plan.param == "rate"
-            if rate_fail and not drain(s, min(DRAIN_S, plan.max_s)):
+            if rate_fail and not drain(s, min(DRAIN_S, limit)):
                 return
         s._event("capacity", f"{name}: {search.verdict_text()}",
                  {"arm": name, "result": search.to_json()}, t=perf_counter_ns())  # fmt: skip
@@ -216,5 +233,6 @@ def drain(s: Stage, limit_s: float) -> bool:
 def _plan_json(p: CapacityPlan) -> dict[str, Any]:
     return {
         "param": p.param, "goodput": p.goodput, "slo": p.slo, "start": p.start, "limit": p.limit,
-        "min_s": p.min_s, "max_s": p.max_s, "warm_s": p.warm_s,
+        "min_s": p.min_s, "max_s": p.max_s, "warm_s": p.warm_s, "budget": p.budget,
+        "scout": p.scout,
     }  # fmt: skip

@@ -26,6 +26,7 @@ from tokmon.model import (
     history,
     quality,
     records,
+    slo,
     snapshot,
     stats,
     storage,
@@ -36,7 +37,7 @@ from tokmon.model import (
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
 _MODULES = (
     snapshot, views, history, records, stats, timesplit, alerts, capacity, crossover, quality,
-    storage, commands,
+    storage, commands, slo,
 )  # fmt: skip
 
 

@@ -211,8 +211,19 @@ def compare_blocks(s: Snapshot, width: int = 58, split: bool = False) -> list[Bl
             detail = (f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
                       f"err {err} · acc {acc}")  # fmt: skip
             out.append(Block((Text(detail, style="dim"),), fold=4, name="arm details"))
+    if s.slo:  # the SLO verdict, where a user looks: per arm, against the target, live
+        head = f"SLO {s.slo[0].terms} (whole run, {s.slo[0].target:.0%} target):"
+        parts = [f"{clean_text(v.arm, False)[:8]} {v.text(terms=False)}" for v in s.slo]
+        miss = any(v.meets is False for v in s.slo)
+        out.append(Block(tuple(Text(x, style="bold red" if miss and i == 0 else "")
+                               for i, x in enumerate(wrap(parts, head + " ", width))),
+                         name="slo"))  # fmt: skip
     for cv in s.capacity:  # --find-capacity: the bracket narrowing, probe by probe
-        probing = "" if cv.done else f" · probing {s.level:g}"
+        probing = (
+            ""
+            if cv.done
+            else f" · probing {s.level:g}" + (f": {cv.progress}" if cv.progress else "")
+        )
         marks = " ".join(f"{p.level:g}{'✓' if p.verdict == 'pass' else '✗'}"
                          for p in cv.probes)  # fmt: skip
         lines = [Text(f"{clean_text(cv.arm, False)[:10]}: {cv.text}{probing}", style="bold")]
