@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 
 from tokmon.model.facts import Requests
 from tokmon.model.fold import Fold, FoldSettings
@@ -156,3 +157,32 @@ def test_the_slo_verdict_is_said_wherever_figures_are():
         and "% of 100 requests [" in ln
         for ln in lines
     ), lines
+
+
+@pytest.mark.slow
+def test_a_serve_ab_report_describes_both_servers(tmp_path):
+    """A ``serve=`` A/B (spec off / on): the text report showed one environment (spec
+    off; the spec arm's only in the JSON), the header the unfilled ``--port {port}``,
+    and every planned restart was also logged as "server restart detected". Now each
+    arm's server is described, what differs first, its command as run; a planned
+    restart is told by its own events only."""
+    import re
+
+    from helpers import tokmon
+
+    rec = tmp_path / "ab.jsonl"
+    r = tokmon("run", "--arm", "plain:serve=tokmon sim --port {port}", "--arm",
+               "spec:serve=tokmon sim --port {port} --spec on", "--alternate", "5s",
+               "--cycles", "1", "-c", "4", "--max-tokens", "16", "--headless", "--no-gpu",
+               "--record", str(rec), "--status-interval", "1h", "--metrics-interval", "0.25s",
+               timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "restart detected" not in r.stderr and "{port}" not in r.stdout
+    assert re.search(r"spec @ serve: tokmon sim --port \d+ --spec on", r.stdout), r.stdout
+    for fmt in ("text", "md"):
+        p = tokmon("report", str(rec), "-F", fmt)
+        assert p.returncode == 0, p.stderr
+        out = p.stdout
+        assert "the servers differ" in out and "restart detected" not in out
+        assert "speculative decoding" in out.split("the servers differ")[1].split("arm plain:")[0]
+        assert re.search(r"arm spec: serve: tokmon sim --port \d+ --spec on", out), out

@@ -538,7 +538,7 @@ class Fold:
             t=now,
             elapsed_s=now / 1e9,
             # the server of the arm in force (arms side by side: the run's target)
-            target=s.server_of(self.arm) if s.assign == "switch" else s.target,
+            target=self.server_of(self.arm) if s.assign == "switch" else s.target,
             model=s.model,
             arm=self.arm if s.assign == "switch" else s.assign,
             arms=tuple(self.arm_names),
@@ -590,6 +590,11 @@ class Fold:
         )
         for raised in later:
             self._raise(out, now, raised)
+
+    def server_of(self, arm: str) -> str:
+        """The arm's server: its URL, or its managed command as run (the port filled in
+        once it started: the settings hold the command as given, ``--port {port}``)."""
+        return self.managed.shown(arm) or self.settings.server_of(arm)
 
     def _probe_running(self) -> tuple[str, int, int] | None:
         """The capacity probe under way: its arm, requests so far and how many met."""
@@ -655,7 +660,7 @@ class Fold:
             kind_weights=dict(s.kind_weights) if s.kind_weights else None,
         )
         for name, a in out["arms"].items():
-            a["server"] = s.server_of(name)
+            a["server"] = self.server_of(name)
         if s.scenario:
             out["scenario"] = {"name": s.scenario, "headline": s.scenario_headline}
         names = self.arm_names

@@ -10,6 +10,7 @@ from typing import Any
 from tokmon.model.coerce import number
 from tokmon.model.environment import ServerEnv
 from tokmon.model.records import Event
+from tokmon.model.redact import short_command
 
 
 class ManagedServers:
@@ -52,6 +53,12 @@ class ManagedServers:
         elif phase == "failed":
             ms["failed"] = ms.get("failed", 0) + 1
         return idle
+
+    def shown(self, arm: str) -> str | None:
+        """The arm's server as run (``serve: tokmon sim --port 38959 --spec on``, its port
+        filled, redacted), once it has started; None before, or for an arm with a URL."""
+        cmd = self.servers.get(arm, {}).get("command")
+        return f"serve: {short_command(cmd, words=12)}" if cmd else None
 
     def to_json(self) -> dict[str, Any]:
         return {a: dict(m) for a, m in self.servers.items()}

@@ -281,6 +281,15 @@ class ServerMetricsProbe(Sampler):
         self._unavailable = False
         self.engine: str | None = None
         self.restarts = 0
+        self._planned = 0  # (ns) a restart tokmon itself makes, expected until then
+
+    def expect_restart(self, within_s: float = 600.0) -> None:
+        """A restart tokmon makes (a managed server's arm taking its turn): the next
+        counters that go back are that restart, already told by its own events, not a
+        restart detected."""
+        import time as _t
+
+        self._planned = _t.perf_counter_ns() + int(within_s * 1e9)
 
     def ident(self) -> dict[str, Any]:
         return {"url": self.url, "arms": list(self.arms)}
@@ -342,13 +351,16 @@ class ServerMetricsProbe(Sampler):
                 if k in cur and k in prev[1] and cur[k] < prev[1][k]:
                     reset = True
             if reset:
-                self.restarts += 1
                 self.history.clear()
-                self.event(
-                    "restart",
-                    f"server restart detected at {self.url} (counters went back)",
-                    {"url": self.url},
-                )
+                if t <= self._planned:  # the restart tokmon made: said by its events
+                    self._planned = 0
+                else:
+                    self.restarts += 1
+                    self.event(
+                        "restart",
+                        f"server restart detected at {self.url} (counters went back)",
+                        {"url": self.url},
+                    )
             else:
                 delta = [
                     cur.get(k, 0) - prev[1].get(k, 0)

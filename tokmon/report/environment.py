@@ -33,6 +33,52 @@ def env_lines(envs: Sequence[ServerEnv], fmt: str = "text") -> list[str]:
     return out
 
 
+def arm_env_lines(arms: Sequence[tuple[str, str, ServerEnv]], fmt: str = "text") -> list[str]:
+    """The servers of several arms: the lines that differ between the first two arms
+    first (one row each, every arm's value), then each arm's whole record under its
+    name and its server as run."""
+    (a0, _, e0), (a1, _, e1) = arms[0], arms[1]
+    diff = [(k, va, vb) for k, va, vb, d in differences(e0, e1) if d]
+    out: list[str] = []
+    if fmt == "md":
+        out += [f"**the servers differ (arm {_md(a0)} · arm {_md(a1)})**", "",
+                f"| | {_md(a0)} | {_md(a1)} |", "|---|---|---|"]  # fmt: skip
+        out += [f"| {_md(k)} | {_md(va)} | {_md(vb)} |" for k, va, vb in diff]
+        out.append("")
+    else:
+        out.append(f"the servers differ: arm {_c(a0)} · arm {_c(a1)}"
+                   + ("" if diff else " (in nothing they reported)"))  # fmt: skip
+        out += [f"  {_c(k):<24} {_c(va)}  ·  {_c(vb)}" for k, va, vb in diff]
+    for arm, shown, e in arms:
+        head = f"arm {_c(arm)}: {_c(shown) or _c(e.url)}"
+        if fmt == "md":
+            out += [f"**{_md(head)}**", "", "| | |", "|---|---|"]
+            out += [f"| {_md(k)} | {_md(v)} |" for k, v in rows(e)]
+            out.append("")
+        else:
+            out.append(head)
+            out += [f"  {_c(k):<24} {_c(v)}" for k, v in rows(e)]
+    return out
+
+
+def arm_env_html(arms: Sequence[tuple[str, str, ServerEnv]]) -> str:
+    """``arm_env_lines`` as HTML: what differs between the first two arms' servers, then
+    each arm's record under its name and its server as run."""
+    (a0, _, e0), (a1, _, e1) = arms[0], arms[1]
+    diff = [(k, va, vb) for k, va, vb, d in differences(e0, e1) if d]
+    h = html.escape
+    parts = [f"<h3>the servers differ</h3><table class='env'><tr><th></th><th>{h(_c(a0))}</th>"
+             f"<th>{h(_c(a1))}</th></tr>"]  # fmt: skip
+    parts += [f"<tr><th>{h(_c(k))}</th><td>{h(_c(va))}</td><td>{h(_c(vb))}</td></tr>"
+              for k, va, vb in diff]  # fmt: skip
+    parts.append("</table>")
+    for arm, shown, e in arms:
+        body = "".join(f"<tr><th>{h(_c(k))}</th><td>{h(_c(v))}</td></tr>" for k, v in rows(e))
+        parts.append(f"<h3>arm {h(_c(arm))}: {h(_c(shown) or _c(e.url))}</h3>"
+                     f"<table class='env'>{body}</table>")  # fmt: skip
+    return "".join(parts)
+
+
 def env_html(envs: Sequence[ServerEnv]) -> str:
     parts = []
     for e in envs:

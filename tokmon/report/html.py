@@ -327,10 +327,15 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         chart += "<h2>Ladder</h2>" + lf.to_html(include_plotlyjs=False, full_html=False)
     chart += _split_chart(data["summary"], go)
     records = data["environment"].get("records") or ()
+    arms = [a for a in data["environment"].get("arms") or [] if a[2] is not None]
     # the environment once: as its table where the recording has its record
     text = render_text(data, environment=not records)
     env = ""
-    if records:
+    if len(arms) >= 2 and len({id(a[2]) for a in arms}) >= 2:
+        from tokmon.report.environment import arm_env_html
+
+        env = "<h2>Environment</h2>" + arm_env_html(arms)  # each arm's server
+    elif records:
         from tokmon.report.environment import env_html
 
         env = "<h2>Environment</h2>" + env_html(records)

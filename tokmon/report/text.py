@@ -107,7 +107,7 @@ def report_data(
         "errors": an.errors.figures(),
         "missing_parts": list(rec.missing),
         "part": rec.part,
-        "environment": environment_block(rec),
+        "environment": environment_block(rec, summary),
         "truncated": rec.truncated,
         "cut_parts": list(rec.cut),
         "corrupt_lines": rec.corrupt,
@@ -122,7 +122,28 @@ def report_data(
     }
 
 
-def environment_block(rec: Recording) -> dict[str, Any]:
+def arm_environments(rec: Recording, summary: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """Each arm's server as it ran: (arm, its server in words, its environment record or
+    None). A managed server's record is the one surveyed when it started (each arm its
+    own, spec off and spec on); an arm with a URL has the record of that URL's server."""
+    from tokmon.model.environment import ServerEnv
+
+    by_url = {e.url: e for e in settings_of(rec).environment}
+    managed = summary.get("managed_servers") or {}
+    out = []
+    for arm, a in (summary.get("arms") or {}).items():
+        got = managed.get(arm)
+        m: dict[str, Any] = got if isinstance(got, dict) else {}
+        env = ServerEnv.from_json(m.get("env")) if m.get("env") else None
+        if env is None:
+            env = by_url.get(str(a.get("server") or "")) or (
+                by_url.get(str((summary.get("target") or {}).get("url") or "")) if not m else None
+            )
+        out.append((str(arm), str(a.get("server") or ""), env))
+    return out
+
+
+def environment_block(rec: Recording, summary: dict[str, Any] | None = None) -> dict[str, Any]:
     h = rec.header
     servers = {}
     for url, v in (h.get("servers") or {}).items():
@@ -138,6 +159,7 @@ def environment_block(rec: Recording) -> dict[str, Any]:
         "gpu": h.get("gpu") if isinstance(h.get("gpu"), dict) else {},
         "servers": servers,
         "records": settings_of(rec).environment,
+        "arms": arm_environments(rec, summary) if summary is not None else [],
         "command": " ".join(map(str, h.get("command") or [])),
         "load": load_of(h),
     }
@@ -161,7 +183,7 @@ def load_of(h: dict[str, Any]) -> str:
 def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
     """The machine tokmon ran on, then each server's record (what it runs, the way to
     it, what it allows)."""
-    from tokmon.report.environment import env_lines
+    from tokmon.report.environment import arm_env_lines, env_lines
 
     host = env.get("host") or {}
     out = [f"tokmon {env.get('tokmon')} · started {env.get('started_at')}"]
@@ -180,7 +202,11 @@ def environment_lines(env: dict[str, Any], md: bool = False) -> list[str]:
         )
     )
     records = env.get("records") or ()
-    if records:
+    arms = [a for a in env.get("arms") or [] if a[2] is not None]
+    if len(arms) >= 2 and len({id(a[2]) for a in arms}) >= 2:
+        # each arm's server (spec off and spec on): what differs first, then each whole
+        out += ([""] if md else []) + arm_env_lines(arms, "md" if md else "text")
+    elif records:
         out += ([""] if md else []) + env_lines(records, "md" if md else "text")
     else:
         for url, v in env.get("servers", {}).items():

@@ -159,6 +159,7 @@ class Servers:
                 )
             old_srv = m.servers.get(cur)
             if old_srv is not None:
+                s.expect_restart(m.url)  # (a planned restart: not "a restart detected")
                 self._drain(m.drain_s)
                 known = len(old_srv.strays)
                 took = old_srv.stop(m.stop_timeout_s)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from multiprocessing.connection import wait
 from time import perf_counter_ns
 from typing import Any
+from urllib.parse import urlsplit
 
 from tokmon.model.commands import (
     LIVE,
@@ -267,6 +268,15 @@ class LiveSession:
 
     def restarting(self) -> bool:
         return self.servers is not None and self.servers.restarting.is_set()
+
+    def expect_restart(self, url: str) -> None:
+        """The managed server at ``url`` is about to be restarted: the probe of its
+        metrics takes the counters going back for that restart, not one detected."""
+        where = urlsplit(url).netloc
+        for pr in self.probes:
+            expect = getattr(pr, "expect_restart", None)
+            if expect is not None and urlsplit(str(getattr(pr, "url", ""))).netloc == where:
+                expect()
 
     @property
     def managed(self) -> Any:
