@@ -186,3 +186,29 @@ def test_a_serve_ab_report_describes_both_servers(tmp_path):
         assert "the servers differ" in out and "restart detected" not in out
         assert "speculative decoding" in out.split("the servers differ")[1].split("arm plain:")[0]
         assert re.search(r"arm spec: serve: tokmon sim --port \d+ --spec on", out), out
+
+
+def test_the_quality_line_is_whole_at_every_width():
+    """The quality line was cut at 200 columns (``… correct [9…``): the panel's width
+    there is a third of it, and a head too long for its first part now has a line of
+    its own."""
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from fakes import FakeSource
+
+    from tokmon.model.quality import Accuracy
+    from tokmon.ui.panels import compare_blocks
+
+    snap = dataclasses.replace(
+        FakeSource().snapshot(),
+        quality=(Accuracy("baseline", 50, 47, 0.84, 0.98), Accuracy("spec", 50, 48, 0.87, 0.99,
+                                                                      unjudged=2)),
+    )  # fmt: skip
+    for width in (58, 64, 80, 120):
+        lines = [ln.plain for b in compare_blocks(snap, width) for ln in b.lines
+                 if "correct" in ln.plain or "quality" in ln.plain]  # fmt: skip
+        text = " ".join(lines)
+        assert "baseline 47/50 correct [84%, 98%]" in text, (width, lines)
+        assert "spec 48/50 correct [87%, 99%], 2 unjudged" in text, (width, lines)
+        assert all(len(ln) <= width for ln in lines), (width, lines)

@@ -240,3 +240,38 @@ def test_a_quality_pass_on_demand():
     acc = s.fold.quality.accuracy("a")
     assert acc is not None and acc.n == QUALITY_PASS and acc.correct == QUALITY_PASS
     assert any(e.kind == "quality" and "quality pass" in e.message for e in s.fold.events)
+
+
+def test_a_quality_pass_asks_every_arm_when_the_arms_take_turns():
+    """`o` promised 50 questions per arm; only the arm in force got them (baseline 50/50,
+    nothing for spec). The arm in force is asked now, the other when its turn comes."""
+    import time
+
+    from tokmon.model.arms import Arm
+    from tokmon.model.commands import Switch
+    from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
+    from tokmon.sources.live import LiveSession
+
+    sched = SimConfig(seed=3, schedule=(10.0, 1.0, 1), time_scale=8)
+    with SimProcess(sched) as a, SimProcess(sched) as b:
+        cfg = RunConfig(arms=(Arm("base", url=a.url, model="sim-27b"),
+                              Arm("spec", url=b.url, model="sim-27b")), concurrency=4,
+                        requests=2 * QUALITY_PASS + 300, max_tokens=LengthDist("fixed", 8))  # fmt: skip
+        s = LiveSession(cfg, target=a.url, model="sim-27b")
+        s.start()
+        said = s.command(Check())
+        assert said.startswith(f"quality pass: {QUALITY_PASS} questions of each arm"), said
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the arm in force has its answers
+            with s.lock:
+                got = s.fold.quality.accuracy("base")
+            if got is not None and got.n >= QUALITY_PASS:
+                break
+            time.sleep(0.05)
+        s.command(Switch())  # the other arm's turn: its questions now
+        assert s.wait(60)
+        s.close()
+    for arm in ("base", "spec"):
+        acc = s.fold.quality.accuracy(arm)
+        assert acc is not None and acc.n == QUALITY_PASS, (arm, acc)

@@ -221,7 +221,8 @@ class Engine:
         self.q_items = cfg.quality_items or builtin_items(QUALITY_SET, seed)
         self.q_rng = random.Random(seed * 31 + worker + 17)
         self.q_next = {a.name: worker * 7 for a in cfg.arms}
-        self.q_pass = 0  # probes still to send of a quality pass (QualityPass)
+        # per arm: probes still to send of a quality pass (QualityPass)
+        self.q_pass: dict[str, int] = {}
         self.mix_kinds = [k for k, _ in cfg.mix]
         self.mix_w = np.array([w for _, w in cfg.mix], dtype=float)
         self.mode = cfg.mode
@@ -316,8 +317,11 @@ class Engine:
         item = None
         if given is not None:
             prompt, max_tokens = given
-        elif chat is None and (self.q_pass > 0 or self.q_rng.random() < self.cfg.quality_share):
-            self.q_pass = max(0, self.q_pass - 1)
+        elif chat is None and (
+            self.q_pass.get(arm_name, 0) > 0 or self.q_rng.random() < self.cfg.quality_share
+        ):
+            if self.q_pass.get(arm_name, 0) > 0:
+                self.q_pass[arm_name] -= 1
             item = self.q_items[self.q_next[arm_name] % len(self.q_items)]
             self.q_next[arm_name] += 1
             prompt, max_tokens = item.prompt, QUALITY_MAX_TOKENS
@@ -575,7 +579,9 @@ class Engine:
         elif isinstance(cmd, Abort):
             self._abort(cmd.why)
         elif isinstance(cmd, QualityPass):
-            self.q_pass += split_share(cmd.n, self.worker, self.nworkers)
+            for a in cmd.arms or tuple(self.arm_names):
+                share = split_share(cmd.n, self.worker, self.nworkers)
+                self.q_pass[a] = self.q_pass.get(a, 0) + share
         elif isinstance(cmd, Stop):
             self.stopping = True
             self.trace_go.set()

@@ -210,10 +210,12 @@ class Abort:
 
 @dataclass(frozen=True, slots=True)
 class QualityPass:
-    """Parent → engines: the next ``n`` requests (all engines together) are quality
-    probes, asked of whichever arm each goes to (`o` on the dashboard)."""
+    """Parent → engines: the next ``n`` requests of each of ``arms`` (all engines
+    together) are quality probes (`o` on the dashboard): an arm not in force now is
+    asked when its turn comes, so every arm gets its ``n``."""
 
     n: int
+    arms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

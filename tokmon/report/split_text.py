@@ -180,6 +180,11 @@ def wrap(parts: Iterable[str], head: str, width: int, joiner: str = " · ") -> l
         if len(cur) + len(sep) + len(p) > width and cur not in (head, "  "):
             out.append(cur)
             cur, sep = "  ", ""
+        elif len(cur) + len(p) > width and cur == head and head.strip():
+            # a head and its first part too long for one line: the head alone (the line
+            # was cut at the width: "… correct [9…")
+            out.append(head.rstrip())
+            cur = "  "
         cur += sep + p
     out.append(cur)
     return out

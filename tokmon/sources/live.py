@@ -216,14 +216,19 @@ class LiveSession:
         self._feed(Sample(t - self.t_start, src, _plain(values)))
 
     def start_quality_pass(self) -> str:
-        """`o`: the next QUALITY_PASS requests of each arm receiving load ask questions
-        with known answers (in the engine, as part of the load: their speed counts too)."""
-        arms = [self.fold.arm] if self.cfg.assign == "switch" else list(self.arm_names)
-        n = QUALITY_PASS * len(arms)
-        self._send(QualityPass(n))
-        self._event("quality", f"quality pass: the next {n} requests ask questions with known "
-                    f"answers ({', '.join(arms)})", {"n": n})  # fmt: skip
-        return f"quality pass: {n} questions"
+        """`o`: the next QUALITY_PASS requests of every arm ask questions with known
+        answers (in the engine, as part of the load: their speed counts too). Where the
+        arms take turns, the arm in force is asked now and each other one when its turn
+        comes (the pass once asked only the arm in force)."""
+        arms = tuple(self.arm_names)
+        n = QUALITY_PASS
+        self._send(QualityPass(n, arms))
+        later = [a for a in arms if a != self.fold.arm] if self.cfg.assign == "switch" else []
+        when = f"; {', '.join(later)} when its turn comes" if later else ""
+        self._event("quality", f"quality pass: the next {n} requests of each arm ask "
+                    f"questions with known answers ({', '.join(arms)}{when})",
+                    {"n": n * len(arms), "arms": list(arms)})  # fmt: skip
+        return f"quality pass: {n} questions" + (" of each arm" if len(arms) > 1 else "")
 
     def start_output_check(self) -> str:
         """Greedy outputs of every arm compared, in a thread (never in the engine)."""
