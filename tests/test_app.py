@@ -212,7 +212,8 @@ def test_the_last_day_is_the_whole_runs_last_day():
     snap = dataclasses.replace(FakeSource()._snap, whole=pts)
     day = view_points(snap, "day", 100)
     assert len(day) == 144 and day[0].t == 2 * 86_400.0
-    assert axis_label("day", day, 864.0, 0.0) == "last day · 24:00:00 · 14 min/col"
+    # (a length of time, never a clock's reading: #58)
+    assert axis_label("day", day, 864.0, 0.0) == "last day · 24 h · 14 min/col"
 
 
 @pytest.mark.parametrize("width", [80, 100, 200])

@@ -36,16 +36,19 @@ def vllm(name: str) -> tuple[str | None, str | None, dict]:
 
 
 def test_vllm_configuration_from_its_real_answers():
+    """(#58: the model is the name it is served under, its weights' path beside it; a CPU
+    build sizes its KV cache in bytes, and its GPU memory fraction is not shown.)"""
     engine, _, cfg = vllm("vllm-0.32-spec-metrics.txt")
     assert engine == "vllm"
     assert cfg == {
         "block_size": 128,
         "kv_cache_dtype": "auto",
         "prefix_caching": True,
-        "gpu_mem_util": 0.92,
+        "kv_cache_bytes": 1073741824,
         "kv_cache_tokens": 524288,
         "max_model_len": 2048,
-        "model": "/root/.cache/tokmon-engines/tiny-llama",
+        "model": "tiny",
+        "weights": "/root/.cache/tokmon-engines/tiny-llama",
         "spec": True,
         "spec_tokens": 3,  # one per-position series per speculative token (3 configured)
     }

@@ -212,3 +212,86 @@ def test_the_quality_line_is_whole_at_every_width():
         assert "baseline 47/50 correct [84%, 98%]" in text, (width, lines)
         assert "spec 48/50 correct [87%, 99%], 2 unjudged" in text, (width, lines)
         assert all(len(ln) <= width for ln in lines), (width, lines)
+
+
+def test_a_host_too_busy_to_measure_is_said():
+    """Against a server sharing the client's two cores, the dashboard's run gave TTFT
+    p50 909 ms where the headless one gave 29 ms, with ``host 100% · loop lag 2400 ms``
+    in the header and no warning in the closing summary. The summary now says for which
+    share of the run the host was saturated, what that may have inflated, and that the
+    server shares the host."""
+    from tokmon.model.facts import Sample, Status, Tick
+    from tokmon.model.records import EngineStatus
+    from tokmon.ui.headless import summary_text
+
+    f = Fold(FoldSettings(arms=("a",), target="http://127.0.0.1:8000/v1"))
+    f.apply(Requests(RequestTable.from_records(
+        [request(i, "a", "chat", -1, i * S // 10, 40.0) for i in range(50)])))  # fmt: skip
+    for i in range(100):
+        cpu = 100.0 if i % 10 < 6 else 40.0  # saturated 60% of the time
+        f.apply(Sample(i * S, "host", {"host_cpu_pct": cpu, "self_cpu_pct": 85.0}))
+        f.apply(Status(EngineStatus(t=i * S, in_flight=4, sent=i, paused=False, arm="a",
+                                    level=4.0, mode="concurrency",
+                                    loop_lag_ms=2400.0 if i % 10 < 3 else 1.0,
+                                    send_lag_ms=0.1)))  # fmt: skip
+    f.apply(Tick(t=100 * S))
+    c = f.summary(100 * S)["client"]
+    assert c["host_saturated_share"] == 0.6 and c["loop_late_share"] == 0.3
+    assert c["server_on_this_host"] and c["loop_lag_ms_max"] == 2400.0
+    text = summary_text(f.summary(100 * S))
+    line = next(ln for ln in text.splitlines() if ln.startswith("WARNING: "))
+    assert "saturated (CPU ≥ 90%) for 60% of the run" in line
+    assert "the server runs on this host" in line and "may be slower" in line
+    # a free host: one quiet line
+    g = Fold(FoldSettings(arms=("a",), target="http://gpu-box:8000/v1"))
+    for i in range(20):
+        g.apply(Sample(i * S, "host", {"host_cpu_pct": 20.0, "self_cpu_pct": 10.0}))
+    assert g.summary(20 * S)["client"]["verdict"].startswith(
+        "the client's host was free enough to measure"
+    )
+
+
+def test_the_smaller_things_a_new_user_met():
+    """#58, 9: a mistyped option gets a "did you mean"; the time axis reads as a length
+    of time, not a clock; `--scenario code` with one arm says a speed-up needs two; the
+    latencies of a window that holds both arms say so."""
+    import sys
+
+    from helpers import tokmon
+
+    from tokmon.cli.scenarios import headline
+    from tokmon.ui.panels import chart_labels, span_words
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from fakes import FakeSource
+
+    r = tokmon("run", "--url", "http://127.0.0.1:9/v1", "--concurrncy", "4")
+    assert r.returncode == 2 and "(--concurrncy: did you mean --concurrency?)" in r.stderr
+    assert [span_words(s) for s in (80, 4800, 86_400, 5_400 * 2)] == [
+        "80 s", "80 min", "24 h", "3 h"]  # fmt: skip
+    assert "needs 2 arms" in headline("code", 1) and "needs" not in headline("code", 2)
+    snap = FakeSource().snapshot()  # two arms, both with requests in the window
+    labels = chart_labels(snap)
+    assert labels["ttft"][1].startswith("2 arms · ") and labels["decode"][1].startswith("2 arms")
+
+
+async def test_at_80x24_the_events_panel_shows_an_event_not_its_title_alone():
+    from tokmon.model.commands import End
+    from tokmon.sources.replay import ReplaySource
+    from tokmon.ui.app import DashboardApp
+
+    src = ReplaySource(str(__import__("pathlib").Path(__file__).parent / "data" / "rec"
+                           / "ladder-ab.jsonl.gz"))  # fmt: skip
+    src.start()
+    try:
+        src.command(End())
+        app = DashboardApp(src)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.3)
+            app.draw()
+            await pilot.pause(0.3)
+            lines = [s.text.rstrip() for s in app.screen._compositor.render_strips()]
+    finally:
+        src.close()
+    ev = [ln for ln in lines if ln.lstrip().startswith("events")]
+    assert ev and ev[0].strip() != "events" and "stopping: draining" in "\n".join(lines)

@@ -119,3 +119,32 @@ def test_bad_repeat_options_are_one_line():
                        (["--repeat", "0", "-d", "1s"], "--repeat")):  # fmt: skip
         r = tokmon(*url, *args)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_reproduces_is_judged_against_the_runs_own_noise():
+    """``--repeat 3`` of 8 requests a run said ``decode p50 varies by 11% between runs:
+    check the environment`` — a spread that 8 requests' own sampling explains. Each
+    run's median now comes with its own 95% interval, and the runs disagree only beyond
+    it (Cochran's Q at 95%)."""
+    from tokmon.model.runs import between_runs
+    from tokmon.model.sketch import Quantiles
+    from tokmon.model.stats import median_ci, pct_summary
+
+    rng = np.random.default_rng(5)
+
+    def run(n: int, center: float) -> dict:
+        v = center * np.exp(rng.normal(0, 0.15, n))  # requests vary ±15%
+        ci = list(median_ci(Quantiles.of(v)))
+        return {"arms": {"a": {"decode_tokens_per_s": pct_summary(v),
+                               "p50_ci95": {"decode_tokens_per_s": ci}}}}  # fmt: skip
+
+    few = [run(8, c) for c in (100.0, 111.0, 100.0)]  # 8 requests a run: wide intervals
+    f = between_runs(few)["arms"]["a"]["figures"]["decode_p50"]
+    assert f["span_pct"] > 5 and f["beyond_noise"] is False and f["reproduces"]
+    assert "within their own noise" in f["verdict"] and "check the environment" not in f["verdict"]
+    many = [run(4000, c) for c in (100.0, 111.0, 100.0)]  # tight: 11% is a real change
+    f = between_runs(many)["arms"]["a"]["figures"]["decode_p50"]
+    assert f["beyond_noise"] is True and not f["reproduces"]
+    assert (
+        "beyond each run's own interval" in f["verdict"] and "check the environment" in f["verdict"]
+    )

@@ -97,14 +97,17 @@ def test_ttft_split_per_request_against_a_known_split(tmp_path):
 
 def test_ttft_split_from_histograms_alone(tmp_path):
     """No per-request metrics: the queue and prefill histograms' Δsum/Δcount against the
-    client's mean TTFT, each part within 2 ms."""
+    client's mean TTFT, each part within 3 ms. (Means over the scrape windows, not
+    medians per request: a request or two scheduled late by a loaded machine moves a
+    mean of 60 by its share — 2.05 ms was seen on a loaded CI run against a 2 ms bound;
+    the schedule's parts are 10, 30 and 50 ms: 3 ms still tells each from the others.)"""
     s, _, front, late = _run(scripted(False), tmp_path, "-c", "2", "-n", "60",
                              "--max-tokens", "8")  # fmt: skip
     t = s["arms"]["default"]["time_split"]["ttft_ms"]
     assert t["source"] == "histogram" and t["stat"] == "mean"
-    assert abs(t["queue"] - QUEUE) < 2.0, t
-    assert abs(t["prefill"] - (PREFILL + late)) < 2.0, (t, late)
-    assert abs(t["front"] - front) < 2.0, (t, front)
+    assert abs(t["queue"] - QUEUE) < 3.0, t
+    assert abs(t["prefill"] - (PREFILL + late)) < 3.0, (t, late)
+    assert abs(t["front"] - front) < 3.0, (t, front)
 
 
 def test_a_negative_remainder_is_flagged_not_shown():

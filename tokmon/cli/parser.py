@@ -9,6 +9,7 @@ subcommands, defaults and help as well as the frameworks do here.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import tomllib
@@ -40,8 +41,31 @@ class Parser(argparse.ArgumentParser):
     run_parser: argparse.ArgumentParser
 
     def error(self, message: str) -> NoReturn:
-        say(f"{self.prog}: error: {message} (see {self.prog} --help)", err=True)
+        say(f"{self.prog}: error: {message}{self.did_you_mean(message)} "
+            f"(see {self.prog} --help)", err=True)  # fmt: skip
         raise SystemExit(EXIT_USAGE)
+
+    def did_you_mean(self, message: str) -> str:
+        """`` (--recrd: did you mean --record?)`` for a mistyped option, by the closest of every
+        option of this command and its subcommands (difflib: the standard library's)."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = {o for p in (self, *self._subs()) for a in p._actions for o in a.option_strings}
+        hints = []
+        for word in message.partition(":")[2].split():
+            name = word.partition("=")[0]
+            if name.startswith("--"):
+                near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+                if near:
+                    hints.append(f"{name}: did you mean {near[0]}?")
+        return f" ({'; '.join(hints)})" if hints else ""
+
+    def _subs(self) -> list[argparse.ArgumentParser]:
+        out: list[argparse.ArgumentParser] = []
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                out += list(a.choices.values())
+        return out
 
 
 class _Help(argparse.HelpFormatter):

@@ -310,7 +310,7 @@ def run_session(
         cycles=plan.cycles,
         prometheus=view.prometheus,
         notes=run.notes,
-        scenario=(plan.scenario, headline(plan.scenario or None)),
+        scenario=(plan.scenario, headline(plan.scenario or None, len(cfg.arms))),
     )
     headless = view.headless or not sys.stdout.isatty()
     if recorder is not None:

@@ -62,8 +62,18 @@ def describe(name: str) -> str:
     return "\n".join(lines)
 
 
-def headline(name: str | None) -> str:
-    return str(load(name)[0].get("headline", "")) if name else ""
+def headline(name: str | None, arms: int = 2) -> str:
+    """The scenario's headline; where it needs more arms than the run has (a speed-up
+    over one arm), it says so rather than promise a figure the run cannot give."""
+    if not name:
+        return ""
+    info = load(name)[0]
+    text = str(info.get("headline", ""))
+    need = info.get("arms")
+    if isinstance(need, int) and arms < need:
+        text += (f" — which needs {need} arms (--arm A:… --arm B:…); with {arms} this run "
+                 "gives each kind's own figures, not a speed-up")  # fmt: skip
+    return text
 
 
 def find(argv: list[str]) -> str | None:

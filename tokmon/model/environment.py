@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 # The neutral configuration fields, in the order they are shown, with their labels.
 CONFIG_FIELDS: tuple[tuple[str, str], ...] = (
     ("model", "model"),
+    ("weights", "weights"),
     ("max_model_len", "context length"),
     ("dtype", "dtype"),
     ("quantization", "quantization"),
@@ -26,6 +27,7 @@ CONFIG_FIELDS: tuple[tuple[str, str], ...] = (
     ("block_size", "KV block size"),
     ("kv_cache_tokens", "KV cache tokens"),
     ("gpu_mem_util", "GPU memory fraction"),
+    ("kv_cache_bytes", "KV cache memory (bytes)"),
     ("prefix_caching", "prefix caching"),
     ("tp_size", "tensor parallel"),
     ("slots", "max concurrent"),
@@ -71,6 +73,7 @@ CONFIG_SOURCES: tuple[ConfigSource, ...] = (
             _f("kv_cache_dtype", "cache_dtype"),
             _f("prefix_caching", "enable_prefix_caching", kind="bool"),
             _f("gpu_mem_util", "gpu_memory_utilization", kind="float"),
+            _f("kv_cache_bytes", "kv_cache_memory_bytes", kind="int"),
             _f("kv_cache_tokens", "kv_cache_size_tokens", kind="int"),
         ),
     ),
@@ -248,9 +251,13 @@ def models_fields(models: Any) -> dict[str, Any]:
     ctx = _read(first.get("max_model_len"), "int")
     if ctx is not None and ctx > 0:
         out["max_model_len"] = ctx
-    model = _text(first.get("root")) or _text(first.get("id"))
-    if model:
-        out["model"] = model
+    # the name it is served under (what a request asks for), and the weights' path
+    # where it differs (vLLM's ``root``): `tokmon env` named the path as the model
+    served, root = _text(first.get("id")), _text(first.get("root"))
+    if served or root:
+        out["model"] = served or root
+    if served and root and root != served:
+        out["weights"] = root
     return out
 
 
@@ -271,6 +278,10 @@ def settle_spec(cfg: dict[str, Any]) -> dict[str, Any]:
     means on; llama.cpp's ``speculative`` flag wins; the token count of an engine whose
     speculation is off is a default, not a setting, so it is dropped."""
     out = dict(cfg)
+    if out.get("kv_cache_bytes"):
+        # the KV cache given in bytes (vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE): the GPU
+        # memory fraction is not what sizes it, and on a CPU build means nothing
+        out.pop("gpu_mem_util", None)
     if "spec" not in out:
         if out.get("spec_method"):
             out["spec"] = True

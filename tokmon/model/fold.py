@@ -25,9 +25,10 @@ from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.capacity import CapacityReducer, capacity_summary
 from tokmon.model.changepoint import ChangePoint, StepWatch
+from tokmon.model.client import ClientLoad
 from tokmon.model.coerce import integer, number
 from tokmon.model.derived import Derivations, Raised, change_alert
-from tokmon.model.environment import ServerEnv
+from tokmon.model.environment import ServerEnv, host_of, is_loopback
 from tokmon.model.eventlog import REGIME_KINDS, EventLog, listed_events
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
@@ -173,6 +174,7 @@ class Fold:
         self.quality = QualityReducer()  # quality probes' answers, per arm and task
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
         self.storage = StorageReducer()  # tokmon's memory, the recording, the disk left
+        self.client = ClientLoad()  # whether the client's host was free enough to measure
         self.output_check: dict[str, Any] | None = None
         self.watch.new_regime(0.0)
         self.regimes: list[float] = [0.0]  # when each regime began (s)
@@ -230,6 +232,7 @@ class Fold:
             self._sample(fact)
         elif isinstance(fact, Status):
             self.statuses[fact.status.worker] = fact.status
+            self.client.status(fact.status)
         elif isinstance(fact, Tick):
             out = self.tick(fact.t, Pace.FINAL if fact.final else Pace.DRAW)
         return out
@@ -371,6 +374,7 @@ class Fold:
             self.split.server(smp.t, one, served, r, self.ladder.current())
         if isinstance(r, HostSample):
             self.storage.sample(smp.t, r)
+            self.client.sample(r)
         self.ladder.sample(smp.t, r)
 
     # ------------------------------------------------------------------ events
@@ -591,6 +595,15 @@ class Fold:
         for raised in later:
             self._raise(out, now, raised)
 
+    def _server_local(self) -> bool:
+        """Whether a server of the run shares tokmon's host: a managed one, or a URL on
+        the loopback."""
+        for arm in self.arm_names:
+            where = self.settings.server_of(arm)
+            if where.startswith("serve:") or is_loopback(host_of(where)[1]):
+                return True
+        return False
+
     def server_of(self, arm: str) -> str:
         """The arm's server: its URL, or its managed command as run (the port filled in
         once it started: the settings hold the command as given, ``--port {port}``)."""
@@ -692,6 +705,9 @@ class Fold:
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["storage"] = self.storage.to_json()
+        client = self.client.summary(self._server_local())
+        if client is not None:
+            out["client"] = client
         out["alerts"] = alerts_from_events(self.log.alerts, 0)
         out["events"] = listed_events(self.log.listed)
         if s.environment:

@@ -3,7 +3,10 @@
 Each run gives one value per headline figure and arm (its p50 of decode speed, TTFT and
 TPOT, and its output tokens/s). Over runs: the mean, the between-run
 coefficient of variation, the min–max, and a 95% t interval of the mean; a verdict in
-words. Two groups of runs (two configurations, each run several times) are compared by
+words. A median is held to its runs' own noise: each run's median comes with its own 95%
+interval (what its requests' sampling allows), and the runs disagree only where their
+spread is beyond that (Cochran's Q, a test of heterogeneity, at 95%) — eight requests a
+run vary by 11% from sampling alone, and "check the environment" would be a false alarm. Two groups of runs (two configurations, each run several times) are compared by
 the ratio of their geometric means with a Welch interval over run-level log values:
 the difference counts only where the interval excludes 1, i.e. where it exceeds what the
 runs themselves vary by.
@@ -26,6 +29,19 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
 REPRODUCES_PCT = 5.0  # a figure whose runs span less than this (max−min over the mean)
 
+# the 95% quantile of chi-square by degrees of freedom (1–30); beyond, Wilson–Hilferty
+_CHI95 = (3.841, 5.991, 7.815, 9.488, 11.070, 12.592, 14.067, 15.507, 16.919, 18.307, 19.675,
+          21.026, 22.362, 23.685, 24.996, 26.296, 27.587, 28.869, 30.144, 31.410, 32.671,
+          33.924, 35.172, 36.415, 37.652, 38.885, 40.113, 41.337, 42.557, 43.773)  # fmt: skip
+
+
+def chi95(df: int) -> float:
+    if df <= len(_CHI95):
+        return _CHI95[max(df, 1) - 1]
+    a = 2.0 / (9.0 * df)
+    return df * (1 - a + 1.644854 * math.sqrt(a)) ** 3
+
+
 # figure -> (where in an arm's summary, how it reads, higher is better)
 FIGURES: dict[str, tuple[tuple[str, ...], str]] = {
     "decode_p50": (("decode_tokens_per_s", "p50"), "decode p50 (tok/s)"),
@@ -40,6 +56,15 @@ def t975(df: float) -> float:
         return math.inf
     i = int(df)
     return _T975[i - 1] if i <= len(_T975) else 1.96
+
+
+def _ci(arm: dict[str, Any], path: tuple[str, ...]) -> tuple[float, float] | None:
+    v: Any = arm
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    if isinstance(v, list) and len(v) == 2 and all(number(x) is not None for x in v):
+        return float(v[0]), float(v[1])
+    return None
 
 
 def figure(arm: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -60,9 +85,16 @@ class Spread:
     lo: float  # the 95% t interval of the mean
     hi: float
     span_pct: float  # (max − min) / mean, in %
+    # each run's own noise, where its figure has an interval (a median's): the typical
+    # half-width of the runs' own 95% intervals over the mean, in %, and whether the
+    # runs disagree beyond it (Cochran's Q at 95%); None: no interval to hold them to
+    noise_pct: float | None = None
+    beyond_noise: bool | None = None
 
     @property
     def reproduces(self) -> bool:
+        if self.beyond_noise is False:
+            return True  # the runs differ by no more than their own sampling says
         return self.span_pct <= REPRODUCES_PCT
 
     def verdict(self) -> str:
@@ -70,9 +102,15 @@ class Spread:
         if n < 2:
             return f"{self.name}: one run, nothing to compare"
         half = 100 * (self.hi - self.mean) / self.mean if self.mean else math.inf
-        if self.reproduces:
+        noise = "" if self.noise_pct is None else f"each run's own interval ±{self.noise_pct:.0f}%"
+        if self.span_pct <= REPRODUCES_PCT:
             return f"{self.name} reproduces within ±{half:.1f}% over {n} runs"
-        return f"{self.name} varies by {self.span_pct:.0f}% between runs: check the environment"
+        if self.beyond_noise is False:
+            return (f"{self.name} agrees over {n} runs within their own noise (they span "
+                    f"{self.span_pct:.0f}%, {noise}): more requests a run would tell more")  # fmt: skip
+        why = f", beyond {noise}" if noise else ""
+        return (f"{self.name} varies by {self.span_pct:.0f}% between runs{why}: check the "
+                "environment")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,21 +121,47 @@ class Spread:
             "min": min(self.values),
             "max": max(self.values),
             "span_pct": self.span_pct,
+            "noise_pct": self.noise_pct,
+            "beyond_noise": self.beyond_noise,
             "reproduces": self.reproduces,
             "verdict": self.verdict(),
         }
 
 
-def spread(name: str, values: list[float]) -> Spread | None:
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+def spread(
+    name: str, values: list[float], cis: list[tuple[float, float] | None] | None = None
+) -> Spread | None:
+    """One figure over runs; ``cis``: each run's own 95% interval of it, where it has one
+    (its median's), to hold the runs' spread to their own noise."""
+    pairs = [(v, (cis or [None] * len(values))[i]) for i, v in enumerate(values)
+             if v is not None and math.isfinite(v)]  # fmt: skip
+    x = np.asarray([v for v, _ in pairs], dtype=np.float64)
     if x.size == 0:
         return None
     mean = float(x.mean())
     sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
     half = t975(x.size - 1) * sd / math.sqrt(x.size) if x.size > 1 else math.inf
     span = 100 * float(x.max() - x.min()) / mean if mean else math.inf
+    noise, beyond = _noise(x, [c for _, c in pairs], mean)
     return Spread(name, tuple(float(v) for v in x), mean, sd / mean if mean else math.inf,
-                  mean - half, mean + half, span)  # fmt: skip
+                  mean - half, mean + half, span, noise, beyond)  # fmt: skip
+
+
+def _noise(
+    x: np.ndarray, cis: list[tuple[float, float] | None], mean: float
+) -> tuple[float | None, bool | None]:
+    """(the runs' typical own half-width in % of the mean, whether they disagree beyond
+    it): Cochran's Q = Σ (x_i − x̄_w)² / se_i², its 95% chi-square bound at k − 1."""
+    if x.size < 2 or not mean or any(c is None for c in cis):
+        return None, None
+    se = np.array([(c[1] - c[0]) / (2 * 1.959964) for c in cis if c is not None])
+    if (se <= 0).any() or not np.isfinite(se).all():
+        return None, None
+    w = 1.0 / se**2
+    center = float((w * x).sum() / w.sum())
+    q = float((w * (x - center) ** 2).sum())
+    noise = 100 * float(np.median(se)) * 1.959964 / mean
+    return noise, q > chi95(int(x.size) - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +272,9 @@ def between_runs(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     for arm in arms:
         figs = {}
         for key, (path, label) in FIGURES.items():
-            sp = spread(label, [figure(s["arms"][arm], path) for s in summaries])  # type: ignore[misc]
+            ci_path = ("p50_ci95", path[0]) if path[-1] == "p50" else None
+            cis = [_ci(s["arms"][arm], ci_path) for s in summaries] if ci_path else None
+            sp = spread(label, [figure(s["arms"][arm], path) for s in summaries], cis)  # type: ignore[misc]
             if sp is not None:
                 figs[key] = sp.to_json()
         out["arms"][arm] = {"figures": figs, "environment_changed": changed_env(summaries, arm)}

@@ -10,7 +10,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,7 +62,19 @@ class GrowArray:
         return self.n
 
 
-def pct_summary(values: Quantiles | np.ndarray) -> dict[str, float | int | None]:
+def median_ci(q: Quantiles) -> tuple[float, float]:
+    """The median's distribution-free 95% interval: the order statistics whose ranks the
+    binomial(n, ½) puts 1.96 standard deviations either side of the middle (exact for
+    any distribution; the whole range below 6 values)."""
+    n = len(q)
+    half = 1.959964 * math.sqrt(n) / 2
+    j = max(0, math.floor(n / 2 - half))
+    k = min(n - 1, math.ceil(n / 2 + half))
+    lo, hi = q.order_stats(np.array([j, k], dtype=np.int64))
+    return float(lo), float(hi)
+
+
+def pct_summary(values: Quantiles | np.ndarray) -> dict[str, Any]:
     """The ``S`` object of the summary schema (of every value, or of a whole-run
     ``Quantiles``: exact up to its bound, within its stated error past it)."""
     q = values if isinstance(values, Quantiles) else Quantiles.of(values)

@@ -18,6 +18,7 @@ from tokmon.model.stats import (
     ByStratum,
     Slo,
     Stratum,
+    median_ci,
     pct_summary,
     ratio_ci_requests,
     ratio_ci_stratified,
@@ -75,6 +76,17 @@ def arm_summary(
         # ok requests that have a TTFT but no TPOT, and why (docs/METRICS.md)
         "tpot_left_out": {"one_token": t.tpot_one_token, "one_read": t.tpot_one_read},
         "prompt_tokens": prompt_summary(t),
+        # each median's own 95% interval (its requests' sampling): what runs repeated are
+        # held to (``model/runs.py``)
+        "p50_ci95": {
+            k: [round(x, 4) for x in median_ci(q)]
+            for k, q in (
+                ("ttft_ms", t.ttft),
+                ("tpot_ms", t.tpot),
+                ("decode_tokens_per_s", t.decode),
+            )
+            if len(q)
+        },
     }
     bound = throughput_bound(t, streams, active_s)
     if bound is not None:

@@ -94,6 +94,12 @@ def summary_table(summary: dict[str, Any]) -> str:
         out.append(f"tokmon held at most {st['rss_mib_max']:.0f} MiB"
                    + ("" if rec is None else f" · the recording {human_bytes(rec)}")
                    + ("" if not rate else f", growing {human_bytes(rate)}/s"))  # fmt: skip
+    cl = summary.get("client") or {}
+    if cl.get("verdict"):  # whether the client's host was free enough to measure
+        busy = (cl.get("host_saturated_share") or 0) >= 0.05 or (
+            cl.get("loop_late_share") or 0
+        ) >= 0.05
+        out.append(("WARNING: " if busy else "client: ") + clean_text(str(cl["verdict"]), False))
     sc = summary.get("scenario")
     if sc:  # which kind of service the run stands for, and what to read first
         verdict = (summary.get("slo") or {}).get("text")

@@ -236,7 +236,7 @@ class Dashboard(Screen[None]):
         """Events that fit under the events' rule and title (computed, as the widgets'
         sizes are only known after the frame that sets them)."""
         left = self.below() - (compare_lines + 1 if self.narrow() else 0)
-        return max(1, left - 2)
+        return max(0, left - 2)  # (0: only the title's row: the latest event beside it)
 
     def lay_out(self, need: int | None = None) -> None:
         if need is not None:

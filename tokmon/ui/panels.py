@@ -100,16 +100,20 @@ def chart_labels(s: Snapshot) -> dict[str, tuple[str, str]]:
     )
     if pr.prefix_hit_pct is not None:  # the prefix cache at work (or not)
         kv2 = f"prefix hit {pr.prefix_hit_pct:.0f}% · " + kv2
+    # while the arms take turns, a window can hold both: its latencies then mix them,
+    # and say so (they read as the arm in force's)
+    ended = [v.name for v in s.arm_views if v.window is not None and v.window.ended]
+    mix = f"{len(ended)} arms · " if len(ended) > 1 else ""
     out = {
         "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
         "decode": (
             f"p50 {_num(w.decode_p50)} tok/s",
-            f"TPOT p50 {fmt_ms(w.tpot_p50)} p95 {fmt_ms(w.tpot_p95)}"
+            f"{mix}TPOT p50 {fmt_ms(w.tpot_p50)} p95 {fmt_ms(w.tpot_p95)}"
             + ("" if w.tpot_cv is None else f" cv {w.tpot_cv:.2f}"),
         ),
         "ttft": (
             f"p50 {fmt_ms(w.ttft_p50)} ms",
-            f"p95 {fmt_ms(w.ttft_p95)} p99 {fmt_ms(w.ttft_p99)} ms",
+            f"{mix}p95 {fmt_ms(w.ttft_p95)} p99 {fmt_ms(w.ttft_p99)} ms",
         ),
         "accept": (acc1, acc2),
         # the window's share, then the run's count: "0/13" beside the header's
@@ -320,7 +324,16 @@ def compare_blocks(s: Snapshot, width: int = 58, split: bool = False) -> list[Bl
 
 
 def events_text(s: Snapshot, room: int = 6) -> Text:
+    """The latest ``room`` events under the title; with no room under it (80×24, the
+    comparison taking every row), the latest beside the title, never the title alone."""
     t = Text(no_wrap=True, overflow="ellipsis")
+    if room <= 0:
+        t.append("events ", style="bold")
+        if s.events:
+            ev = s.events[-1]
+            t.append(f"(latest) {hms((ev.t - s.t_start) / 1e9)} ", style="dim")
+            t.append(clean_text(ev.message, keep_newlines=False))
+        return t
     t.append("events\n", style="bold")
     for ev in list(s.events)[-room:]:
         t.append(f"{hms((ev.t - s.t_start) / 1e9):>8} ", style="dim")
@@ -446,7 +459,20 @@ def axis_label(view: str, pts: list[Point], per_col: float, wall_start: float) -
         when = f"{time.strftime(fmt, time.localtime(a))}–{time.strftime(fmt, time.localtime(b))}"
         return f"{view} {when}" + (f" · {scale}" if scale else "")
     name = {"recent": "recent", "hour": "last hour", "day": "last day"}.get(view, "whole run")
-    return f"{name} · {hms(span)}" + (f" · {scale}" if scale else " shown")
+    # a length of time, never a clock's reading ("recent · 01:20 shown" read as a time)
+    return f"{name} · {span_words(span)}" + (f" · {scale}" if scale else " shown")
+
+
+def span_words(s: float) -> str:
+    """A stretch of time in words: ``80 s``, ``12 min``, ``24 h``, ``1 h 30 min``."""
+    s = max(0.0, s)
+    if s < 120:
+        return f"{s:.0f} s"
+    m = round(s / 60)
+    if m < 120:
+        return f"{m} min"
+    h, m = divmod(m, 60)
+    return f"{h} h" + (f" {m} min" if m else "")
 
 
 def _scale(seconds_per_column: float) -> str:
