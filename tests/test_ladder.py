@@ -198,3 +198,36 @@ def test_replay_of_a_ladder_shows_what_the_live_run_showed(make_sim, tmp_path):
         assert src.summary()["ladder"] == live
     finally:
         src.close()
+
+
+@pytest.mark.slow
+def test_a_two_arm_ladder_over_a_mix_agrees_with_its_kinds(tmp_path):
+    """#58: a two-arm ladder over a code/creative mix (the arms draw the kinds at random,
+    so their shares differ at each step): at every step the combined speed-up lies
+    between its kinds' own (the crossover's), within 10% of their mix-weighted geometric
+    mean, and the finished ladder is whole (the requests sent before its first step are
+    no stratum)."""
+    import math
+
+    prof = parse_profile("zero", "step_base_ms=10")
+    with (
+        SimProcess(SimConfig(profile=prof, seed=1)) as plain,
+        SimProcess(SimConfig(profile=prof, spec=True, seed=2)) as spec,
+    ):
+        s, out = run_json(tmp_path, "--arm", f"plain:url={plain.url}", "--arm",
+                          f"spec:url={spec.url}", "--ladder", "concurrency=2,8",
+                          "--step-duration", "6s", "--step-warmup", "1s", "--max-tokens",
+                          "24", "--mix", "code=1,creative=1")  # fmt: skip
+    lad = s["ladder"]
+    cross = {c["kind"]: {p[0]: p[1] for p in c["points"]} for c in lad["crossover"]}
+    assert set(cross) == {"code", "creative"}, lad["crossover"]
+    for sp in lad["speedup"]:
+        r, load = sp["decode_ratio"], float(sp["value"])
+        assert r is not None and not r["partial"], sp
+        code, creative = cross["code"][load], cross["creative"][load]
+        assert min(code, creative) <= r["ratio"] <= max(code, creative), (sp, code, creative)
+        geo = math.sqrt(code * creative)
+        assert abs(r["ratio"] / geo - 1) < 0.10, (r["ratio"], geo)
+    dec = s["comparison"]["decode_tokens_per_s"]
+    assert not dec["partial"], dec
+    assert "over code and creative (by kind, mix-weighted)" in out
