@@ -12,11 +12,14 @@ shares the host.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tokmon.model.environment import host_of, is_loopback
 from tokmon.model.records import EngineStatus
+from tokmon.model.registry import Block, Context, Judgment, register
 from tokmon.model.samples import HostSample
 from tokmon.model.sketch import Quantiles
 
@@ -25,15 +28,32 @@ LATE_LOOP_MS = 50.0  # an engine's event loop this late: the client is the limit
 NOTABLE_SHARE = 0.05  # a share of the run worth a warning
 
 
-class ClientLoad:
-    def __init__(self) -> None:
+@dataclass(frozen=True, slots=True)
+class ClientView:
+    """The client's verdict while the run goes, where its host was saturated (the
+    dashboard's panel says so beside the figures it may inflate)."""
+
+    verdict: str
+
+    def panel_lines(self) -> tuple[str, ...]:
+        return (f"WARNING: {self.verdict}",)
+
+
+@register
+class ClientLoad(Judgment):
+    name = "client"
+
+    def __init__(self, ctx: Context | None = None) -> None:
+        super().__init__(ctx or Context(None, ()))
         self.host = Quantiles(np.float64)  # host CPU %, a sample a second
         self.own = Quantiles(np.float64)  # tokmon's CPU, % of one core
         self.lag = Quantiles(np.float64)  # engines' loop lag, ms, a status a flush
         self.busy = 0  # host samples at or above BUSY_HOST_PCT
         self.late = 0  # statuses at or above LATE_LOOP_MS
 
-    def sample(self, h: HostSample) -> None:
+    def sample(self, t: int, h: Any) -> None:
+        if not isinstance(h, HostSample):
+            return
         if h.host_cpu_pct is not None:
             self.host.extend(np.array([h.host_cpu_pct]))
             self.busy += h.host_cpu_pct >= BUSY_HOST_PCT
@@ -43,6 +63,33 @@ class ClientLoad:
     def status(self, st: EngineStatus) -> None:
         self.lag.extend(np.array([st.loop_lag_ms]))
         self.late += st.loop_lag_ms >= LATE_LOOP_MS
+
+    def server_local(self) -> bool:
+        """Whether a server of the run shares tokmon's host: a managed one, or a URL on
+        the loopback."""
+        st = self.ctx.settings
+        if st is None:
+            return False
+        for arm in self.ctx.arms:
+            where = st.server_of(arm)
+            if where.startswith("serve:") or is_loopback(host_of(where)[1]):
+                return True
+        return False
+
+    def view(self, now: int, reads: dict[str, Any]) -> ClientView | None:
+        busy = self.busy >= NOTABLE_SHARE * len(self.host) if len(self.host) else False
+        late = self.late >= NOTABLE_SHARE * len(self.lag) if len(self.lag) else False
+        if not (busy or late):  # (the shares first: no quantile read on a quiet tick)
+            return None
+        s = self.summary(self.server_local())
+        return None if s is None else ClientView(s["verdict"])
+
+    def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
+        s = self.summary(self.server_local())
+        if s is None:
+            return None
+        head = "WARNING: " if notable(s) else "client: "
+        return Block("client", s, (head + s["verdict"],))
 
     def summary(self, server_local: bool) -> dict[str, Any] | None:
         """The summary's ``client`` block: the figures and the verdict in words."""
@@ -67,6 +114,11 @@ class ClientLoad:
         }
         out["verdict"] = client_verdict(out)
         return out
+
+
+def notable(c: dict[str, Any]) -> bool:
+    """Whether the host was busy for a share of the run worth a warning."""
+    return c["host_saturated_share"] >= NOTABLE_SHARE or c["loop_late_share"] >= NOTABLE_SHARE
 
 
 def client_verdict(c: dict[str, Any]) -> str:

@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
+import tokmon.model.client  # noqa: F401  (registers its judgment)
 from tokmon.model.ab_live import LiveComparison
 from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.capacity import CapacityReducer, capacity_summary
 from tokmon.model.changepoint import ChangePoint, StepWatch
-from tokmon.model.client import ClientLoad
 from tokmon.model.coerce import integer, number
 from tokmon.model.derived import Derivations, Raised, change_alert
-from tokmon.model.environment import ServerEnv, host_of, is_loopback
+from tokmon.model.environment import ServerEnv
 from tokmon.model.eventlog import REGIME_KINDS, EventLog, listed_events
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
@@ -37,6 +37,7 @@ from tokmon.model.managed import ManagedServers
 from tokmon.model.probe_state import ProbeState
 from tokmon.model.quality import QualityReducer
 from tokmon.model.records import EngineStatus, Event
+from tokmon.model.registry import Context, Judgments
 from tokmon.model.samples import HostSample, ServerSample
 from tokmon.model.samples import read as read_sample
 from tokmon.model.sketch import Quantiles
@@ -174,7 +175,8 @@ class Fold:
         self.quality = QualityReducer()  # quality probes' answers, per arm and task
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
         self.storage = StorageReducer()  # tokmon's memory, the recording, the disk left
-        self.client = ClientLoad()  # whether the client's host was free enough to measure
+        # the registered judgments (``model/registry.py``), each its own piece of the run
+        self.judgments = Judgments(Context(settings, tuple(self.arm_names)))
         self.output_check: dict[str, Any] | None = None
         self.watch.new_regime(0.0)
         self.regimes: list[float] = [0.0]  # when each regime began (s)
@@ -232,7 +234,7 @@ class Fold:
             self._sample(fact)
         elif isinstance(fact, Status):
             self.statuses[fact.status.worker] = fact.status
-            self.client.status(fact.status)
+            self.judgments.feed(lambda j: j.status(fact.status))
         elif isinstance(fact, Tick):
             out = self.tick(fact.t, Pace.FINAL if fact.final else Pace.DRAW)
         return out
@@ -346,6 +348,7 @@ class Fold:
         ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
         self.split.requests(tb, ok)
         self.quality.requests(tb)
+        self.judgments.feed(lambda j: j.requests(tb))
         if counted.size:
             self.ladder.requests(tb, counted, self.slo)
         if c["stalls"].any():
@@ -374,8 +377,8 @@ class Fold:
             self.split.server(smp.t, one, served, r, self.ladder.current())
         if isinstance(r, HostSample):
             self.storage.sample(smp.t, r)
-            self.client.sample(r)
         self.ladder.sample(smp.t, r)
+        self.judgments.feed(lambda j: j.sample(smp.t, r))
 
     # ------------------------------------------------------------------ events
     def _event(self, ev: Event) -> None:
@@ -423,6 +426,7 @@ class Fold:
         elif ev.kind == "check" and isinstance(d.get("result"), dict):
             self.output_check = d["result"]  # type: ignore[assignment]
         self.log.add(ev)
+        self.judgments.feed(lambda j: j.event(ev))
 
     def _new_regime(self, t: int) -> None:
         """The user changed what runs: detectors and trends start again from here."""
@@ -591,18 +595,10 @@ class Fold:
             )
             if self.slo.any
             else (),
+            judgments=self.judgments.views(now),
         )
         for raised in later:
             self._raise(out, now, raised)
-
-    def _server_local(self) -> bool:
-        """Whether a server of the run shares tokmon's host: a managed one, or a URL on
-        the loopback."""
-        for arm in self.arm_names:
-            where = self.settings.server_of(arm)
-            if where.startswith("serve:") or is_loopback(host_of(where)[1]):
-                return True
-        return False
 
     def server_of(self, arm: str) -> str:
         """The arm's server: its URL, or its managed command as run (the port filled in
@@ -705,9 +701,8 @@ class Fold:
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["storage"] = self.storage.to_json()
-        client = self.client.summary(self._server_local())
-        if client is not None:
-            out["client"] = client
+        for name, block in self.judgments.blocks(t_end).items():
+            out[name] = block.to_json()  # each registered judgment's part, under its name
         out["alerts"] = alerts_from_events(self.log.alerts, 0)
         out["events"] = listed_events(self.log.listed)
         if s.environment:

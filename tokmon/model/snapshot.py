@@ -83,8 +83,14 @@ class Snapshot:
     # its interval and its verdict against the target
     slo: tuple[SloVerdict, ...] = ()
     crossovers: tuple[Crossover, ...] = ()  # where the A/B speed-up stops paying, by load
+    # each registered judgment's view (``model/registry.py``), by its name
+    judgments: dict[str, Any] = field(default_factory=dict)
     scenario: str = ""  # --scenario: the kind of service the run stands for
     wall_start: float = 0.0  # the run's start, epoch seconds (the clock on the time axis)
+
+    def judgment(self, name: str) -> Any:
+        """A registered judgment's view (None: it has nothing to show yet)."""
+        return self.judgments.get(name)
 
     @property
     def t_start(self) -> int:

@@ -94,12 +94,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         out.append(f"tokmon held at most {st['rss_mib_max']:.0f} MiB"
                    + ("" if rec is None else f" · the recording {human_bytes(rec)}")
                    + ("" if not rate else f", growing {human_bytes(rate)}/s"))  # fmt: skip
-    cl = summary.get("client") or {}
-    if cl.get("verdict"):  # whether the client's host was free enough to measure
-        busy = (cl.get("host_saturated_share") or 0) >= 0.05 or (
-            cl.get("loop_late_share") or 0
-        ) >= 0.05
-        out.append(("WARNING: " if busy else "client: ") + clean_text(str(cl["verdict"]), False))
+    out += judgment_lines(summary)
     sc = summary.get("scenario")
     if sc:  # which kind of service the run stands for, and what to read first
         verdict = (summary.get("slo") or {}).get("text")
@@ -269,6 +264,16 @@ def summary_table(summary: dict[str, Any]) -> str:
     if oc:
         out.append("output check: " + describe_output_check(oc))
     return "\n".join(out)
+
+
+def judgment_lines(summary: dict[str, Any]) -> list[str]:
+    """Every registered judgment's lines (``model/registry.py``: a summary block with a
+    title and its lines), in the summary's order."""
+    out: list[str] = []
+    for v in summary.values():
+        if isinstance(v, dict) and isinstance(v.get("lines"), list) and "title" in v:
+            out += [clean_text(str(x), False) for x in v["lines"]]
+    return out
 
 
 def slo_lines(summary: dict[str, Any]) -> list[str]:

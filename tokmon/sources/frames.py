@@ -26,6 +26,7 @@ from tokmon.model import (
     history,
     quality,
     records,
+    registry,
     slo,
     snapshot,
     stats,
@@ -63,6 +64,16 @@ _NAMES = {cls: name for name, cls in _TYPES.items()}
 FRAME_LIMIT = 32 << 20  # a frame is ~30 kB; a session never sends one near this
 
 
+def _registered() -> dict[str, type]:
+    """The registered judgments' view types (``model/registry.py``), read as a frame
+    comes: a judgment registered after this module was imported is carried too."""
+    return registry.view_types()
+
+
+def _registered_names() -> dict[type, str]:
+    return {cls: name for name, cls in _registered().items()}
+
+
 class FrameError(ValueError):
     """A frame that is not what a session sends: refused whole."""
 
@@ -82,7 +93,7 @@ def _enc(o: Any) -> Any:
         if all(isinstance(k, str) for k in o):
             return {"~d": {k: _enc(v) for k, v in o.items()}}
         return {"~m": [[_enc(k), _enc(v)] for k, v in o.items()]}
-    name = _NAMES.get(type(o))
+    name = _NAMES.get(type(o)) or _registered_names().get(type(o))
     if name is not None:
         return {"~": name, "v": {f.name: _enc(getattr(o, f.name)) for f in dataclasses.fields(o)}}
     raise FrameError(f"a frame cannot hold {type(o).__name__}")
@@ -140,7 +151,7 @@ def _list(x: Any) -> list[Any]:
 def _build(name: Any, values: Any) -> Any:
     """One of the model's dataclasses, from its declared fields only (as a pickle
     would, without calling its ``__init__``: the values are what the session held)."""
-    cls = _TYPES.get(name) if isinstance(name, str) else None
+    cls = (_TYPES.get(name) or _registered().get(name)) if isinstance(name, str) else None
     if cls is None or not isinstance(values, dict):
         raise FrameError(f"frame refused: {str(name)[:60]}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
