@@ -38,7 +38,7 @@ from tokmon.sources import frames
 from tokmon.textsafe import dumps
 
 KEEP = 4096  # characters of an answer the fuzzed meter keeps
-CONTROL = {*range(0x20), *range(0x7F, 0xA0)} - {0x0A}
+CONTROL = {*range(0x20), *range(0x7F, 0xA0)} - {0x09, 0x0A}  # (a tab and a newline are text)
 
 # ----------------------------------------------------------------------------- values
 

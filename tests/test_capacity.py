@@ -250,6 +250,7 @@ def test_a_probe_is_sized_by_evidence_not_by_the_clock():
     assert lefts[4:] == ["about 4 more probes", "about 3 more probes", "about 2 more probes",
                          "about 1 more probe", ""]  # fmt: skip
     assert (s.passed, s.failed, s.done) == (8, 9, True) and not s._last()[8].by_point
+    assert s.to_json()["at_capacity"]["by_point"] is False  # the confirmation, not the scout
 
 
 @pytest.mark.slow

@@ -171,7 +171,7 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
 def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_path, plan):
     sim = make_sim(
         schedule=(2.0, 1.0, 1), faults=Faults(http_500=0.2), seed=4, request_metrics=True,
-        schedule_queue_ms=0.5,
+        schedule_queue_ms=0.5, reasoning=6,  # (a reasoning model: its figures replay too)
     )  # fmt: skip
     s, snaps, path = run_live(sim, tmp_path, plan)
     rec = read_recording(path)
@@ -196,6 +196,7 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
     # where the time goes, from each request's own figures, the same in the replay
     assert {sp.ttft.source for sp in last.time_split} == {"per-request"}
     assert last.probes.gpu_power_w == 300.0 and last.probes.kv_pct is not None
+    assert last.judgment("reasoning") is not None  # the registered judgments replay too
     if plan == "capacity":  # each arm searched in turn, the same verdict in the replay
         assert [(c.arm, c.done) for c in last.capacity] == [("plain", True), ("spec", True)]
         assert all([p.level for p in c.probes] == [1, 2, 4] for c in last.capacity)

@@ -160,7 +160,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--headless',), 'no dashboard: status lines and a summary', action="store_true", group='output'),
     Option(('--summary-json',), 'write the summary as JSON', metavar='FILE', group='output', text=True),
     Option(('--status-interval',), 'headless status line period', default='5s', group='output'),
-    Option(('--slo',), 'SLOs in ms for goodput: ttft=500,tpot=50,e2e=10000', group='output'),
+    Option(('--slo',), "SLOs in ms for goodput: ttft=500,tpot=50,e2e=10000; answer=2000 for a reasoning model (the answer's wait: its first token after the thinking)", group='output'),
     Option(('--fail-on-slo',), 'exit 1 when the goodput fraction is below --slo-target', action="store_true", group='output'),
     Option(('--slo-target',), 'share of requests that must meet the SLOs for --fail-on-slo to pass', default=0.95, type=number(0, 1, lo_open=True), group='output'),
     Option(('--theme',), 'dashboard theme: a name or a .toml path', group='display', text=True),

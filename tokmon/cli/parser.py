@@ -408,6 +408,15 @@ def build_parser() -> Parser:
         "start from --seed (e.g. 0.03: runs of the 'same' server differ by about 3%%)",
     )
     sim.add_argument(
+        "--reasoning",
+        type=number(-1, 1_000_000, integer=True),
+        default=0,
+        metavar="N",
+        help="a reasoning model: the first N tokens of every chat answer are its thinking "
+        "(delta.reasoning_content, counted in usage.completion_tokens_details."
+        "reasoning_tokens); -1: it never stops thinking",
+    )
+    sim.add_argument(
         "--token-bytes",
         type=number(0, 64, integer=True),
         default=0,

@@ -532,8 +532,8 @@ def parse_slo(text: str | None, target: float = 0.95) -> Slo:
     for part in text.split(","):
         k, eq, v = part.partition("=")
         k = k.strip()
-        if not eq or k not in ("ttft", "tpot", "e2e"):
-            raise UsageError(f"--slo: expected ttft=MS,tpot=MS,e2e=MS, got {part!r}")
+        if not eq or k not in ("ttft", "tpot", "e2e", "answer"):
+            raise UsageError(f"--slo: expected ttft=MS,tpot=MS,e2e=MS,answer=MS, got {part!r}")
         try:
             x = float(v)
         except ValueError:

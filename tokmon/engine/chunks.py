@@ -48,10 +48,13 @@ class ChunkInfo:
 
     text_chars: int = 0  # characters of generated text (content+reasoning+tool args)
     content_chars: int = 0  # characters of *content* only (for TTFC)
+    reasoning_chars: int = 0  # characters of reasoning (a reasoning model's thinking)
     text: str = ""  # content text (kept only for output checks)
     completion_tokens: int | None = None  # cumulative usage, when present
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # of the prompt, found in the server's prefix cache
+    # of the completion, its thinking (usage.completion_tokens_details.reasoning_tokens)
+    reasoning_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
     done: bool = False
@@ -209,6 +212,14 @@ def interpret(payload: bytes) -> ChunkInfo:
             info.prompt_tokens = _count(usage.get("prompt_tokens"), "usage.prompt_tokens")
         except _BadNumber as e:
             info.bad = info.bad or str(e)
+        cdet = usage.get("completion_tokens_details")
+        if isinstance(cdet, dict) and cdet.get("reasoning_tokens") is not None:
+            try:  # OpenAI, vLLM with a reasoning parser
+                info.reasoning_tokens = _count(
+                    cdet.get("reasoning_tokens"), "usage.completion_tokens_details.reasoning_tokens"
+                )
+            except _BadNumber as e:
+                info.bad = info.bad or str(e)
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and details.get("cached_tokens") is not None:
             try:  # vLLM (--enable-prompt-tokens-details), SGLang, OpenAI
@@ -322,7 +333,9 @@ def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
     for key in ("reasoning", "reasoning_content"):
         r = delta.get(key)
         if r:
-            info.text_chars += len(_text(r, f"choices[].delta.{key}"))
+            n = len(_text(r, f"choices[].delta.{key}"))
+            info.text_chars += n
+            info.reasoning_chars += n
     tc = delta.get("tool_calls")
     if tc:
         # A tool-call delta is generated text even when its argument piece is empty.

@@ -34,6 +34,8 @@ CLOCK_DROPS = (
     "decode_tps",
     "gaps",
     "max_gap_ms",
+    "answer_tps",
+    "reasoning_tps",
 )
 
 

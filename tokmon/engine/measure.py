@@ -20,6 +20,8 @@ NO_TPOT_ONE_READ = "no TPOT: the whole answer arrived in one read (no interval t
 # probe's answer): what the rest of the run saw of it was its first ``keep_chars``.
 CUT_PREFIX = "cut: "
 KEEP_CHARS = 256 * 1024  # an answer's text kept, where it is kept at all
+# The detail of an ok request of a reasoning model that never left its thinking.
+NO_ANSWER_PREFIX = "no answer: "
 
 
 class StreamMeter:
@@ -49,6 +51,10 @@ class StreamMeter:
         "cut",
         "ticked",
         "bad",
+        "t_last_reasoning",
+        "reasoning_ticked",
+        "reasoning_chunks",
+        "reasoning_usage",
     )
 
     def __init__(
@@ -85,6 +91,13 @@ class StreamMeter:
         self.cut = 0
         self.ticked = 0
         self.bad: list[str] = []  # numbers from the server that could not be counts
+        # a reasoning model's thinking: its last chunk, the tokens its chunks carried
+        # (from the cumulative usage where the server sends it, else one a chunk), and
+        # the server's own count (usage.completion_tokens_details.reasoning_tokens)
+        self.t_last_reasoning: int | None = None
+        self.reasoning_ticked = 0
+        self.reasoning_chunks = 0
+        self.reasoning_usage: int | None = None
 
     def on_event(self, t: int, info: ChunkInfo) -> int:
         """Account one event stamped at ``t``; returns the tokens it carried (for live ticks)."""
@@ -117,6 +130,10 @@ class StreamMeter:
                 self.exact_chunk_tokens = False
                 tokens = 1
             self.ticked += tokens
+            if info.reasoning_chars and not info.content_chars:
+                self.t_last_reasoning = t
+                self.reasoning_ticked += tokens
+                self.reasoning_chunks += 1
         elif info.empty_step:
             self.empty_steps += 1
         elif info.completion_tokens is not None:
@@ -128,6 +145,8 @@ class StreamMeter:
             self.prompt_tokens = info.prompt_tokens
         if info.cached_tokens is not None:
             self.cached_tokens = info.cached_tokens
+        if info.reasoning_tokens is not None:
+            self.reasoning_usage = info.reasoning_tokens
         if info.finish_reason:
             self.finish_reason = info.finish_reason
         if info.spec is not None:
@@ -196,6 +215,7 @@ class StreamMeter:
                 out["decode_tps"] = (n - 1) / ((e2e - ttft) / 1000.0)
             elif n >= 2:
                 out.setdefault("note", NO_TPOT_ONE_READ)
+            self._reasoning(out, n, estimated)
             if gaps:
                 out["max_gap_ms"] = max(gaps)
                 if sys.byteorder != "little":
@@ -207,6 +227,32 @@ class StreamMeter:
         else:
             out["e2e_ms"] = (t_end - self.t_send) / ms
         return self._spec(out)
+
+    def _reasoning(self, out: dict[str, Any], n: int, estimated: bool) -> None:
+        """A reasoning model's phases (METRICS.md, *Reasoning*): its thinking tokens (the
+        server's count, else its reasoning chunks' and said so), the thinking's decode
+        speed, and the answer's — or, where no answer came, that it never answered."""
+        if self.reasoning_usage is None and not self.reasoning_chunks:
+            return
+        counted = self.reasoning_usage is None
+        r = self.reasoning_ticked if counted else self.reasoning_usage
+        if counted and estimated:
+            r = self.reasoning_chunks  # (one token a chunk, as the whole count is)
+        r = min(int(r or 0), n)
+        out["reasoning_tokens"] = r
+        out["reasoning_counted"] = counted
+        ms = NS_PER_MS
+        t0, t1 = self.t_first_text, self.t_last_reasoning
+        if r >= 2 and t0 is not None and t1 is not None and t1 > t0:
+            out["reasoning_tps"] = (r - 1) / ((t1 - t0) / ms / 1000.0)
+        a0, a1 = self.t_first_content, self.t_last_text
+        answer = n - r
+        if a0 is None:
+            # thought to its end and never answered: no answer time, and said
+            out.setdefault("note", f"{NO_ANSWER_PREFIX}thought for all its {n} tokens "
+                                   f"(finish {self.finish_reason or 'none'})")  # fmt: skip
+        elif answer >= 2 and a1 is not None and a1 > a0:
+            out["answer_tps"] = (answer - 1) / ((a1 - a0) / ms / 1000.0)
 
     def _spec(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.timing is not None:

@@ -230,8 +230,9 @@ class CapacitySearch:
     def to_json(self) -> dict[str, Any]:
         p = self.plan
         cap, fail = self.passed, self.failed
-        top = next((x for x in self.probes if x.level == cap), None)
-        over = next((x for x in self.probes if x.level == fail), None)
+        last = self._last()  # (a level probed twice: its last probe, the confirmation)
+        top = last.get(cap) if cap is not None else None
+        over = last.get(fail) if fail is not None else None
         return {
             "param": p.param,
             "slo": p.slo,
@@ -253,7 +254,7 @@ class CapacitySearch:
         head = f"at {p.goodput:.0%} goodput" + (f", {p.slo}" if p.slo else "")
         if cap is None and fail is None:
             return f"searching: {head}"
-        over = next((x for x in self.probes if x.level == fail), None)
+        over = self._last().get(fail) if fail is not None else None
         why = f": {over.why}" if over is not None and over.why else ""
         if cap is None:
             return f"capacity below {p.fmt(fail or 0)} ({p.fmt(fail or 0)} fails{why}) {head}"

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import tokmon.model.client  # noqa: F401  (registers its judgment)
+import tokmon.model.reasoning  # noqa: F401  (registers its judgment)
 from tokmon.model.ab_live import LiveComparison
 from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures

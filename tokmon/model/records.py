@@ -73,6 +73,13 @@ class RequestRecord:
     quality: float | None = None  # a quality probe's answer: 1 correct, 0 not (None: no probe)
     srv_prefill_ms: float | None = None
     srv_itl_ms: float | None = None
+    # a reasoning model's thinking (METRICS.md, *Reasoning*): its tokens (the server's
+    # count, else its reasoning chunks' — ``reasoning_counted``), the decode speed of the
+    # thinking and of the answer; its time to the first answer token is ``ttfc_ms``
+    reasoning_tokens: int | None = None
+    reasoning_counted: bool = False
+    reasoning_tps: float | None = None
+    answer_tps: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -20,7 +20,9 @@ from tokmon.model.stats import Slo, wilson
 def slo_terms(slo: Slo) -> str:
     """``TTFT ≤ 100 ms and TPOT ≤ 50 ms``: what a request must meet."""
     parts = [f"{name} ≤ {v:g} ms" for name, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms),
-                                                    ("E2E", slo.e2e_ms)) if v is not None]  # fmt: skip
+                                                    ("E2E", slo.e2e_ms), ("the answer's wait",
+                                                                          slo.answer_ms))
+             if v is not None]  # fmt: skip
     if len(parts) <= 1:
         return "".join(parts)
     return ", ".join(parts[:-1]) + " and " + parts[-1]

@@ -164,10 +164,13 @@ class Slo:
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     target: float = SLO_TARGET  # the share that must meet them: the verdict's (model/slo.py)
+    # the answer's wait (a reasoning model's time to its first answer token: ttfc_ms)
+    answer_ms: float | None = None
 
     @property
     def any(self) -> bool:
-        return self.ttft_ms is not None or self.tpot_ms is not None or self.e2e_ms is not None
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms,
+                                           self.answer_ms))  # fmt: skip
 
     def met(self, tb: RequestTable, idx: np.ndarray) -> np.ndarray:
         """Which rows met every SLO: an ok request, TTFT and E2E within theirs (a missing
@@ -180,13 +183,15 @@ class Slo:
             m &= ~(c["tpot_ms"][idx] > self.tpot_ms)
         if self.e2e_ms is not None:
             m &= c["e2e_ms"][idx] <= self.e2e_ms
+        if self.answer_ms is not None:  # (no answer, never met)
+            m &= c["ttfc_ms"][idx] <= self.answer_ms
         return m
 
     def met_each(self, tb: RequestTable, idx: np.ndarray) -> dict[str, np.ndarray]:
         """Which rows met each SLO given, alone (``ttft``, ``tpot``, ``e2e``): what a
         failing capacity probe names as its cause."""
         given = (("ttft", "ttft_ms", self.ttft_ms), ("tpot", "tpot_ms", self.tpot_ms),
-                 ("e2e", "e2e_ms", self.e2e_ms))  # fmt: skip
+                 ("e2e", "e2e_ms", self.e2e_ms), ("answer", "answer_ms", self.answer_ms))  # fmt: skip
         return {name: Slo(**{key: v}).met(tb, idx) for name, key, v in given if v is not None}
 
 

@@ -69,6 +69,10 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "srv_prefill_ms": ("sp", "f", None),
     "srv_itl_ms": ("si", "f", None),
     "quality": ("q", "n", None),
+    "reasoning_tokens": ("rt", "n", None),
+    "reasoning_counted": ("rtc", "b", False),
+    "reasoning_tps": ("rtps", "f", None),
+    "answer_tps": ("atps", "f", None),
 }
 # RequestRecord field -> short key in a recording (the columns' table is the one list).
 REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}

@@ -648,7 +648,7 @@ class _Scan:
                 rec.gaps.append({kk: vv for kk, vv in obj.items() if kk != "k"})
                 rec.lost_lines += int(obj.get("lines") or 0)
             return fact
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             self._corrupt(rec, 1)
             return None
 
@@ -835,7 +835,7 @@ def _check_header(h: dict[str, Any], path: str) -> None:
         if k == "target":  # (the share that must meet them: a number, checked on reading)
             if not _is_num(v):
                 raise bad("slo.target is not a share")
-        elif k not in ("ttft_ms", "tpot_ms", "e2e_ms") or not _is_num(v):
+        elif k not in ("ttft_ms", "tpot_ms", "e2e_ms", "answer_ms") or not _is_num(v):
             raise bad(f"slo.{k} is not an SLO in ms")
     for k, v in (h.get("cost") or {}).items():
         if v is not None and not _is_num(v):
@@ -866,7 +866,10 @@ def _is_num(v: Any) -> bool:
 
 
 def _t(v: Any) -> int:
-    """A time of a recording line: an integer within the recording's span."""
+    """A time of a recording line: an integer within the recording's span (``1e400``,
+    read as infinite, is none: a ValueError, as every line that is not one)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError("time out of range")
     t = int(v)
     if abs(t) > MAX_T_NS:
         raise ValueError("time out of range")

@@ -63,7 +63,11 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
         # (a file may say anything: bounds a live run's options have too)
         window_s=min(3600.0, max(0.1, number(f.get("window_s")) or 10.0)),
         slo=Slo(
-            **{k: number(v) for k, v in slo_d.items() if k in ("ttft_ms", "tpot_ms", "e2e_ms")},
+            **{
+                k: number(v)
+                for k, v in slo_d.items()
+                if k in ("ttft_ms", "tpot_ms", "e2e_ms", "answer_ms")
+            },  # fmt: skip
             target=_share(slo_d.get("target")),
         ),
         assign=text(f.get("assign"), "switch"),

@@ -53,3 +53,8 @@ class SimConfig:
     # of σ = wobble, drawn once at start from the seed (a second run of the "same"
     # server is not the same: what --repeat measures)
     wobble: float = 0.0
+    # A reasoning model (vLLM with --reasoning-parser): the first N tokens of every chat
+    # answer are its thinking, sent as ``delta.reasoning_content`` and counted in
+    # ``usage.completion_tokens_details.reasoning_tokens``; -1: it never leaves its
+    # thinking (a model that thinks to its limit)
+    reasoning: int = 0

@@ -423,7 +423,8 @@ class SimServer:
         out = []
         if first and s.chat:
             out.append(self._chunk(s, role=True))
-        out.append(self._chunk(s, text=text, finish="length" if last else None))
+        thinks = s.chat and self._thinking(start)
+        out.append(self._chunk(s, text=text, finish="length" if last else None, think=thinks))
         if last:
             s.done = True
             if s.include_usage:
@@ -462,12 +463,29 @@ class SimServer:
             s.proto.write_chunk(b"data: " + b"x" * (5 * 1024 * 1024), end=False)
             s.proto.write_chunk(b"\n\ndata: [DONE]\n\n", end=True)
 
+    def _thinking(self, start: int) -> bool:
+        """Whether the token at ``start`` is in the reasoning phase."""
+        r = self.cfg.reasoning
+        return r < 0 or start < r
+
+    def _reasoning_tokens(self, s: Seq) -> int:
+        r = self.cfg.reasoning
+        if not s.chat or r == 0:
+            return 0
+        return s.produced if r < 0 else min(r, s.produced)
+
     def _chunk(
-        self, s: Seq, text: str = "", role: bool = False, finish: str | None = None
+        self,
+        s: Seq,
+        text: str = "",
+        role: bool = False,
+        finish: str | None = None,
+        think: bool = False,
     ) -> bytes:
         fr = "null" if finish is None else f'"{finish}"'
         if s.chat:
-            delta = '{"role":"assistant","content":""}' if role else json.dumps({"content": text})
+            field = "reasoning_content" if think else "content"
+            delta = '{"role":"assistant","content":""}' if role else json.dumps({field: text})
             choice = f'{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{fr}}}'
             obj = "chat.completion.chunk"
         else:
@@ -499,6 +517,10 @@ class SimServer:
                 "prompt_tokens_details": {"cached_tokens": s.cached},
             },
         }
+        if self._reasoning_tokens(s):
+            d["usage"]["completion_tokens_details"] = {
+                "reasoning_tokens": self._reasoning_tokens(s)
+            }
         metrics: dict[str, Any] = {}
         if self.cfg.request_metrics:
             metrics.update(self._timing(s))

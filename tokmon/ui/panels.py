@@ -103,6 +103,9 @@ def chart_labels(s: Snapshot) -> dict[str, tuple[str, str]]:
     # while the arms take turns, a window can hold both: its latencies then mix them,
     # and say so (they read as the arm in force's)
     ended = [v.name for v in s.arm_views if v.window is not None and v.window.ended]
+    rv = s.judgment("reasoning")
+    ar = rv.of(s.arm) if rv is not None else None
+    answer = ar.ttfa_p50 if ar is not None else None
     mix = f"{len(ended)} arms · " if len(ended) > 1 else ""
     out = {
         "tok": (f"{w.tokens_per_s:,.0f} tok/s", arms),
@@ -114,6 +117,11 @@ def chart_labels(s: Snapshot) -> dict[str, tuple[str, str]]:
         "ttft": (
             f"p50 {fmt_ms(w.ttft_p50)} ms",
             f"{mix}p95 {fmt_ms(w.ttft_p95)} p99 {fmt_ms(w.ttft_p99)} ms",
+        )
+        if answer is None
+        else (  # a reasoning model: the answer's wait beside the first token's
+            f"p50 {fmt_ms(w.ttft_p50)} ms · answer {fmt_ms(answer)}",
+            f"{mix}(answer: run p50, after the thinking) p95 {fmt_ms(w.ttft_p95)} ms",
         ),
         "accept": (acc1, acc2),
         # the window's share, then the run's count: "0/13" beside the header's

@@ -1,0 +1,75 @@
+"""Reasoning models (#61): the answer's wait, the thinking and the answer measured to the
+token, against a simulated server whose schedule is known — its first 30 of 50 tokens
+are thinking, 40 ms to the first token, 10 ms a token after it."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import tokmon
+
+from tokmon.engine.chunks import interpret
+from tokmon.engine.measure import NO_ANSWER_PREFIX, StreamMeter
+from tokmon.recording.reader import read_recording
+from tokmon.report.render import render
+from tokmon.sim.process import SimProcess
+from tokmon.sim.server import SimConfig
+
+MS = 1_000_000
+
+
+def run(sim_url: str, tmp_path, *extra: str):
+    rec, summ = tmp_path / "r.jsonl", tmp_path / "s.json"
+    r = tokmon("run", "--url", sim_url, "-n", "20", "-c", "2", "--max-tokens", "50",
+               "--ignore-eos", "--headless", "--no-gpu", "--status-interval", "1h",
+               "--record", str(rec), "--summary-json", str(summ), *extra)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return json.loads(summ.read_text()), read_recording(str(rec)), r.stdout
+
+
+def test_the_answers_wait_to_the_token(tmp_path):
+    """Thinking 30 of 50 tokens (TTFT 40 ms, 10 ms a token): the answer's wait is 340 ms
+    (±2 ms, the loops' lateness) per request, 30 reasoning tokens by the server's count,
+    the thinking and the answer each decoding at 100 tok/s; an SLO on the answer's wait
+    is judged on it."""
+    with SimProcess(SimConfig(schedule=(40.0, 10.0, 1), reasoning=30, seed=1)) as sim:
+        s, rec, out = run(sim.url, tmp_path, "--slo", "answer=400")
+    for r in rec.records:
+        assert r.reasoning_tokens == 30 and not r.reasoning_counted, r
+        assert r.ttfc_ms is not None and abs(r.ttfc_ms - 340.0) < 2.0 + abs(r.ttft_ms - 40.0), r
+        assert abs(r.answer_tps - 100.0) < 2.0 and abs(r.reasoning_tps - 100.0) < 2.0, r
+    a = s["reasoning"]["arms"]["default"]
+    assert a["requests"] == 20 and a["never_answered"] == 0
+    assert a["reasoning_tokens_p50"] == 30 and a["answer_tokens_p50"] == 20
+    assert a["reasoning_tokens_source"] == "the server's count"
+    assert abs(a["ttfa_ms_p50"] - 340) < 3 and abs(a["thinking_ms_p50"] - 300) < 3
+    assert s["slo"]["met"] == 20 and "the answer's wait ≤ 400 ms" in s["slo"]["terms"]
+    assert "the answer's wait p50 34" in out and "0 of 20 never answered" in out
+    assert "the answer's wait p50 34" in render(rec, "text")  # the report says it too
+
+
+def test_a_model_that_never_leaves_its_thinking_has_no_answer_time(tmp_path):
+    with SimProcess(SimConfig(schedule=(40.0, 10.0, 1), reasoning=-1, seed=1)) as sim:
+        s, rec, out = run(sim.url, tmp_path, "--slo", "answer=400")
+    for r in rec.records:
+        assert r.ttfc_ms is None and r.answer_tps is None and r.reasoning_tokens == 50
+        assert r.error.startswith(NO_ANSWER_PREFIX), r.error
+    a = s["reasoning"]["arms"]["default"]
+    assert a["never_answered"] == 20 and a["ttfa_ms_p50"] is None
+    assert s["slo"]["met"] == 0  # no answer, never within the answer's SLO
+    assert "20 of 20 never answered" in out
+
+
+def test_reasoning_counted_from_the_chunks_where_the_server_does_not_say():
+    """No ``reasoning_tokens`` in the usage: counted from the reasoning chunks (one token
+    a chunk here, the cumulative usage absent), and said so."""
+    m = StreamMeter(0)
+    t = 10 * MS
+    for i in range(5):
+        m.on_event(t + i * MS, interpret(b'{"choices":[{"delta":{"reasoning":"hm"}}]}'))
+    for i in range(3):
+        m.on_event(t + (10 + i) * MS, interpret(b'{"choices":[{"delta":{"content":"ok"}}]}'))
+    out = m.finish(t + 13 * MS)
+    assert out["reasoning_tokens"] == 5 and out["reasoning_counted"] is True
+    assert out["ttft_ms"] == 10.0 and out["ttfc_ms"] == 20.0
+    assert abs(out["reasoning_tps"] - 1000.0) < 1e-6  # 4 tokens over 4 ms
