@@ -225,14 +225,16 @@ def test_a_probe_is_sized_by_evidence_not_by_the_clock():
     from tokmon.model.capacity import time_limit
 
     plan = CapacityPlan("concurrency", goodput=0.95, min_s=2)
-    assert time_limit(plan, 1, 4.0) == 360.0  # 60 requests of 4 s at one stream, ×1.5
-    assert time_limit(plan, 16, 4.0) == 30.0  # (at least 30 s)
+    # at 95% a clear pass needs 73 requests that all met it: a budget of 93
+    assert plan.requests_for() == 93 and wilson(73, 73)[0] >= 0.95 > wilson(72, 72)[0]
+    assert time_limit(plan, 1, 4.0) == 558.0  # 93 requests of 4 s at one stream, ×1.5
+    assert time_limit(plan, 32, 4.0) == 30.0  # (at least 30 s)
     assert time_limit(plan, 1, None) == 600.0  # nothing measured yet
     assert time_limit(CapacityPlan("concurrency", max_s=45), 1, 4.0) == 45.0  # the user's
-    assert judge(plan, 10, 10, 3.0, 360.0, scouting=True) == ("pass", True)
+    assert judge(plan, 5, 5, 3.0, 360.0, scouting=True) == ("pass", True)
     assert judge(plan, 10, 10, 3.0, 360.0, scouting=False) is None  # the full test
     assert judge(plan, 10, 9, 3.0, 360.0, scouting=True) is None  # one missed: run on
-    assert judge(plan, 60, 57, 30.0, 360.0) == ("pass", True)  # its budget: by its point
+    assert judge(plan, 93, 89, 30.0, 600.0) == ("pass", True)  # its budget: by its point
     assert judge(plan, 20, 19, 361.0, 360.0) == ("pass", True)  # its time: by its point
     # doubling with scouts, then the capacity found probed once more in full
     s = CapacitySearch(plan)
@@ -241,7 +243,7 @@ def test_a_probe_is_sized_by_evidence_not_by_the_clock():
         seen.append(lv)
         scout = s.scouting
         if lv <= 8:
-            s.add(Probe(lv, 10 if scout else 75, 10 if scout else 75, 0, 0, "pass", 5.0, scout))
+            s.add(Probe(lv, 5 if scout else 75, 5 if scout else 75, 0, 0, "pass", 5.0, scout))
         else:
             s.add(Probe(lv, 40, 30, 0, 0, "fail", 5.0))
         lefts.append(s.left())

@@ -4,6 +4,7 @@ that fits the quick suite, the same cases every run (``derandomize``). The long 
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -62,3 +63,35 @@ def test_fuzz_frames(data):
 def test_fuzz_recording_files(case):
     with tempfile.TemporaryDirectory() as d:
         recording_case(Path(d) / "r.jsonl", *case)
+
+
+def test_the_cases_the_fuzzer_found_stay_fixed(tmp_path):
+    """Each defect the fuzzer found, kept: a request line with ``"arm": null``, an event
+    at ``t = 10**400`` in a line that also holds a lone surrogate escape (both read by
+    the standard parser: orjson refuses the surrogate), and a ``mean_itl_ms`` of
+    ``10**400`` written as an integer."""
+    from fuzzing import HEADER
+
+    lines = [
+        json.dumps(HEADER),
+        *(
+            json.dumps(
+                {
+                    "k": "r",
+                    "id": i,
+                    "arm": "a",
+                    "o": "ok",
+                    "ts": i * 10**8,
+                    "te": i * 10**8 + 5 * 10**7,
+                }
+            )
+            for i in range(13)
+        ),  # fmt: skip
+        '{"k": "r", "id": 13, "arm": null, "o": "ok", "ts": 1300000000, "te": 1350000000}',
+        '{"k": "e", "t": 1' + "0" * 400 + ', "kind": "", "msg": "\\ud83d\\ude00", "data": null}',
+    ]
+    recording_case(tmp_path / "r.jsonl", ("\n".join(lines) + "\n").encode(), False, -1)
+    body = (b'data: {"choices": [{"index": 0, "delta": {"reasoning": ""}, "finish_reason": '
+            b'null}], "metrics": {"queue_time_ms": 0.0, "time_to_first_token_ms": 0.0, '
+            b'"mean_itl_ms": 1' + b"0" * 400 + b"}}\n\n")  # fmt: skip
+    stream_case(body, [], [0])

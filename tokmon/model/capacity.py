@@ -42,8 +42,17 @@ class CapacityPlan:
     # point decides
     max_s: float = 0.0
     warm_s: float = 5.0
-    budget: int = 60  # requests a probe takes at most: then its point decides
-    scout: int = 10  # while doubling: a probe whose first this many all met passes
+    budget: int = 60  # requests a probe takes at most (``requests_for``: never too few)
+    scout: int = 5  # while doubling: a probe whose first this many all met passes
+
+    def requests_for(self) -> int:
+        """A probe's request budget: ``budget``, and never fewer than a clear pass at
+        the target needs (every request met, the Wilson interval's low end at or above
+        it: 73 at 95%), with 20 to spare for a failed one among them."""
+        n = MIN_REQUESTS
+        while wilson(n, n)[0] < self.goodput and n < 100_000:
+            n += 1
+        return max(self.budget, n + 20)
 
     def resolution(self, lo: float) -> float:
         """How close the bracket must get: one stream, or 5% of the rate."""
@@ -114,7 +123,8 @@ def time_limit(plan: CapacityPlan, level: float, request_s: float | None) -> flo
     if request_s is None or request_s <= 0:
         return LIMIT_NONE_S
     per_s = level / request_s if plan.param == "concurrency" else level
-    return max(LIMIT_FLOOR_S, min(LIMIT_NONE_S, LIMIT_SLACK * plan.budget / max(per_s, 1e-9)))
+    n = plan.requests_for()
+    return max(LIMIT_FLOOR_S, min(LIMIT_NONE_S, LIMIT_SLACK * n / max(per_s, 1e-9)))
 
 
 def judge(
@@ -140,7 +150,7 @@ def judge(
     if scouting and n >= plan.scout and good == n:
         return "pass", True
     limit = plan.max_s if limit_s is None else limit_s
-    if n >= plan.budget or (limit > 0 and elapsed_s >= limit):
+    if n >= plan.requests_for() or (limit > 0 and elapsed_s >= limit):
         return ("pass" if n and good / n >= plan.goodput else "fail"), True
     return None
 
@@ -201,7 +211,7 @@ class CapacitySearch:
             # the capacity found is the answer: where it passed only as a scout (its
             # first requests, while doubling), it is probed once more with the full test
             top = self._last()[lo]
-            if top.by_point and top.n < self.plan.budget and not self._confirmed(lo):
+            if top.by_point and top.n < self.plan.requests_for() and not self._confirmed(lo):
                 return lo
             self.done = True
             return None
@@ -218,7 +228,7 @@ class CapacitySearch:
         step = self.plan.resolution(lo)
         n = max(0, math.ceil(math.log2(max((hi - lo) / step, 1.0))))
         top = self._last()[lo]
-        n += int(top.by_point and top.n < self.plan.budget and not self._confirmed(lo))
+        n += int(top.by_point and top.n < self.plan.requests_for() and not self._confirmed(lo))
         return "" if n == 0 else f"about {n} more probe{'s' if n > 1 else ''}"
 
     def _confirmed(self, level: float) -> bool:
@@ -317,7 +327,7 @@ class CapacityReducer:
             prog = ""
             if running is not None and running[0] == a and not s.done:
                 n, good = running[1], running[2]
-                prog = (f"{n} of at most {s.plan.budget} requests, {good} met"
+                prog = (f"{n} of at most {s.plan.requests_for()} requests, {good} met"
                         if n else "warming up")  # fmt: skip
             out.append(CapacityView(a, s.verdict_text(), tuple(s.probes), s.done,
                                     s.plan.param, prog))  # fmt: skip

@@ -146,7 +146,7 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
         name = arm or s.arm_names[0]
         s._event("search", f"capacity search ({name}): {plan.param} at {plan.goodput:.0%} "
                  f"goodput, {plan.slo} — doubling from {plan.fmt(plan.start)} until a level "
-                 f"fails, then halving the bracket; each probe up to {plan.budget} requests "
+                 f"fails, then halving the bracket; each probe up to {plan.requests_for()} requests "
                  f"({plan.scout} while doubling), as long as they take",
                  {"arm": name, "plan": _plan_json(plan)})  # fmt: skip
         while (level := search.next_level()) is not None:
@@ -157,8 +157,8 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
             limit = time_limit(plan, level, None if e2e is None else e2e / 1000.0)
             begin_step(s, i, arm, plan.param, value, plan.warm_s,
                        f"capacity probe {i + 1}: {plan.param} {value} — up to "
-                       f"{plan.budget} requests" + (f" (≥ {plan.scout} while doubling)" if scouting
-                       else "") + f", {limit:.0f} s at most")  # fmt: skip
+                       f"{plan.requests_for()} requests" + (f" (≥ {plan.scout} while doubling)"
+                       if scouting else "") + f", {limit:.0f} s at most")  # fmt: skip
             t0 = perf_counter_ns() + int(plan.warm_s * 1e9)
             verdict = None
             while verdict is None:
