@@ -70,6 +70,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     cfg.token_bytes = int(args.token_bytes)
     cfg.wrong = wrong_rates(args.wrong)
     cfg.reasoning = int(args.reasoning)
+    cfg.guided_ms = float(args.guided_ms)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None
         if not cfg.api_key:

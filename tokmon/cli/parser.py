@@ -417,6 +417,14 @@ def build_parser() -> Parser:
         "reasoning_tokens); -1: it never stops thinking",
     )
     sim.add_argument(
+        "--guided-ms",
+        type=number(0, 10_000),
+        default=0.0,
+        metavar="MS",
+        help="guided decoding's cost: every token of a request under a JSON schema takes MS "
+        "more (--schedule mode)",
+    )
+    sim.add_argument(
         "--token-bytes",
         type=number(0, 64, integer=True),
         default=0,

@@ -49,6 +49,8 @@ class ChunkInfo:
     text_chars: int = 0  # characters of generated text (content+reasoning+tool args)
     content_chars: int = 0  # characters of *content* only (for TTFC)
     reasoning_chars: int = 0  # characters of reasoning (a reasoning model's thinking)
+    tool_name: str = ""  # a tool call's function name, where this event names it
+    tool_args: str = ""  # … and the piece of its arguments this event carries
     text: str = ""  # content text (kept only for output checks)
     completion_tokens: int | None = None  # cumulative usage, when present
     prompt_tokens: int | None = None
@@ -346,5 +348,10 @@ def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
                 for k in ("arguments", "name"):
                     v = fn.get(k)
                     if v:
-                        n += len(_text(v, f"choices[].delta.tool_calls[].function.{k}"))
+                        v = _text(v, f"choices[].delta.tool_calls[].function.{k}")
+                        n += len(v)
+                        if k == "name":
+                            info.tool_name = v
+                        else:
+                            info.tool_args += v
         info.text_chars += max(n, 1)

@@ -198,6 +198,7 @@ async def stream_request(
     base: dict[str, Any] | None = None,
     on_text: Callable[[str], None] | None = None,
     request_id: str = "",
+    on_call: Callable[[str, str], None] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and measure it. Never raises, except CancelledError."""
     st = {"send": 0, "headers": 0, "c0": 0, "c1": 0}
@@ -281,6 +282,8 @@ async def stream_request(
             ticks.add(meter.t_last_text or t_end, arm, extra)
         if on_text is not None and keep_chars:
             on_text(meter.text)
+        if on_call is not None and keep_chars:
+            on_call(*meter.tool_call)
     fields.update(_finish(meter, t_end, outcome, st, t_sched, t_start, status, error))
     return RequestRecord(rid=rid, arm=arm, outcome=outcome, t_sched=t_sched, t_end=t_end, **fields)
 

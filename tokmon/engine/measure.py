@@ -55,6 +55,8 @@ class StreamMeter:
         "reasoning_ticked",
         "reasoning_chunks",
         "reasoning_usage",
+        "tool_name",
+        "tool_parts",
     )
 
     def __init__(
@@ -98,6 +100,9 @@ class StreamMeter:
         self.reasoning_ticked = 0
         self.reasoning_chunks = 0
         self.reasoning_usage: int | None = None
+        # a tool call's name and its arguments' pieces (kept with the text: checked)
+        self.tool_name = ""
+        self.tool_parts: list[str] = []
 
     def on_event(self, t: int, info: ChunkInfo) -> int:
         """Account one event stamped at ``t``; returns the tokens it carried (for live ticks)."""
@@ -115,6 +120,12 @@ class StreamMeter:
             self.t_last_text = t
             self.text_chunks += 1
             self.chunk_times.append(t)
+            if self.keep_text and (info.tool_name or info.tool_args):
+                self.tool_name = self.tool_name or info.tool_name[:200]
+                if info.tool_args and self.kept > 0:
+                    piece = info.tool_args[: self.kept]
+                    self.tool_parts.append(piece)
+                    self.kept -= len(piece)
             if self.keep_text and info.text:
                 part = info.text
                 if len(part) > self.kept:
@@ -274,3 +285,8 @@ class StreamMeter:
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
+
+    @property
+    def tool_call(self) -> tuple[str, str]:
+        """The tool call streamed: its name and its arguments' text."""
+        return self.tool_name, "".join(self.tool_parts)

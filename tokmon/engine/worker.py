@@ -53,6 +53,7 @@ from tokmon.model.records import (
     Stop,
     SwitchArm,
 )
+from tokmon.model.structured import GUIDED, GUIDED_FREE, TOOLS, check_call, check_json
 from tokmon.model.trace import trace_prompt
 from tokmon.model.workload import (
     Arrivals,
@@ -223,6 +224,7 @@ class Engine:
         self.q_next = {a.name: worker * 7 for a in cfg.arms}
         # per arm: probes still to send of a quality pass (QualityPass)
         self.q_pass: dict[str, int] = {}
+        self.guided_n = 0  # guided requests picked: every other one is the control
         self.mix_kinds = [k for k, _ in cfg.mix]
         self.mix_w = np.array([w for _, w in cfg.mix], dtype=float)
         self.mode = cfg.mode
@@ -327,7 +329,15 @@ class Engine:
             prompt, max_tokens = item.prompt, QUALITY_MAX_TOKENS
         else:
             prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
+        if prompt.kind == GUIDED:
+            # every other guided request is the same kind of prompt without the schema:
+            # the control that says what the grammar costs (model/structured.py)
+            self.guided_n += 1
+            if self.guided_n % 2 == 0:
+                prompt = prompt.without_extra(GUIDED_FREE)
+        checked = prompt.kind in (GUIDED, TOOLS)
         answer: list[str] = []
+        call: list[tuple[str, str]] = []
         if self.cfg.record_prompts:
             self.prompts.append(SentPrompt(rid, prompt.messages, prompt.text))
         body = json.dumps(build_body(self.cfg, arm, prompt, max_tokens)).encode()
@@ -368,9 +378,24 @@ class Engine:
                 request_id=request_id(self.cfg.run_id, rid),
                 # a probe's answer is judged on its first CHECK_CHARS (one more tells a
                 # longer one); a conversation's reply is sent back, up to KEEP_CHARS
-                keep_chars=CHECK_CHARS + 1 if item is not None else KEEP_CHARS if chat else 0,
-                on_text=answer.append if item is not None else chat.reply if chat else None,
+                keep_chars=CHECK_CHARS + 1
+                if item is not None
+                else KEEP_CHARS
+                if chat or checked
+                else 0,
+                on_text=answer.append
+                if item is not None or checked
+                else chat.reply
+                if chat
+                else None,
+                on_call=(lambda n, a: call.append((n, a))) if checked else None,
             )
+            if checked and rec.outcome == "ok":
+                # the structured answer or the tool call, read (never run) and validated
+                why = (check_json(answer[0] if answer else "") if prompt.kind == GUIDED
+                       else check_call(*(call[0] if call else ("", ""))))  # fmt: skip
+                rec = replace(rec, valid=0.0 if why else 1.0,
+                              error=rec.error or (f"invalid: {why}" if why else ""))  # fmt: skip
             if item is not None and rec.outcome == "ok":
                 # read, never run: the answer is checked as text (model/quality.py), in
                 # time linear in its length (CHECK_CHARS at most); one it cannot judge

@@ -22,6 +22,7 @@ import numpy as np
 
 import tokmon.model.client  # noqa: F401  (registers its judgment)
 import tokmon.model.reasoning  # noqa: F401  (registers its judgment)
+import tokmon.model.structured_judgment  # noqa: F401  (registers its judgment)
 from tokmon.model.ab_live import LiveComparison
 from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
@@ -47,6 +48,7 @@ from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats
 from tokmon.model.steps import Steps
 from tokmon.model.storage import StorageReducer
+from tokmon.model.structured import GUIDED, GUIDED_FREE
 from tokmon.model.summary import alerts_from_events, build_summary, slo_counted
 from tokmon.model.table import RequestTable, distinct
 from tokmon.model.timesplit import TimeSplit, TimeSplitReducer
@@ -128,6 +130,8 @@ def mix_weights(settings: dict[str, Any] | None) -> tuple[tuple[str, float], ...
             k, w = item
             if isinstance(k, str) and isinstance(w, (int, float)) and math.isfinite(w) and w > 0:
                 out[k] = float(w)
+    if GUIDED in out:  # (half its requests are the control, without the schema)
+        out[GUIDED] = out[GUIDED_FREE] = out[GUIDED] / 2
     return tuple(out.items()) if len(out) > 1 else None
 
 

@@ -80,6 +80,8 @@ class RequestRecord:
     reasoning_counted: bool = False
     reasoning_tps: float | None = None
     answer_tps: float | None = None
+    # a structured answer or a tool call checked (model/structured.py): 1 valid, 0 not
+    valid: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.gate import loads
+from tokmon.model.structured import GUIDED, TOOLS, guided_body, tools_body
 
 
 class WorkloadError(ValueError):
@@ -171,7 +173,9 @@ def describe_load(st: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- prompts
 
-KINDS = ("chat", "code", "structured", "summarize", "creative")
+# (guided: under a JSON schema, every other one the same prompt without it; tools: a
+# tool it must call — ``model/structured.py``)
+KINDS = ("chat", "code", "structured", "summarize", "creative", GUIDED, TOOLS)
 
 WORDS = (  # common words: filler for synthetic prompts (and the tests' and benches')
     "the",
@@ -233,6 +237,9 @@ _KIND_LEADS = {
     "structured": "Extract the fields below into JSON with keys name, value and unit.",
     "summarize": "Summarize the following notes in three sentences.",
     "creative": "Write a short story with an unexpected ending about a lighthouse.",
+    GUIDED: "Record the measurement below as JSON: its name, its value as a whole number, "
+    "its unit (ms, s, tokens or requests) and whether it is ok.",
+    TOOLS: "Call the tool to read the latency of the checkout service over the last 15 minutes.",
 }
 
 
@@ -251,15 +258,23 @@ class Prompt:
     text: str = ""
     approx_tokens: int = 0
     asked: int | None = None
+    # fields of the request's body besides its messages (a schema, tools), each as its
+    # key and its JSON text (frozen: a prompt is shared between requests)
+    extra: tuple[tuple[str, str], ...] = ()
 
     def body_fields(self, endpoint: str) -> dict[str, Any]:
         if endpoint == "completions":
             if self.text:
                 return {"prompt": self.text}
             return {"prompt": "\n".join(c for _, c in self.messages)}
+        extra = {k: json.loads(v) for k, v in self.extra}
         if self.messages:
-            return {"messages": [{"role": r, "content": c} for r, c in self.messages]}
-        return {"messages": [{"role": "user", "content": self.text}]}
+            return {"messages": [{"role": r, "content": c} for r, c in self.messages], **extra}
+        return {"messages": [{"role": "user", "content": self.text}], **extra}
+
+    def without_extra(self, kind: str) -> Prompt:
+        """The same prompt without its body's extras, as another kind (the control)."""
+        return dataclasses.replace(self, kind=kind, extra=())
 
 
 HEAD_WORDS = 6  # words unique to each request, first: no two prompts share a prefix by accident
@@ -346,9 +361,11 @@ def compose(kind: str, head: str, filler: str, prefix: str = "") -> Prompt:
     shared system prompt if any, then the user's text: its own head, the kind's opening
     sentence, the filler."""
     text = f"Ticket {head}. {kind_lead(kind)} {filler}".rstrip()
+    body = guided_body() if kind == GUIDED else tools_body() if kind == TOOLS else {}
+    extra = tuple((k, json.dumps(v)) for k, v in body.items())
     if prefix:
-        return Prompt(kind=kind, messages=(("system", prefix), ("user", text)))
-    return Prompt(kind=kind, text=text)
+        return Prompt(kind=kind, messages=(("system", prefix), ("user", text)), extra=extra)
+    return Prompt(kind=kind, text=text, extra=extra)
 
 
 def synthetic_prompt(

@@ -58,3 +58,6 @@ class SimConfig:
     # ``usage.completion_tokens_details.reasoning_tokens``; -1: it never leaves its
     # thinking (a model that thinks to its limit)
     reasoning: int = 0
+    # Guided decoding's cost: every token of a request under a JSON schema costs this many
+    # ms more (schedule mode: added to its gap), as a grammar's mask costs a real server
+    guided_ms: float = 0.0

@@ -26,6 +26,7 @@ from tokmon.sim.config import SimConfig
 from tokmon.sim.metrics import Metrics
 from tokmon.sim.model import ALPHA, classify_prompt
 from tokmon.sim.prefix import PrefixCache
+from tokmon.sim.structured import pieces, structured_script
 from tokmon.sim.tokenizer import BOS_ID, count_prompt, token_ids
 from tokmon.sim.vocab import TOKENS
 
@@ -73,6 +74,8 @@ class Seq:
         "future",
         "acc_rng",
         "script",
+        "shape",
+        "tool",
     )
     rid: int
     proto: HttpProtocol
@@ -94,6 +97,8 @@ class Seq:
     rng: random.Random  # the text: greedy output depends on the prompt only
     acc_rng: random.Random  # acceptance draws: apart, so speculation never changes the text
     script: list[str]  # the first tokens, as said (a quality probe's answer); [] none
+    shape: str  # an answer under a JSON schema, or a tool call's arguments, as JSON ("" none)
+    tool: str  # the tool called ("" none)
     kv_need: int
     cid: str
 
@@ -253,6 +258,11 @@ class SimServer:
             if self.rng.random() < cfg.wrong.get(task, 0.0):
                 ans = wrong(task, ans)
             s.script = [" " + w for w in f"The answer is {ans}.".split(" ")]
+        s.shape, s.tool = structured_script(body, chat, random.Random(self.rng.getrandbits(64)))
+        if s.shape:  # an answer under a schema, or a tool call: its text is the script
+            s.script = pieces(s.shape)
+            mt = min(mt, len(s.script))
+            s.max_tokens = mt
         spec = cfg.spec
         if body.get("speculative") is False or body.get("speculative.n_max") == 0:
             spec = False
@@ -423,8 +433,10 @@ class SimServer:
         out = []
         if first and s.chat:
             out.append(self._chunk(s, role=True))
-        thinks = s.chat and self._thinking(start)
-        out.append(self._chunk(s, text=text, finish="length" if last else None, think=thinks))
+        thinks = s.chat and not s.shape and self._thinking(start)
+        end = ("tool_calls" if s.tool else "stop") if s.shape else "length"
+        out.append(self._chunk(s, text=text, finish=end if last else None, think=thinks,
+                               call=s.tool if s.shape and s.tool else "", first=start == 0))  # fmt: skip
         if last:
             s.done = True
             if s.include_usage:
@@ -481,11 +493,21 @@ class SimServer:
         role: bool = False,
         finish: str | None = None,
         think: bool = False,
+        call: str = "",
+        first: bool = False,
     ) -> bytes:
         fr = "null" if finish is None else f'"{finish}"'
         if s.chat:
             field = "reasoning_content" if think else "content"
-            delta = '{"role":"assistant","content":""}' if role else json.dumps({field: text})
+            if call and not role:  # a tool call's delta: its name first, then its arguments
+                fn: dict[str, Any] = {"arguments": text}
+                tc: dict[str, Any] = {"index": 0, "function": fn}
+                if first:
+                    tc.update(id=f"call_{s.rid:08x}", type="function")
+                    fn["name"] = call
+                delta = json.dumps({"tool_calls": [tc]})
+            else:
+                delta = '{"role":"assistant","content":""}' if role else json.dumps({field: text})
             choice = f'{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{fr}}}'
             obj = "chat.completion.chunk"
         else:
@@ -603,6 +625,8 @@ class SimServer:
         self.metrics.queue.labels(**self.metrics.lv).observe(q)
         i = 0
         gaps_ms = 0.0  # the gaps so far (a scheduled step makes the later ones longer)
+        # guided decoding's cost: every token under a schema this much more (a grammar's mask)
+        gap_ms = gap_ms + (self.cfg.guided_ms if s.shape and not s.tool else 0.0)
         while not s.done:
             if i:
                 gaps_ms += gap_ms * self.decode_scale()
