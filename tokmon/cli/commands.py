@@ -71,6 +71,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     cfg.wrong = wrong_rates(args.wrong)
     cfg.reasoning = int(args.reasoning)
     cfg.guided_ms = float(args.guided_ms)
+    cfg.image_ms_per_token = float(args.image_ms_per_token)
     if args.api_key_env:
         cfg.api_key = os.environ.get(args.api_key_env) or None
         if not cfg.api_key:

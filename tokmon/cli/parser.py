@@ -425,6 +425,14 @@ def build_parser() -> Parser:
         "more (--schedule mode)",
     )
     sim.add_argument(
+        "--image-ms-per-token",
+        type=number(0, 1000),
+        default=0.0,
+        metavar="MS",
+        help="each image token (a 28-pixel patch of an image_url PNG) adds MS to TTFT "
+        "(--schedule mode; the batching model's prefill cost applies otherwise)",
+    )
+    sim.add_argument(
         "--token-bytes",
         type=number(0, 64, integer=True),
         default=0,

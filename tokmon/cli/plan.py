@@ -365,6 +365,7 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         prompts=given.prompts,
         mix=mix,
         ignore_eos=o.ignore_eos,
+        image_px=image_size(o.image_size),
         temperature=o.temperature,
         top_p=o.top_p,
         seed=o.seed,
@@ -521,6 +522,14 @@ def quality_run(o: RunOptions, arms: list[Any]) -> tuple[int, str]:
                              "--quality-probes 100% --alternate DURATION instead")  # fmt: skip
         assign = "alternate"
     return n * (len(arms) if assign != "switch" else 1), assign
+
+
+def image_size(px: int) -> int:
+    from tokmon.model.images import SIZES
+
+    if px not in SIZES:
+        raise UsageError(f"--image-size: one of {', '.join(map(str, SIZES))}, got {px}")
+    return int(px)
 
 
 def parse_slo(text: str | None, target: float = 0.95) -> Slo:

@@ -29,6 +29,7 @@ from tokmon.engine.target import prepare
 from tokmon.inputs import read_share
 from tokmon.model.arms import Arm
 from tokmon.model.config import RunConfig
+from tokmon.model.images import IMAGE
 from tokmon.model.quality import (
     CHECK_CHARS,
     QUALITY_MAX_TOKENS,
@@ -281,6 +282,8 @@ class Engine:
                 kind = self.mix_kinds[int(self.rng.choice(len(self.mix_kinds), p=self.mix_w))]
             n = self.prompt_tokens.sample(self.rng)
             p = synthetic_prompt(kind, n, self.rng, cfg.prompt_shape, cfg.shared_prefix)
+            if kind == IMAGE:
+                p = replace(p, image=cfg.image_px)
         return p, self.max_tokens.sample(self.rng)
 
     def _next_script(self) -> Script | None:
@@ -358,6 +361,7 @@ class Engine:
             "settle": settle,
             "worker": self.worker,
             "turn": 0 if chat is None else chat.turn,
+            "image_px": prompt.image or None,
         }
         self.in_flight[rid] = (arm_name, t_sched, prompt.kind, self.segment)
         self.sent += 1

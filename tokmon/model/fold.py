@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import tokmon.model.client  # noqa: F401  (registers its judgment)
+import tokmon.model.images_judgment  # noqa: F401  (registers its judgment)
 import tokmon.model.reasoning  # noqa: F401  (registers its judgment)
 import tokmon.model.structured_judgment  # noqa: F401  (registers its judgment)
 from tokmon.model.ab_live import LiveComparison

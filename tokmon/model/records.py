@@ -82,6 +82,7 @@ class RequestRecord:
     answer_tps: float | None = None
     # a structured answer or a tool call checked (model/structured.py): 1 valid, 0 not
     valid: float | None = None
+    image_px: int | None = None  # the image kind: the side of the image sent, in pixels
 
     @property
     def ok(self) -> bool:

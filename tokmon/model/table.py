@@ -74,6 +74,7 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "reasoning_tps": ("rtps", "f", None),
     "answer_tps": ("atps", "f", None),
     "valid": ("vl", "n", None),
+    "image_px": ("img", "n", None),
 }
 # RequestRecord field -> short key in a recording (the columns' table is the one list).
 REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}

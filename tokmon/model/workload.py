@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.gate import loads
+from tokmon.model.images import IMAGE, data_url
 from tokmon.model.structured import GUIDED, TOOLS, guided_body, tools_body
 
 
@@ -175,7 +176,7 @@ def describe_load(st: dict[str, Any]) -> str:
 
 # (guided: under a JSON schema, every other one the same prompt without it; tools: a
 # tool it must call — ``model/structured.py``)
-KINDS = ("chat", "code", "structured", "summarize", "creative", GUIDED, TOOLS)
+KINDS = ("chat", "code", "structured", "summarize", "creative", GUIDED, TOOLS, IMAGE)
 
 WORDS = (  # common words: filler for synthetic prompts (and the tests' and benches')
     "the",
@@ -240,6 +241,7 @@ _KIND_LEADS = {
     GUIDED: "Record the measurement below as JSON: its name, its value as a whole number, "
     "its unit (ms, s, tokens or requests) and whether it is ok.",
     TOOLS: "Call the tool to read the latency of the checkout service over the last 15 minutes.",
+    IMAGE: "Describe the image: its colours, its pattern and what it might show.",
 }
 
 
@@ -261,6 +263,7 @@ class Prompt:
     # fields of the request's body besides its messages (a schema, tools), each as its
     # key and its JSON text (frozen: a prompt is shared between requests)
     extra: tuple[tuple[str, str], ...] = ()
+    image: int = 0  # the image kind: the side of its image in pixels (0: none)
 
     def body_fields(self, endpoint: str) -> dict[str, Any]:
         if endpoint == "completions":
@@ -268,6 +271,13 @@ class Prompt:
                 return {"prompt": self.text}
             return {"prompt": "\n".join(c for _, c in self.messages)}
         extra = {k: json.loads(v) for k, v in self.extra}
+        if self.image:  # the text, then the image as a data URL (the OpenAI chat form)
+            msgs = list(self.messages) or [("user", self.text)]
+            out: list[dict[str, Any]] = [{"role": r, "content": c} for r, c in msgs[:-1]]
+            out.append({"role": msgs[-1][0], "content": [
+                {"type": "text", "text": msgs[-1][1]},
+                {"type": "image_url", "image_url": {"url": data_url(self.image)}}]})  # fmt: skip
+            return {"messages": out, **extra}
         if self.messages:
             return {"messages": [{"role": r, "content": c} for r, c in self.messages], **extra}
         return {"messages": [{"role": "user", "content": self.text}], **extra}

@@ -61,3 +61,6 @@ class SimConfig:
     # Guided decoding's cost: every token of a request under a JSON schema costs this many
     # ms more (schedule mode: added to its gap), as a grammar's mask costs a real server
     guided_ms: float = 0.0
+    # Images (an ``image_url`` part): each counts ceil(w / 28) × ceil(h / 28) prompt tokens
+    # (a vision model's 28-pixel patches); in schedule mode each adds this many ms to TTFT
+    image_ms_per_token: float = 0.0

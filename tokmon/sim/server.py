@@ -26,7 +26,7 @@ from tokmon.sim.config import SimConfig
 from tokmon.sim.metrics import Metrics
 from tokmon.sim.model import ALPHA, classify_prompt
 from tokmon.sim.prefix import PrefixCache
-from tokmon.sim.structured import pieces, structured_script
+from tokmon.sim.structured import image_tokens_of, pieces, structured_script
 from tokmon.sim.tokenizer import BOS_ID, count_prompt, token_ids
 from tokmon.sim.vocab import TOKENS
 
@@ -76,6 +76,7 @@ class Seq:
         "script",
         "shape",
         "tool",
+        "image_tokens",
     )
     rid: int
     proto: HttpProtocol
@@ -99,6 +100,7 @@ class Seq:
     script: list[str]  # the first tokens, as said (a quality probe's answer); [] none
     shape: str  # an answer under a JSON schema, or a tool call's arguments, as JSON ("" none)
     tool: str  # the tool called ("" none)
+    image_tokens: int  # of its prompt tokens, its images'
     kv_need: int
     cid: str
 
@@ -209,6 +211,7 @@ class SimServer:
         model = body.get("model") or cfg.model_name
         if model != cfg.model_name:
             return 404, f"The model `{model}` does not exist."
+        image_tokens = 0
         if chat:
             msgs = body.get("messages")
             if not isinstance(msgs, list) or not msgs:
@@ -219,6 +222,7 @@ class SimServer:
                     return 400, "each message must be an object"
                 c = m.get("content", "")
                 if isinstance(c, list):
+                    image_tokens += sum(image_tokens_of(p) for p in c if isinstance(p, dict))
                     c = " ".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
                 texts.append(str(c or ""))
             prompt = "\n".join(texts)
@@ -244,7 +248,8 @@ class SimServer:
         s.model = model
         s.created = self.created
         s.max_tokens = mt
-        s.prompt_tokens = count_prompt(texts, chat, self.cfg.token_bytes)
+        s.prompt_tokens = count_prompt(texts, chat, self.cfg.token_bytes) + image_tokens
+        s.image_tokens = image_tokens
         # the prefix cache: whole blocks of the prompt seen before skip their prefill
         s.cached = self.prefix_cache.lookup(texts, s.prompt_tokens)
         self.metrics.prefix_queries.labels(**self.metrics.lv).inc(s.prompt_tokens)
@@ -613,6 +618,7 @@ class SimServer:
         """A fixed schedule: first chunk at ttft, then one chunk every gap, tpc tokens each."""
         assert self.cfg.schedule is not None
         ttft_ms, gap_ms, tpc = self.cfg.schedule
+        ttft_ms += s.image_tokens * self.cfg.image_ms_per_token  # (its images' prefill)
         cap = self.cfg.schedule_capacity
         if cap > 0:  # (this request is one of the scheduled tasks)
             ttft_ms *= max(1.0, (len(self.scheduled) / cap) ** 2)

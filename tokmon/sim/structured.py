@@ -4,9 +4,12 @@ against the tool's parameters — each a script of small pieces, streamed a toke
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from typing import Any
+
+from tokmon.model.images import png_size
 
 _WORDS = ("checkout", "latency", "search", "billing", "ingest", "gateway")
 
@@ -54,3 +57,28 @@ def structured_script(body: dict[str, Any], chat: bool, rng: random.Random) -> t
 def pieces(text: str, size: int = 4) -> list[str]:
     """``text`` in pieces of ``size`` characters: a token each."""
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+PATCH = 28  # a vision model's patch: an image costs a token per 28 × 28 pixels
+
+
+def image_tokens_of(part: dict[str, Any]) -> int:
+    """The prompt tokens of one content part: an ``image_url`` PNG's patches, else 0."""
+    if part.get("type") != "image_url":
+        return 0
+    url = (
+        (part.get("image_url") or {}).get("url")
+        if isinstance(part.get("image_url"), dict)
+        else None
+    )
+    if not isinstance(url, str) or not url.startswith("data:image/png;base64,"):
+        return 0
+    try:
+        head = base64.b64decode(url[22:54])  # (its first 24 bytes: the IHDR's size)
+    except ValueError:
+        return 0
+    wh = png_size(head)
+    if wh is None:
+        return 0
+    w, h = wh
+    return -(-w // PATCH) * -(-h // PATCH)
