@@ -57,6 +57,8 @@ class ChunkInfo:
     cached_tokens: int | None = None  # of the prompt, found in the server's prefix cache
     # of the completion, its thinking (usage.completion_tokens_details.reasoning_tokens)
     reasoning_tokens: int | None = None
+    pred_accepted: int | None = None  # predicted outputs' tokens accepted, rejected
+    pred_rejected: int | None = None
     finish_reason: str | None = None
     error: str | None = None
     done: bool = False
@@ -215,10 +217,17 @@ def interpret(payload: bytes) -> ChunkInfo:
         except _BadNumber as e:
             info.bad = info.bad or str(e)
         cdet = usage.get("completion_tokens_details")
-        if isinstance(cdet, dict) and cdet.get("reasoning_tokens") is not None:
-            try:  # OpenAI, vLLM with a reasoning parser
+        if isinstance(cdet, dict):
+            try:  # OpenAI, vLLM with a reasoning parser; OpenAI's predicted outputs
+                where = "usage.completion_tokens_details."
                 info.reasoning_tokens = _count(
-                    cdet.get("reasoning_tokens"), "usage.completion_tokens_details.reasoning_tokens"
+                    cdet.get("reasoning_tokens"), where + "reasoning_tokens"
+                )
+                info.pred_accepted = _count(
+                    cdet.get("accepted_prediction_tokens"), where + "accepted_prediction_tokens"
+                )
+                info.pred_rejected = _count(
+                    cdet.get("rejected_prediction_tokens"), where + "rejected_prediction_tokens"
                 )
             except _BadNumber as e:
                 info.bad = info.bad or str(e)

@@ -34,6 +34,9 @@ CLOCK_DROPS = (
     "decode_tps",
     "gaps",
     "max_gap_ms",
+    "dns_ms",
+    "tcp_ms",
+    "tls_ms",
     "answer_tps",
     "reasoning_tps",
 )
@@ -201,7 +204,7 @@ async def stream_request(
     on_call: Callable[[str, str], None] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and measure it. Never raises, except CancelledError."""
-    st = {"send": 0, "headers": 0, "c0": 0, "c1": 0}
+    st = {"send": 0, "headers": 0, "c0": 0, "c1": 0, "dns": 0, "tcp": 0, "tls": 0}
     fields: dict[str, Any] = dict(base) if base else {}
     sink = StreamSink(ticks, arm, stall_ms, keep_chars)
     outcome = "ok"
@@ -217,6 +220,7 @@ async def stream_request(
                 conn, c0, c1 = await pool.acquire(target, fresh=fresh)
                 if c0:
                     st["c0"], st["c1"] = c0, c1
+                    st["dns"], st["tcp"], st["tls"] = conn.phases
                 try:
                     await conn.exchange(data, sink, idle_s)
                 except (h1.RemoteProtocolError, h1.ReadError) as e:
@@ -322,7 +326,14 @@ def _finish(
             else:
                 f["ttfb_ms"] = (st["headers"] - t_send) / NS_PER_MS
     if st["c1"] and st["c0"]:
+        # a new connection: its setup, whole and in its phases (name, TCP, TLS)
         f["connect_ms"] = (st["c1"] - st["c0"]) / NS_PER_MS
+        c0, dns, tcp, tls = st["c0"], st["dns"], st["tcp"], st["tls"]
+        if c0 <= dns <= tcp:
+            f["dns_ms"] = (dns - c0) / NS_PER_MS
+            f["tcp_ms"] = (tcp - dns) / NS_PER_MS
+            if tls >= tcp:
+                f["tls_ms"] = (tls - tcp) / NS_PER_MS
     if meter is not None:
         m = meter.finish(t_end)
         clock = m.pop("clock", "") or clock

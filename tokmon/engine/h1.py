@@ -111,6 +111,7 @@ class Connection:
         "_finished",
         "_last",
         "_t_read",
+        "phases",
         "_idle_ns",
         "_idle_h",
         "_drain_h",
@@ -142,6 +143,8 @@ class Connection:
         self._finished = False
         self._last = 0
         self._t_read = 0  # the last read's stamp: bytes arrive in order, and so do stamps
+        # a new connection's setup, each phase's end (ns): name resolved, TCP up, TLS done
+        self.phases: tuple[int, int, int] = (0, 0, 0)
         self._idle_ns = 0
         self._idle_h: asyncio.TimerHandle | None = None
         self._drain_h: asyncio.TimerHandle | None = None
@@ -167,6 +170,7 @@ class Connection:
     async def _connect(self, host: str, port: int, ssl_ctx: ssl.SSLContext | None) -> None:
         loop = self.loop
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        t_dns = perf_counter_ns()
         err: OSError | None = None
         for family, kind, proto, _, addr in infos:
             sock = socket.socket(family, kind, proto)
@@ -185,8 +189,10 @@ class Connection:
         sock = self.sock
         assert sock is not None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t_tcp = perf_counter_ns()
         if ssl_ctx is not None:
             await self._handshake(sock, ssl_ctx, host)
+        self.phases = (t_dns, t_tcp, perf_counter_ns() if ssl_ctx is not None else 0)
         # After the handshake: the send stamps' byte counter starts here (OPT_ID on TCP
         # needs an established connection, and counts bytes from this moment).
         self.tx_kernel, self.rx_kernel = enable_stamps(sock)

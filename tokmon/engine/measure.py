@@ -57,6 +57,7 @@ class StreamMeter:
         "reasoning_usage",
         "tool_name",
         "tool_parts",
+        "pred",
     )
 
     def __init__(
@@ -103,6 +104,7 @@ class StreamMeter:
         # a tool call's name and its arguments' pieces (kept with the text: checked)
         self.tool_name = ""
         self.tool_parts: list[str] = []
+        self.pred: tuple[int | None, int | None] = (None, None)  # predicted outputs
 
     def on_event(self, t: int, info: ChunkInfo) -> int:
         """Account one event stamped at ``t``; returns the tokens it carried (for live ticks)."""
@@ -158,6 +160,8 @@ class StreamMeter:
             self.cached_tokens = info.cached_tokens
         if info.reasoning_tokens is not None:
             self.reasoning_usage = info.reasoning_tokens
+        if info.pred_accepted is not None or info.pred_rejected is not None:
+            self.pred = (info.pred_accepted, info.pred_rejected)
         if info.finish_reason:
             self.finish_reason = info.finish_reason
         if info.spec is not None:
@@ -266,6 +270,8 @@ class StreamMeter:
             out["answer_tps"] = (answer - 1) / ((a1 - a0) / ms / 1000.0)
 
     def _spec(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.pred != (None, None):
+            out["pred_accepted"], out["pred_rejected"] = self.pred
         if self.timing is not None:
             out["srv_queue_ms"] = self.timing.queue_ms
             out["srv_prefill_ms"] = self.timing.prefill_ms

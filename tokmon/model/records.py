@@ -83,6 +83,14 @@ class RequestRecord:
     # a structured answer or a tool call checked (model/structured.py): 1 valid, 0 not
     valid: float | None = None
     image_px: int | None = None  # the image kind: the side of the image sent, in pixels
+    # a new connection's setup in its phases (connect_ms is the whole): None where the
+    # request went on a kept-alive connection
+    dns_ms: float | None = None
+    tcp_ms: float | None = None
+    tls_ms: float | None = None
+    # OpenAI's predicted outputs: usage.completion_tokens_details.{accepted,rejected}_…
+    pred_accepted: int | None = None
+    pred_rejected: int | None = None
 
     @property
     def ok(self) -> bool:

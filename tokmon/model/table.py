@@ -75,6 +75,11 @@ COLUMNS: dict[str, tuple[str, str, Any]] = {
     "answer_tps": ("atps", "f", None),
     "valid": ("vl", "n", None),
     "image_px": ("img", "n", None),
+    "dns_ms": ("dns", "f", None),
+    "tcp_ms": ("tcp", "f", None),
+    "tls_ms": ("tls", "f", None),
+    "pred_accepted": ("pra", "n", None),
+    "pred_rejected": ("prr", "n", None),
 }
 # RequestRecord field -> short key in a recording (the columns' table is the one list).
 REQUEST_KEYS = {name: c[0] for name, c in COLUMNS.items()} | {"gaps": "g"}
