@@ -73,3 +73,27 @@ def test_reasoning_counted_from_the_chunks_where_the_server_does_not_say():
     assert out["reasoning_tokens"] == 5 and out["reasoning_counted"] is True
     assert out["ttft_ms"] == 10.0 and out["ttfc_ms"] == 20.0
     assert abs(out["reasoning_tps"] - 1000.0) < 1e-6  # 4 tokens over 4 ms
+
+
+def test_each_phase_speed_up_between_two_arms(tmp_path):
+    """Two reasoning servers, speculative decoding off and on: the summary gives the
+    speed-up of the thinking and of the answer, each with its interval."""
+    from tokmon.sim.model import parse_profile
+
+    prof = parse_profile("zero", "step_base_ms=4")
+    summ = tmp_path / "s.json"
+    with (
+        SimProcess(SimConfig(profile=prof, reasoning=20, seed=1)) as plain,
+        SimProcess(SimConfig(profile=prof, reasoning=20, spec=True, seed=2)) as spec,
+    ):
+        r = tokmon("run", "--arm", f"plain:url={plain.url}", "--arm", f"spec:url={spec.url}",
+                   "--alternate", "2s", "-d", "8s", "-c", "2", "--max-tokens", "40",
+                   "--ignore-eos", "--mix", "code=1", "--headless", "--no-gpu",
+                   "--status-interval", "1h", "--summary-json", str(summ))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sp = json.loads(summ.read_text())["reasoning"]["speedup"]
+    assert (sp["baseline"], sp["other"]) == ("plain", "spec")
+    for phase in ("thinking", "answer"):
+        lo, hi = sp[phase]["ci95"]
+        assert lo <= sp[phase]["ratio"] <= hi and sp[phase]["ratio"] > 1.2, sp
+    assert "spec over plain, decode speed: thinking ×" in r.stdout
