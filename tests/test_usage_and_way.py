@@ -48,3 +48,36 @@ def test_predicted_outputs_are_read_from_the_usage():
         b'{"accepted_prediction_tokens":5,"rejected_prediction_tokens":2}}}'))  # fmt: skip
     out = m.finish(3_000_000)
     assert (out["pred_accepted"], out["pred_rejected"]) == (5, 2)
+
+
+def test_the_dashboard_says_only_what_tells_and_wraps_it_whole():
+    """On the dashboard a prefix cache that never hit, no early stop and connections kept
+    alive are left out (the report says them); connections opened by a fifth of the
+    requests are shown, wrapped between words at the panel's width, never cut."""
+    from tokmon.model.connection_judgment import ConnectionView
+    from tokmon.model.usage_judgment import ArmUsage, UsageView
+
+    quiet = ArmUsage("a", 70, 0.0, 0, None, None, None, (0, 0, 0), 70, 0, 1.0)
+    assert UsageView((quiet,)).panel_lines() == ()
+    assert "hit rate p50 0% of 70 requests" in "\n".join(UsageView((quiet,)).lines())
+    early = ArmUsage("a", 0, None, 0, None, None, None, (0, 0, 0), 70, 14, 0.5)
+    assert "20% stopped before their max_tokens" in "\n".join(UsageView((early,)).panel_lines())
+
+    kept = ConnectionView((("a", 100, 8, 0.4, 0.1, 0.3, None, 1.2),))
+    assert kept.panel_lines() == () and "8 of 100 requests" in "\n".join(kept.lines())
+    churn = ConnectionView((("a" * 30, 100, 60, 0.4, 0.1, 0.3, 2.5, 1.2),))
+    assert "60 of 100 requests opened a connection" in "\n".join(churn.panel_lines())
+
+    from dataclasses import replace
+
+    from fakes import FakeSource
+    from rich.text import Text
+
+    from tokmon.ui.panels import compare_blocks
+
+    snap = replace(FakeSource().snapshot(), judgments={"connection": churn})
+    got = [ln.plain for b in compare_blocks(snap, 48) for ln in b.lines
+           if isinstance(ln, Text)]  # fmt: skip
+    way = [ln for ln in got if "connection" in ln or "TLS" in ln or "TTFB" in ln]
+    assert way and all(len(ln) <= 48 and not ln.endswith("…") for ln in got), got
+    assert "TLS 2.50" in " ".join(got)

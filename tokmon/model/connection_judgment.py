@@ -18,6 +18,9 @@ from tokmon.model.registry import Block, Judgment, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.table import RequestTable, distinct
 
+# the dashboard shows the way to the server where 1 request in this many opens a connection
+# (its setup is then in the TTFT's upper quantiles; a ladder's new streams stay under it)
+CHURN_SHARE_INV = 5
 _PHASES = ("connect_ms", "dns_ms", "tcp_ms", "tls_ms", "ttfb_ms")
 
 
@@ -38,6 +41,14 @@ class ConnectionView:
                       float | None, float | None], ...]  # fmt: skip
 
     def panel_lines(self) -> tuple[str, ...]:
+        """On the dashboard only where connections are opened often (a fifth of requests or
+        more: a proxy or server that closes them, their setup in the TTFT); kept alive,
+        the report says it."""
+        if not any(fresh * CHURN_SHARE_INV >= n > 0 for _a, n, fresh, *_ in self.arms):
+            return ()
+        return self.lines()
+
+    def lines(self) -> tuple[str, ...]:
         out = ["the way to the server (whole run, tokmon's stamps):"]
         for arm, n, fresh, setup, dns, tcp, tls, ttfb in self.arms:
             line = f"  {arm}: {fresh} of {n} requests opened a connection"
@@ -89,4 +100,4 @@ class Connection(Judgment):
                                   "dns_ms_p50": dns, "tcp_ms_p50": tcp, "tls_ms_p50": tls,
                                   "ttfb_ms_p50": ttfb}
                             for arm, n, fresh, setup, dns, tcp, tls, ttfb in v.arms}}  # fmt: skip
-        return Block("connection", figures, v.panel_lines())
+        return Block("connection", figures, v.lines())

@@ -57,9 +57,12 @@ class ArmUsage:
     early: int
     got_share_p50: float | None
 
-    def text(self) -> str:
+    def text(self, full: bool = True) -> str:
+        """The arm's line: every figure (``full``, the report), or only what says
+        something (the dashboard: a cache that never hit and no early stop are left out)."""
         parts = []
-        if self.cache_requests:
+        cache_said = self.saving_per_1k_ms is not None or (self.hit_rate_p50 or 0) > 0
+        if self.cache_requests and (full or cache_said):
             p = "—" if self.hit_rate_p50 is None else f"{self.hit_rate_p50:.0%}"
             s = f"prefix cache: hit rate p50 {p} of {self.cache_requests} requests"
             if self.saving_per_1k_ms is not None:
@@ -69,7 +72,7 @@ class ArmUsage:
         if self.pred[0]:
             parts.append(f"predicted outputs: {self.pred[1]} tokens accepted, {self.pred[2]} "
                          f"rejected over {self.pred[0]} requests")  # fmt: skip
-        if self.asked:
+        if self.asked and (full or self.early):
             g = "—" if self.got_share_p50 is None else f"{self.got_share_p50:.0%}"
             parts.append(f"{self.early / self.asked:.0%} stopped before their max_tokens "
                          f"(got p50 {g} of asked)")  # fmt: skip
@@ -82,7 +85,10 @@ class UsageView:
     warning: str = ""  # arms that stopped early in other shares: their decode compares …
 
     def panel_lines(self) -> tuple[str, ...]:
-        lines = [a.text() for a in self.arms if a.text()]
+        return self.lines(full=False)
+
+    def lines(self, full: bool = True) -> tuple[str, ...]:
+        lines = [a.text(full) for a in self.arms if a.text(full)]
         if not lines:
             return ()
         return ("usage (whole run, the server's counts):", *("  " + x for x in lines),
@@ -171,4 +177,4 @@ class Usage(Judgment):
             }
         if v.warning:
             figures["warning"] = v.warning
-        return Block("usage", figures, v.panel_lines())
+        return Block("usage", figures, v.lines())

@@ -223,11 +223,16 @@ def compare_blocks(s: Snapshot, width: int = 58, split: bool = False) -> list[Bl
             detail = (f"  TPOT {fmt_ms(w.tpot_p50)} · p95 TTFT {fmt_ms(w.ttft_p95)} · "
                       f"err {err} · acc {acc}")  # fmt: skip
             out.append(Block((Text(detail, style="dim"),), fold=4, name="arm details"))
-    for view in s.judgments.values():  # each registered judgment's lines, where it has any
+    for name, view in s.judgments.items():  # each registered judgment's lines, if it has any
         lines = getattr(view, "panel_lines", None)
-        if callable(lines):
-            out.append(Block(tuple(Text(clean_text(str(x), False)) for x in lines()),
-                             name=str(getattr(view, "title", "")) or "judgment"))  # fmt: skip
+        said = [clean_text(str(x), False) for x in lines()] if callable(lines) else []
+        if said:
+            # wrapped between words, never cut; the first to fold where rows are short
+            # (the figures of the run are the arms'; these are its judgments' details)
+            fitted = [y for x in said for y in wrap(x.split(), " " * (len(x) - len(x.lstrip())),
+                                                     width, " ")]  # fmt: skip
+            out.append(Block(tuple(Text(x) for x in fitted), fold=6,
+                             name=str(getattr(view, "title", "")) or name))  # fmt: skip
     if s.slo:  # the SLO verdict, where a user looks: per arm, against the target, live
         head = f"SLO {s.slo[0].terms} (whole run, {s.slo[0].target:.0%} target):"
         parts = [f"{clean_text(v.arm, False)[:8]} {v.text(terms=False)}" for v in s.slo]
