@@ -32,7 +32,7 @@ from tokmon.engine.sse import SSEError
 from tokmon.model.quality import CHECKS, judge
 from tokmon.model.records import RequestRecord
 from tokmon.model.table import RequestTable, record_to_line
-from tokmon.model.timesplit import TOL_MS, TimeSplitReducer
+from tokmon.model.timesplit import TOL_MS, TPOT_TOL_SHARE, TimeSplitReducer
 from tokmon.recording import RecordingError
 from tokmon.sources import frames
 from tokmon.textsafe import dumps
@@ -207,7 +207,8 @@ def split_case(tb: RequestTable) -> None:
         for v in (t.queue, t.prefill):
             assert v is None or v <= t.client + TOL_MS, sp
     if p.client is not None and p.server_step is not None:
-        assert p.server_step <= p.client + TOL_MS, sp
+        # (a request's ITL within its tolerance: max(1 ms, a tenth of its TPOT))
+        assert p.server_step <= p.client * (1 + TPOT_TOL_SHARE) + TOL_MS, sp
 
 
 @st.composite

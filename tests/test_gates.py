@@ -195,6 +195,14 @@ def test_a_server_itl_over_the_clients_tpot_is_no_negative_stream():
     red.requests(tb, np.arange(tb.n))
     p = red.view("a", 2.0, np.full(40, 50.0), np.full(40, 17.0)).tpot
     assert p.mismatched == 0 and p.stream == 0.0 and p.server_step == pytest.approx(17.6)
+    # a tenth of the TPOT where that is more than a millisecond (a first chunk read late
+    # shortens the client's average); past it, a mismatch
+    for si, left_out in ((18.6, 0), (18.8, 40)):
+        tb = _table(40, tpot=17.0, si=si)
+        red = TimeSplitReducer()
+        red.requests(tb, np.arange(tb.n))
+        p = red.view("a", 2.0, np.full(40, 50.0), np.full(40, 17.0)).tpot
+        assert p.mismatched == left_out, (si, p)
 
 
 # ----------------------------------------------------------------------------- files

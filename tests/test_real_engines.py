@@ -557,7 +557,8 @@ def test_vllm_ttft_split_adds_up_request_by_request(plain, tmp_path):
     assert min(rest) >= -1.0, rest  # never negative (a mismatch would be flagged)
     assert t["front"] is not None and t["front"] >= 0
     p = s["arms"]["default"]["time_split"]["tpot_ms"]
-    assert p["source"] == "per-request" and p["server_step"] > 0
+    pairs = [(r.tpot_ms, r.srv_itl_ms) for r in rs]
+    assert p["source"] == "per-request" and (p["server_step"] or 0) > 0, (p, pairs)
 
 
 def test_vllm_environment_as_the_server_reports_it(plain, spec):

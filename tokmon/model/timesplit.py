@@ -21,7 +21,7 @@ The network is the round trip of a tiny GET on an open connection, sampled durin
 run (it holds the server's HTTP handling of that GET too). A part is never larger than
 the whole it is a part of: a request whose server-reported queue or prefill exceeds its
 client TTFT, or whose parts leave a remainder below −1 ms, or whose server ITL exceeds
-its client TPOT by more than 1 ms, is a clock or definition mismatch — counted
+its client TPOT by more than 1 ms or a tenth of it, is a clock or definition mismatch — counted
 and named, and left out of every part and of the client figure the parts are set
 against, never shown as a share over 100% or a negative figure; over a tenth of the
 requests, the parts it would have given are not given at all. The same holds for the
@@ -45,6 +45,11 @@ from tokmon.model.table import RequestTable, distinct
 # a remainder this far below zero is a mismatch, not rounding (nor a first chunk read a
 # little late on a busy client, which shortens the client's TPOT below the server's)
 TOL_MS = 1.0
+# A TPOT is an average over the tokens after the first: a first chunk read late by a busy
+# client (its loop held up 30 ms on a loaded 2-core CI run, vLLM beside it) shortens it by
+# that delay over the tokens, and makes the server's ITL look longer than the whole. Up to
+# a tenth of the client's TPOT is such lateness, not a mismatch.
+TPOT_TOL_SHARE = 0.1
 MISMATCH_SHARE = 0.1  # above this share of mismatched requests, no front end is given
 MIN_BIN = 3  # requests a batch-size bin needs to be shown
 # batch-size bins: 1, 2, 3–4, 5–8, … (the cost of a step grows with the batch)
@@ -452,7 +457,8 @@ def _tpot(a: _Arm, client: Quantiles) -> TpotSplit:
     has = ~np.isnan(itl)
     if has.any():
         tp, itl = _f64(a.decode.col("tpot"))[has], itl[has]
-        bad = itl > tp + TOL_MS  # the server's time per token over the whole of it
+        # the server's time per token over the whole of it
+        bad = itl > tp + np.maximum(TOL_MS, TPOT_TOL_SHARE * tp)
         tp, itl = tp[~bad], itl[~bad]
         out = TpotSplit(
             client=_med(tp),
