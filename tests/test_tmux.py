@@ -89,3 +89,25 @@ def test_at_80x24_every_chart_has_its_range_and_help_and_quit_show():
             time.sleep(0.3)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_a_dropped_terminal_ends_the_run_and_every_process_of_it():
+    """SIGHUP (an SSH session that dropped; here, the tmux session killed): the run drains,
+    the dashboard closes — nobody is left to press q — and tokmon and its simulators
+    exit. (A dashboard left open on a closed terminal spun a core until it was killed.)"""
+    import psutil
+
+    session = start_demo(100, 32)
+    procs: list[psutil.Process] = []
+    try:
+        wait_for(session, "in flight")
+        pid = int(tmux("list-panes", "-t", session, "-F", "#{pane_pid}").split()[0])
+        top = psutil.Process(pid)
+        procs = [top, *top.children(recursive=True)]
+        assert any("tokmon" in " ".join(p.cmdline()) for p in procs)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    _gone, alive = psutil.wait_procs(procs, timeout=30)
+    for p in alive:  # (not left running past the test, whatever it found)
+        p.kill()
+    assert not alive, [" ".join(p.cmdline()) for p in alive]

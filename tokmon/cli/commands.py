@@ -21,7 +21,7 @@ from tokmon.cli.parser import (
 )
 from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
-from tokmon.cli.shutdown import SHUTDOWN
+from tokmon.cli.shutdown import SHUTDOWN, run_dashboard
 from tokmon.model.words import count
 from tokmon.textsafe import clean_text, open_private, say, write_out, write_text
 
@@ -481,14 +481,13 @@ def cmd_view(args: argparse.Namespace) -> int:
     """``tokmon view --attach SOCKET``: a running session's dashboard in this terminal (or
     in a browser tab, through --web); q detaches, the run goes on."""
     from tokmon.sources.remote import RemoteSource
-    from tokmon.ui.app import run_app
 
     try:
         src = RemoteSource(args.attach)
     except OSError as e:
         raise UsageError(f"--attach: no run at {args.attach}: {e.strerror or e}") from None
     try:
-        run_app(src, theme=args.theme, fps=args.fps)
+        run_dashboard(src, theme=args.theme, fps=args.fps)
     finally:
         src.close()
     return 0
@@ -536,9 +535,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(why)
     src.start()
     try:
-        from tokmon.ui.app import run_app
-
-        run_app(src, theme=args.theme, fps=args.fps)
+        run_dashboard(src, theme=args.theme, fps=args.fps)
     finally:
         src.close()
     return 0

@@ -19,7 +19,7 @@ from tokmon.cli.listen import can_listen
 from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import RunFailed, UsageError
 from tokmon.cli.plan import ExitPlan, ProbePlan, RecordPlan, RunPlan, ServerPlan, plan_run
-from tokmon.cli.shutdown import SHUTDOWN
+from tokmon.cli.shutdown import SHUTDOWN, run_dashboard
 from tokmon.model.commands import StopRun
 from tokmon.model.redact import redact_argv
 from tokmon.model.words import count
@@ -359,10 +359,10 @@ def run_session(
                 run_headless(session, view.status_every_s)
                 interrupted = SHUTDOWN.code
             else:
-                from tokmon.ui.app import run_app
-
-                interrupted = 130 if run_app(session, theme=view.theme, fps=view.fps) else 0
-            session.command(StopRun(hard=True))
+                closed_by_ctrl_c = run_dashboard(session, theme=view.theme, fps=view.fps)
+                interrupted = 130 if closed_by_ctrl_c else SHUTDOWN.code
+            # (after a first signal the drain it began goes on: a second makes it hard)
+            session.command(StopRun(hard=not SHUTDOWN.requested or SHUTDOWN.signals > 1))
             session.wait(10.0)
             linger = view.linger_s
             if session.prom is not None and linger > 0 and not interrupted:

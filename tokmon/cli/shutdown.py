@@ -34,8 +34,9 @@ class Shutdown:
         self.name = ""
         self.signals = 0
         self.stopped = threading.Event()
-        # the phases in force, innermost last: (what a stop does, in words; how)
-        self._phases: list[tuple[str, Callable[[bool], None] | None]] = []
+        # the phases in force, innermost last: (what a stop does, in words; how; whether
+        # the phase around it is stopped too)
+        self._phases: list[tuple[str, Callable[[bool], None] | None, bool]] = []
         self._old: dict[signal.Signals, Any] = {}
         self._installed = 0
 
@@ -66,13 +67,16 @@ class Shutdown:
                 self._old = {}
 
     @contextlib.contextmanager
-    def phase(self, what: str, stop: Callable[[bool], None] | None) -> Iterator[None]:
+    def phase(
+        self, what: str, stop: Callable[[bool], None] | None, outer: bool = False
+    ) -> Iterator[None]:
         """A phase of the command: a signal calls ``stop(hard)`` (hard: the second
         signal), and ``what`` says what the first one does. ``stop`` None: the phase is
-        interrupted (KeyboardInterrupt). A phase that begins after a signal stops at
-        once."""
+        interrupted (KeyboardInterrupt). ``outer``: the phase around it is stopped too,
+        after it (the dashboard closes, and the run it shows drains). A phase that begins
+        after a signal stops at once."""
         with self.installed():
-            self._phases.append((what, stop))
+            self._phases.append((what, stop, outer))
             try:
                 if self.requested and stop is not None:
                     stop(self.signals > 1)
@@ -91,12 +95,33 @@ class Shutdown:
             self.code = SIGNAL_EXIT.get(sig, 128 + signum)
             self.name = sig.name
         self.stopped.set()
-        what, stop = self._phases[-1] if self._phases else ("", None)
-        if stop is None:
+        # the innermost phase, and those around it that it names (``outer``)
+        chain = []
+        for what, stop, outer in reversed(self._phases or [("", None, False)]):
+            chain.append((what, stop))
+            if not outer:
+                break
+        if chain[0][1] is None:
             raise KeyboardInterrupt(sig.name)
         if self.signals == 1:
-            say(f"\ntokmon: stopping ({sig.name}) — {what} (Ctrl-C again to stop now)", err=True)
-        stop(self.signals > 1)
+            said = ", ".join(w for w, s in chain if s is not None)
+            say(f"\ntokmon: stopping ({sig.name}) — {said} (Ctrl-C again to stop now)", err=True)
+        for _w, stop in chain:
+            if stop is not None:
+                stop(self.signals > 1)
+
+
+def run_dashboard(source: Any, theme: str | None = None, fps: float = 4.0) -> bool:
+    """The dashboard until it is quit, or until a signal (SIGHUP: the SSH session or tmux
+    window dropped; SIGTERM) closes it, after the phase around it has begun its stop (a
+    run drains): nobody is left to press q. (Left open, a dashboard on a closed terminal
+    spun a core for as long as nobody killed it.) True when it was ended by Ctrl-C."""
+    from tokmon.ui.app import DashboardApp
+
+    app = DashboardApp(source, theme=theme, fps=fps)
+    with SHUTDOWN.phase("closing the dashboard", app.close_soon, outer=True):
+        app.run()
+    return app.interrupted > 0
 
 
 SHUTDOWN = Shutdown()

@@ -7,6 +7,7 @@ to the source; the app never measures anything and never blocks the engine.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Iterable
@@ -350,9 +351,22 @@ class DashboardApp(App[None]):
         self._theme_errors: list[str] = []
         self.frames = 0  # frames actually drawn (skipped ones are not counted)
         self._notice: tuple[str, SeverityLevel, float] | None = None  # text, kind, until
+        self._signal_loop: asyncio.AbstractEventLoop | None = None  # (``close_soon``)
+        self._close_asked = False
 
     # ------------------------------------------------------------------ setup
+    def close_soon(self, hard: bool = False) -> None:
+        """Close the app from a signal handler: the handler may have interrupted the loop
+        mid-step, so nothing of it is touched but its wake-up (``call_soon_threadsafe``)."""
+        self._close_asked = True
+        if self._signal_loop is not None:
+            self._signal_loop.call_soon_threadsafe(self.exit)
+
     def on_mount(self) -> None:
+        self._signal_loop = asyncio.get_running_loop()
+        if self._close_asked:  # (a signal before the app was up)
+            self.exit()
+            return
         themes, errors = builtin_themes()
         for t in themes:
             self.register_theme(t)
@@ -638,10 +652,3 @@ class DashboardApp(App[None]):
         room = screen.events_room(len(compare.plain.splitlines()))
         screen.query_one("#events", InfoPanel).show(events_text(snap, room))
         _ = w
-
-
-def run_app(source: Source, theme: str | None = None, fps: float = 4.0) -> bool:
-    """Run the dashboard; True when it was ended by an interrupt (Ctrl-C)."""
-    app = DashboardApp(source, theme=theme, fps=fps)
-    app.run()
-    return app.interrupted > 0
