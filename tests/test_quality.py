@@ -275,3 +275,36 @@ def test_a_quality_pass_asks_every_arm_when_the_arms_take_turns():
     for arm in ("base", "spec"):
         acc = s.fold.quality.accuracy(arm)
         assert acc is not None and acc.n == QUALITY_PASS, (arm, acc)
+
+
+def test_an_alert_raised_at_the_last_tick_is_in_the_last_snapshot():
+    """A quality verdict reached on the run's last requests is raised at its last tick,
+    after that tick's snapshot was made: it is still shown (the headless lines, the last
+    frame), live and when the same facts are folded again, as a replay folds them."""
+    from tokmon.model.facts import Requests, Tick
+    from tokmon.model.fold import Fold, FoldSettings
+    from tokmon.model.records import RequestRecord
+    from tokmon.model.table import RequestTable, record_to_line
+
+    def fold_of(events_from: list | None) -> Fold:
+        fold = Fold(FoldSettings(arms=("plain", "quant")), derive=events_from is None)
+        recs = [RequestRecord(rid=i, arm=("plain", "quant")[i % 2], outcome="ok",
+                              t_sched=10**8 * i, t_end=10**8 * i + 10**8, ttft_ms=50.0,
+                              e2e_ms=100.0, output_tokens=8, kind="qa:arith",
+                              quality=1.0 if i % 2 == 0 else 0.0)
+                for i in range(80)]  # fmt: skip
+        fold.apply(Requests(RequestTable.from_lines([record_to_line(r, 0) for r in recs],
+                                                    fold.vocab)))  # fmt: skip
+        raised = fold.apply(Tick(10 * 10**9, final=True))
+        for ev in events_from or []:  # (a replay: the events the recording holds)
+            fold.apply(ev)
+        fold.raised = raised  # type: ignore[attr-defined]
+        return fold
+
+    live = fold_of(None)
+    alerts = [e for e in live.raised if e.data.get("alert") == "quality"]
+    assert len(alerts) == 1
+    assert live.snapshot is not None and live.snapshot.done
+    assert alerts[0] in live.snapshot.events
+    again = fold_of(list(live.raised))
+    assert again.snapshot is not None and again.snapshot.events == live.snapshot.events

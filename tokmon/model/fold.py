@@ -435,6 +435,11 @@ class Fold:
             self.output_check = d["result"]  # type: ignore[assignment]
         self.log.add(ev)
         self.judgments.feed(lambda j: j.event(ev))
+        if self.snapshot is not None and self.snapshot.done:
+            # after the run's last tick no tick follows to show an event: an alert that
+            # tick derived (a quality verdict reached on the last requests) is shown in
+            # the last snapshot, live and in a replay alike (both fold it here)
+            self.snapshot = replace(self.snapshot, events=tuple(self.log.recent))
 
     def _new_regime(self, t: int) -> None:
         """The user changed what runs: detectors and trends start again from here."""
