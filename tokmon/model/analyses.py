@@ -36,9 +36,8 @@ OPEN = 2  # segments (regimes) held open behind the newest: requests still finis
 
 
 def counted(tb: RequestTable) -> np.ndarray:
-    """Rows every whole-run figure is made of: not warm-up, not settling."""
-    c = tb.cols
-    return ~c["warmup"] & ~c["settle"]
+    """Rows every whole-run figure is made of (``RequestTable.counted``)."""
+    return tb.counted()
 
 
 def ok_rows(tb: RequestTable) -> np.ndarray:

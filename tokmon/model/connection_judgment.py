@@ -72,7 +72,7 @@ class Connection(Judgment):
 
     def requests(self, tb: RequestTable) -> None:
         c = tb.cols
-        rows = np.flatnonzero(~c["warmup"] & ~c["settle"] & (c["t_send"] != np.iinfo(np.int64).min))
+        rows = np.flatnonzero(tb.counted() & (c["t_send"] != np.iinfo(np.int64).min))
         for code in distinct(c["arm"][rows]):
             sel = rows[c["arm"][rows] == code]
             a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())

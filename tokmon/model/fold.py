@@ -320,7 +320,7 @@ class Fold:
         if tb.n == 0:
             return
         c = tb.cols
-        counted = np.flatnonzero(~c["warmup"] & ~c["settle"])
+        counted = np.flatnonzero(tb.counted())
         if counted.size == 0:
             return
         t0 = int(c["t_sched"][counted].min())
@@ -352,7 +352,7 @@ class Fold:
             if tot is None:
                 tot = self.totals[name] = ArmTotals(name)
             tot.add(tb, rows[arms == code], self.slo)
-        counted = rows[~c["warmup"] & ~c["settle"]]
+        counted = np.flatnonzero(tb.counted())
         ok = counted[c["outcome"][counted] == tb.code("outcome", "ok")]
         self.split.requests(tb, ok)
         self.quality.requests(tb)

@@ -74,8 +74,7 @@ class Images(Judgment):
 
     def requests(self, tb: RequestTable) -> None:
         c = tb.cols
-        rows = np.flatnonzero(~c["warmup"] & ~c["settle"]
-                              & (c["outcome"] == tb.code("outcome", "ok")))  # fmt: skip
+        rows = np.flatnonzero(tb.counted_ok())
         if rows.size == 0:
             return
         px = c["image_px"][rows]

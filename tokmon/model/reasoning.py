@@ -110,7 +110,7 @@ class Reasoning(Judgment):
         c = tb.cols
         rt = c["reasoning_tokens"]
         rows = np.flatnonzero(
-            ~np.isnan(rt) & ~c["warmup"] & ~c["settle"]
+            ~np.isnan(rt) & tb.counted()
             & (c["outcome"] == tb.code("outcome", "ok"))
         )  # fmt: skip
         if rows.size == 0:

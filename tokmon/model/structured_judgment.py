@@ -86,7 +86,7 @@ class Structured(Judgment):
         if not codes:
             return
         rows = np.flatnonzero(
-            np.isin(c["kind"], codes) & ~c["warmup"] & ~c["settle"]
+            np.isin(c["kind"], codes) & tb.counted()
             & (c["outcome"] == tb.code("outcome", "ok"))
         )  # fmt: skip
         for code in distinct(c["arm"][rows]):

@@ -312,6 +312,15 @@ class RequestTable:
         """The table this one is rows of (itself, where it is no slice)."""
         return self if self._root is None else self._root
 
+    def counted(self) -> np.ndarray:
+        """The rows every whole-run figure is made of: not warm-up, not settling (the one
+        place this rule is written)."""
+        return ~self.cols["warmup"] & ~self.cols["settle"]
+
+    def counted_ok(self) -> np.ndarray:
+        """Counted rows that ended ok: what a speed or a latency is made of."""
+        return self.counted() & (self.cols["outcome"] == self.code("outcome", "ok"))
+
     def possible(self, max_t: int) -> np.ndarray:
         """Rows whose figures could have been measured: times within ``max_t`` of the
         start, end not before schedule, no negative or infinite duration or count. A

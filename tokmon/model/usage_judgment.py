@@ -105,8 +105,7 @@ class Usage(Judgment):
 
     def requests(self, tb: RequestTable) -> None:
         c = tb.cols
-        rows = np.flatnonzero(~c["warmup"] & ~c["settle"]
-                              & (c["outcome"] == tb.code("outcome", "ok")))  # fmt: skip
+        rows = np.flatnonzero(tb.counted_ok())
         for code in distinct(c["arm"][rows]):
             sel = rows[c["arm"][rows] == code]
             a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())

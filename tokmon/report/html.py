@@ -61,7 +61,7 @@ def _series(rec: Recording, arms: list[str], width_s: float) -> dict[str, Any]:
         w1 = np.maximum(w0, win[mine])
         edges = np.bincount(w0, minlength=n + 1) - np.bincount(w1 + 1, minlength=n + 1)
         sending[a] = np.cumsum(edges)[:n] > 0
-        by_win = groups(win, np.flatnonzero(mine & ok & ~c["warmup"] & ~c["settle"]))
+        by_win = groups(win, np.flatnonzero(mine & ok & tb.counted()))
 
         def pct(col: str, q: float, by_win: dict[int, np.ndarray] = by_win) -> list[float | None]:
             out: list[float | None] = [None] * n
