@@ -29,15 +29,24 @@ def run(sim_url: str, tmp_path, *extra: str):
 
 def test_the_answers_wait_to_the_token(tmp_path):
     """Thinking 30 of 50 tokens (TTFT 40 ms, 10 ms a token): the answer's wait is 340 ms
-    (±2 ms, the loops' lateness) per request, 30 reasoning tokens by the server's count,
+    per request (its median ±3 ms, the loops' lateness), 30 reasoning tokens by the server's count,
     the thinking and the answer each decoding at 100 tok/s; an SLO on the answer's wait
     is judged on it."""
     with SimProcess(SimConfig(schedule=(40.0, 10.0, 1), reasoning=30, seed=1)) as sim:
         s, rec, out = run(sim.url, tmp_path, "--slo", "answer=400")
+    # Each phase is 19 gaps of 10 ms after its first token; a stamp at either end may be
+    # late by up to late_ms on a loaded 2-core machine (the sim's schedule is absolute, so
+    # lateness does not add up), which bounds one request's rate; the median of 20 is held
+    # to 2%.
+    late_ms = 8.0
+    lo, hi = 19 / (0.190 + late_ms / 1000), 19 / (0.190 - late_ms / 1000)
     for r in rec.records:
         assert r.reasoning_tokens == 30 and not r.reasoning_counted, r
-        assert r.ttfc_ms is not None and abs(r.ttfc_ms - 340.0) < 2.0 + abs(r.ttft_ms - 40.0), r
-        assert abs(r.answer_tps - 100.0) < 2.0 and abs(r.reasoning_tps - 100.0) < 2.0, r
+        assert r.ttfc_ms is not None and abs(r.ttfc_ms - 340.0) < late_ms + abs(r.ttft_ms - 40.0), r
+        assert lo < r.answer_tps < hi and lo < r.reasoning_tps < hi, r
+    for col in ("answer_tps", "reasoning_tps"):
+        rates = sorted(getattr(r, col) for r in rec.records)
+        assert abs((rates[9] + rates[10]) / 2 - 100.0) < 2.0, (col, rates)
     a = s["reasoning"]["arms"]["default"]
     assert a["requests"] == 20 and a["never_answered"] == 0
     assert a["reasoning_tokens_p50"] == 30 and a["answer_tokens_p50"] == 20
