@@ -4,6 +4,7 @@ explained by tokens per step × step speed — against servers whose split is kn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import httpx
@@ -93,6 +94,26 @@ def test_ttft_split_per_request_against_a_known_split(tmp_path):
     assert (
         f"▓queue {fmt_ms(t['queue'])} ms" in text and f"█prefill {fmt_ms(t['prefill'])} ms" in text
     )
+    # connections kept alive: only the streams' first requests opened one, a start-up
+    # cost the split does not dwell on (the way to the server's block gives it)
+    assert 2 <= t["setup"]["requests"] <= 4 and t["setup"]["of"] == 60, t
+    assert "before the send" not in text
+
+
+def test_a_new_connection_for_every_request_is_in_the_split(tmp_path):
+    """A server that closes every connection after its answer: each of the 30 requests
+    opened one, and the split gives that setup (before the send, not in the TTFT) beside
+    its parts, which it leaves as they were: the front end still within 2 ms."""
+    cfg = dataclasses.replace(scripted(True), close_connections=True)
+    s, rec, front, _late = _run(cfg, tmp_path, "-c", "2", "-n", "30", "--max-tokens", "8")
+    t = s["arms"]["default"]["time_split"]["ttft_ms"]
+    st = t["setup"]
+    assert st["requests"] == 30 and st["of"] == 30 and 0 < st["p50"] < 50, st
+    assert all(r.connect_ms is not None for r in rec.records)
+    assert t["mismatched"] == 0 and abs(t["front"] - front) < 2.0, (t, front)
+    text = render(rec, "text")
+    assert "before the send, not in TTFT: connection setup p50" in " ".join(text.split())
+    assert "on 30 of 30 requests" in text
 
 
 def test_ttft_split_from_histograms_alone(tmp_path):

@@ -59,6 +59,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if delay > 10:
         raise UsageError("--net-delay: at most 10 s")
     cfg.net_delay_s = delay
+    cfg.close_connections = bool(args.close_connections)
     for opt, v in (("--front-delay", args.front_delay), ("--schedule-queue", args.schedule_queue)):
         if (dur(opt, v) or 0.0) > 10:
             raise UsageError(f"{opt}: at most 10 s")

@@ -372,6 +372,12 @@ def build_parser() -> Parser:
         help="hold every answer this long before its first byte: a network round trip (e.g. 20ms)",
     )
     sim.add_argument(
+        "--close-connections",
+        action="store_true",
+        help="close every connection after its answer (connection: close), as some "
+        "proxies do: each request opens a new one",
+    )
+    sim.add_argument(
         "--front-delay",
         default="0",
         metavar="DURATION",

@@ -18,7 +18,9 @@ sources, per docs/METRICS.md, best first:
   client's mean; the figures are means.
 
 The network is the round trip of a tiny GET on an open connection, sampled during the
-run (it holds the server's HTTP handling of that GET too). A part is never larger than
+run (it holds the server's HTTP handling of that GET too). A request that opened a new
+connection waited for its setup (DNS, TCP, TLS) before the send, outside its TTFT: the
+split gives that setup's p50 and how many requests paid it, beside the parts. A part is never larger than
 the whole it is a part of: a request whose server-reported queue or prefill exceeds its
 client TTFT, or whose parts leave a remainder below −1 ms, or whose server ITL exceeds
 its client TPOT by more than 1 ms or a tenth of it, is a clock or definition mismatch — counted
@@ -75,6 +77,12 @@ class TtftSplit:
     mismatched: int = 0  # requests whose remainder was below −1 ms
     front_holds: tuple[str, ...] = ()  # the parts not reported, inside the remainder
     of: int = 0  # past ROWS requests: how many the uniform sample of ``n`` was drawn from
+    # A new connection's setup (DNS, TCP, TLS), before the send and so not in TTFT: its
+    # p50 over the requests that opened one (``setup_n`` of the arm's ``sent`` counted
+    # requests that ended ok); for them the wait was the setup and the TTFT
+    setup: float | None = None
+    setup_n: int = 0
+    sent: int = 0
 
     @property
     def mismatch(self) -> bool:
@@ -84,6 +92,11 @@ class TtftSplit:
         return {
             "client": _r(self.client),
             "network": _r(self.network),
+            "setup": (
+                {"p50": _r(self.setup), "requests": self.setup_n, "of": self.sent}
+                if self.setup_n
+                else None
+            ),
             "queue": _r(self.queue),
             "prefill": _r(self.prefill),
             "front": _r(self.front),
@@ -220,6 +233,9 @@ class _Arm:
     # (16 bytes a sample: 1.4 MB a day of samples every second)
     run_t: GrowArray = field(default_factory=lambda: GrowArray(64, np.float64))
     run_n: GrowArray = field(default_factory=lambda: GrowArray(64, np.float64))
+    # a new connection's setup (ms) of each request that opened one, and the requests
+    setup: Quantiles = field(default_factory=lambda: Quantiles(np.float64))
+    sent: int = 0
 
 
 class TimeSplitReducer:
@@ -317,7 +333,13 @@ class TimeSplitReducer:
             return TimeSplit(arm)
         tt = ttft if isinstance(ttft, Quantiles) else Quantiles.of(ttft)
         tp = tpot if isinstance(tpot, Quantiles) else Quantiles.of(tpot)
-        return TimeSplit(arm, _ttft(a, rtt_ms, tt), _tpot(a, tp), _batch(a))
+        split = dataclasses.replace(
+            _ttft(a, rtt_ms, tt),
+            setup=a.setup.median() if len(a.setup) else None,
+            setup_n=len(a.setup),
+            sent=a.sent,
+        )
+        return TimeSplit(arm, split, _tpot(a, tp), _batch(a))
 
     def causes(self, base: str, other: str, kind: str = "") -> SpeedupCauses | None:
         """``other``'s decode speed-up over ``base`` as tokens per step × step speed, over
@@ -359,6 +381,11 @@ class TimeSplitReducer:
 
 def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:
     c = tb.cols
+    con = c["connect_ms"][rows]
+    a.sent += int(rows.size)
+    fresh = ~np.isnan(con)
+    if fresh.any():
+        a.setup.extend(con[fresh].astype(np.float64))
     keys = row_keys(c["rid"][rows])
     ttft, tpot = c["ttft_ms"][rows], c["tpot_ms"][rows]
     q, p = c["srv_queue_ms"][rows], c["srv_prefill_ms"][rows]

@@ -177,6 +177,9 @@ class Pinger:
         self.path: str | None = None  # the GET that answers 200, once found
         self.tls: tuple[str | None, str | None] = (None, None)
         self._sock: socket.socket | ssl.SSLSocket | None = None
+        # a server (or a proxy) that closes every connection after its answer: each
+        # ping is sent on a new one, its connect timed apart and not in the round trip
+        self.reopen = False
 
     def connect(self) -> tuple[socket.socket | ssl.SSLSocket, float, float | None]:
         """A new connection: (socket, connect ms, TLS handshake ms or None)."""
@@ -212,6 +215,9 @@ class Pinger:
                 self._sock = self.connect()[0]
             if self.path is None:
                 self.path = self._find_path(self._sock)
+                if self.reopen:  # (the server closed the one the path was found on)
+                    self.close()
+                    self._sock = self.connect()[0]
             if self.path is None:
                 return None
             req = self._request(self.path)
@@ -241,6 +247,8 @@ class Pinger:
                 status, _ = _read_response(sock, deadline, first)
             if status != 200:
                 raise ConnectionError(f"HTTP {status}")
+            if self.reopen:
+                self.close()  # (closed by the server: the next ping opens another)
             return (t1 - t0) / 1e6
         except (OSError, ValueError, IndexError, ssl.SSLError, ConnectionError):
             self.close()
@@ -248,11 +256,13 @@ class Pinger:
 
     def _find_path(self, sock: socket.socket | ssl.SSLSocket) -> str | None:
         """/health where the server has it (it costs the server nothing), else the
-        model list under the API prefix."""
+        model list under the API prefix; on a server that closes the connection after
+        either, the first that answers (``reopen``: each ping on a new connection)."""
         for path in ("/health", (self.prefix or "") + "/models"):
             sock.sendall(self._request(path))
             status, head = _read_response(sock, time.monotonic() + self.timeout)
-            if status == 200 and b"connection: close" not in head.lower():
+            if status == 200:
+                self.reopen = b"connection: close" in head.lower()
                 return path
         return None
 

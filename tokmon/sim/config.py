@@ -64,3 +64,6 @@ class SimConfig:
     # Images (an ``image_url`` part): each counts ceil(w / 28) × ceil(h / 28) prompt tokens
     # (a vision model's 28-pixel patches); in schedule mode each adds this many ms to TTFT
     image_ms_per_token: float = 0.0
+    # A server (or a proxy before it) that closes every connection after its answer
+    # ("connection: close"): each request opens a new one, its setup before the send
+    close_connections: bool = False

@@ -733,7 +733,9 @@ class HttpProtocol(asyncio.Protocol):
             self.buf = self.buf[end + 4 + clen :]
             conn = headers.get("connection", "").lower()
             self.keep_alive = not (
-                conn == "close" or (version == "HTTP/1.0" and conn != "keep-alive")
+                conn == "close"
+                or (version == "HTTP/1.0" and conn != "keep-alive")
+                or self.sim.cfg.close_connections
             )
             self.busy = True
             args = (method, path.split("?", 1)[0], headers, body)
