@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
+
 
 def number(lo: float, hi: float, integer: bool = False, lo_open: bool = False) -> Any:
     """An argparse type: a finite number in [lo, hi] (or (lo, hi] with ``lo_open``).
@@ -166,8 +168,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--slo-target',), 'share of requests that must meet the SLOs for --fail-on-slo to pass', default=0.95, type=number(0, 1, lo_open=True), group='output'),
     Option(('--theme',), 'dashboard theme: a name or a .toml path', group='display', text=True),
     Option(('--fps',), 'dashboard redraws per second (max)', default=4.0, type=number(0.1, 60), group='display'),
-    Option(('--window',), 'width of the sliding window', default='10s', group='output'),
-    Option(('--drift-alert',), 'alert when a metric drifts (significantly) faster than this', default='5%/h', group='output'),
+    Option(('--window',), 'width of the sliding window', default=f'{WINDOW_S:g}s', group='output'),
+    Option(('--drift-alert',), 'alert when a metric drifts (significantly) faster than this', default=f'{DRIFT_ALERT_PCT_H:g}%/h', group='output'),
     Option(('--alerts-exit',), 'exit 3 if any alert fired (soak tests in CI)', action="store_true", group='output'),
     Option(('--gpu-hour-price',), 'price of one GPU-hour: cost per million output tokens, live and in the summary', type=number(0, 1000000.0), metavar='PRICE', group='output'),
     Option(('--gpu-count',), 'GPUs the server uses (default: the GPUs sampled, else 1)', type=number(1, 100000, integer=True), group='output'),

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tokmon.cli.listen import parse_listen
 from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import UsageError
+from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.model.redact import secrets_in
 from tokmon.textsafe import add_secret
 
@@ -405,7 +406,7 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         auth=auth,
         ladder=ladder,
         slo=parse_slo(o.slo, float(o.slo_target)),
-        window_s=dur("--window", o.window, allow_zero=False) or 10.0,
+        window_s=dur("--window", o.window, allow_zero=False) or WINDOW_S,
         drift_alert=parse_drift_alert(o.drift_alert),
         check_outputs=max(0, o.check_outputs),
         gpu_hour_price=o.gpu_hour_price,
@@ -554,7 +555,7 @@ def parse_slo(text: str | None, target: float = 0.95) -> Slo:
 
 
 def parse_drift_alert(text: str | None) -> float:
-    t = str(text or "5%/h").strip().lower().replace(" ", "")
+    t = str(text or f"{DRIFT_ALERT_PCT_H:g}%/h").strip().lower().replace(" ", "")
     for suffix in ("%/h", "%/hour", "%"):
         if t.endswith(suffix):
             t = t[: -len(suffix)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.model.history import Point, Thinned
 from tokmon.model.trend import can_tell, per_hour_pct, sen_slope
 from tokmon.model.views import Cost
@@ -44,9 +45,9 @@ class AlertEngine:
     def __init__(
         self,
         *,
-        drift_alert_pct_h: float = 5.0,
+        drift_alert_pct_h: float = DRIFT_ALERT_PCT_H,
         min_span_s: float = 600.0,
-        window_s: float = 10.0,
+        window_s: float = WINDOW_S,
         every_s: float = 10.0,
         max_points: int = 240,
         saturation_span_s: float = 180.0,

@@ -32,6 +32,7 @@ from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
 from tokmon.model.capacity import CapacityReducer, capacity_summary
 from tokmon.model.changepoint import ChangePoint, StepWatch
 from tokmon.model.coerce import integer, number
+from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.model.derived import Derivations, Raised, change_alert
 from tokmon.model.environment import ServerEnv
 from tokmon.model.eventlog import REGIME_KINDS, EventLog, listed_events
@@ -81,7 +82,7 @@ class FoldSettings:
     (``fold``), so that a replay and a report fold with the live run's settings."""
 
     arms: tuple[str, ...]
-    window_s: float = 10.0
+    window_s: float = WINDOW_S
     slo: Slo = field(default_factory=Slo)
     assign: str = "switch"
     mode: str = "concurrency"
@@ -91,7 +92,7 @@ class FoldSettings:
     kind_weights: tuple[tuple[str, float], ...] | None = None
     gpu_hour_price: float | None = None
     gpus: int | None = None  # None: as many as the GPU probe sees
-    drift_alert_pct_h: float = 5.0
+    drift_alert_pct_h: float = DRIFT_ALERT_PCT_H
     target: str = ""
     model: str = ""
     endpoint: str = "chat"

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tokmon.model.defaults import WINDOW_S
 from tokmon.model.probe_state import INCONSISTENT
 from tokmon.probes.base import Sampler
 
@@ -265,7 +266,7 @@ class ServerMetricsProbe(Sampler):
         url: str,
         arms: tuple[str, ...] = (),
         interval: float = 1.0,
-        window_s: float = 10.0,
+        window_s: float = WINDOW_S,
         headers: dict[str, str] | None = None,
         insecure: bool = False,
     ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokmon.model.coerce import number, text
+from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.model.environment import ServerEnv
 from tokmon.model.fold import FoldSettings, mix_weights
 from tokmon.model.redact import short_command
@@ -30,7 +31,7 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
     if not isinstance(f, dict):
         mode = text(s.get("mode"), "concurrency")
         f = {
-            "window_s": 10.0,
+            "window_s": WINDOW_S,
             "assign": s.get("assign"),
             "mode": mode,
             "level": s.get("concurrency" if mode != "rate" else "rate"),
@@ -61,7 +62,7 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
     return FoldSettings(
         arms=tuple(arms),
         # (a file may say anything: bounds a live run's options have too)
-        window_s=min(3600.0, max(0.1, number(f.get("window_s")) or 10.0)),
+        window_s=min(3600.0, max(0.1, number(f.get("window_s")) or WINDOW_S)),
         slo=Slo(
             **{
                 k: number(v)
@@ -77,7 +78,9 @@ def settings_from_header(h: dict[str, Any], arms: list[str]) -> FoldSettings:
         kind_weights=tuple(kw) if len(kw) > 1 else None,
         gpu_hour_price=price,
         gpus=int(gpus) if gpus is not None and 1 <= gpus <= 100_000 else None,
-        drift_alert_pct_h=min(1e6, max(1e-3, number(f.get("drift_alert_pct_h")) or 5.0)),
+        drift_alert_pct_h=min(
+            1e6, max(1e-3, number(f.get("drift_alert_pct_h")) or DRIFT_ALERT_PCT_H)
+        ),
         target=text(f.get("target")),
         model=text(f.get("model")),
         endpoint=text(f.get("endpoint"), "chat"),

@@ -31,6 +31,7 @@ from tokmon.model.commands import (
 )
 from tokmon.model.commands import Command as UserCommand
 from tokmon.model.config import RunConfig
+from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.fold import Fold, FoldSettings, mix_weights
 from tokmon.model.quality import QUALITY_PASS
@@ -56,7 +57,6 @@ from tokmon.model.workload import load_text
 from tokmon.sources.fleet import Engines, Servers
 from tokmon.textsafe import dumps
 
-WINDOW_S = 10.0
 # time 0 of a trace: this long after the last engine said it is up (the command's way there)
 TRACE_LEAD_NS = 20_000_000
 FOLD_ERRORS_SHOWN = 3  # internal errors put on the timeline (the rest are counted)
@@ -78,7 +78,7 @@ class LiveSession:
         probes: list[Any] | None = None,
         header: dict[str, Any] | None = None,
         check_outputs_n: int = 0,
-        drift_alert: float = 5.0,
+        drift_alert: float = DRIFT_ALERT_PCT_H,
         gpu_hour_price: float | None = None,
         gpus: int | None = None,
         ladder: Any = None,
