@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from tokmon.sim.server import SimConfig, SimServer
+
 # Machines like CI's set PYTHONDONTWRITEBYTECODE: then every `tokmon` a test starts (some
 # 400 in the quick suite, each with its engine process) compiled the package from source
 # again, 0.3 of its 1.4 CPU-s. Bytecode is written once here and read by them all (a
 # user's own runs write it as usual).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
-
-from tokmon.sim.server import SimConfig, SimServer
 
 
 class ThreadSim:

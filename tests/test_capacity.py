@@ -86,26 +86,30 @@ def test_two_arms_capacities_give_their_ratio_with_the_bracket_left_open():
 
 @pytest.mark.slow
 def test_find_capacity_against_a_server_of_known_capacity(tmp_path):
-    """TTFT × (in flight / 8)² above 8 streams, an SLO of twice the base TTFT: the
-    capacity is ⌊√2·8⌋ = 11 streams, found in fewer probe-seconds than a ladder of
-    1–16 at the probes' minimum; the replay's summary is the live one."""
+    """TTFT × (in flight / 8)² above 8 streams, base 40 ms, an SLO of 86 ms: the capacity
+    is ⌊√(86/40)·8⌋ = 11 streams (75.6 ms: 10 ms to spare for a loaded machine's
+    lateness; 12 streams are 90 ms, over it however early the loops wake), found in fewer
+    probe-seconds than a ladder of 1–16 at the probes' minimum; the replay's summary is
+    the live one."""
     out, rec = tmp_path / "s.json", tmp_path / "r.jsonl"
     cfg = SimConfig(schedule=(40.0, 2.0, 1), schedule_capacity=8, seed=1)
     with SimProcess(cfg) as sim:
         r = tokmon("run", "--url", sim.url, "--find-capacity", "concurrency",
-                   "--slo", "ttft=80", "--max-tokens", "8", "--ignore-eos",
+                   "--slo", "ttft=86", "--max-tokens", "8", "--ignore-eos",
                    "--probe-duration", "2s,8s", "--step-warmup", "1s", "--headless",
                    "--summary-json", str(out), "--record", str(rec), "--no-gpu",
                    "--status-interval", "1h", "--capacity-at-least", "12", timeout=300)  # fmt: skip
-    # 11 found, below the 12 asked: exit 1 for CI, the summary written all the same
-    assert r.returncode == 1 and "capacity 11.0 is below --capacity-at-least 12" in r.stderr
     s = json.loads(out.read_text())
     c = s["capacity_search"]["default"]
-    assert c["done"] and c["capacity"] in (10, 11, 12), c  # ⌊√2·8⌋ ± 1
+    # (10: more than 10 ms late for one request in 20 at 11 streams, on a very busy host)
+    assert c["done"] and c["capacity"] in (10, 11), c
+    # found below the 12 asked: exit 1 for CI, the summary written all the same
+    found = f"capacity {c['capacity']:.1f} is below --capacity-at-least 12"
+    assert r.returncode == 1 and found in r.stderr, r.stderr
     assert c["fails_at"] == c["capacity"] + 1
     assert "ttft met by" in c["why_next_fails"]
     assert c["probe_seconds"] < 16 * 2.0  # a ladder of 1..16 at 2 s a step: 32 probe-s
-    assert "capacity (default, concurrency, ttft=80 for 95% of requests): " in r.stdout
+    assert "capacity (default, concurrency, ttft=86 for 95% of requests): " in r.stdout
     assert c["serves"]["tokens_per_s"] > 0 and "there it serves" in r.stdout
     got = summary_of(read_recording(str(rec)))
     assert got["capacity_search"] == s["capacity_search"]

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.real_engine
 
 VLLM = os.environ.get("TOKMON_VLLM", "")
 MODEL = os.environ.get("TOKMON_TINY_MODEL", "")
+# the same words with <think> and </think> tokens (make_tiny_model.py --think)
+THINK_MODEL = os.environ.get("TOKMON_TINY_THINK", "")
 LLAMA_PY = os.environ.get("TOKMON_LLAMA_PYTHON", "")
 GGUF = os.environ.get("TOKMON_TINY_GGUF", "")
 LOOPING = "the of the of the of the of the of"  # a greedy random model loops: n-gram drafts hit
@@ -32,8 +34,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_vllm(tmp_path_factory, *extra: str):
-    if not (VLLM and os.path.exists(VLLM) and MODEL and os.path.exists(MODEL)):
+def start_vllm(tmp_path_factory, *extra: str, model: str = MODEL):
+    if not (VLLM and os.path.exists(VLLM) and model and os.path.exists(model)):
         pytest.skip("vLLM is not set up (run scripts/real-engines.sh setup)")
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
@@ -50,7 +52,7 @@ def start_vllm(tmp_path_factory, *extra: str):
             [
                 VLLM,
                 "serve",
-                MODEL,
+                model,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -121,6 +123,14 @@ def spec(tmp_path_factory):
         "--per-request-spec-decode-metrics",
         "summary",
     )
+    yield url
+    stop(p)
+
+
+@pytest.fixture(scope="module")
+def reasoning(tmp_path_factory):
+    """vLLM with DeepSeek-R1's reasoning parser over the tiny model with think tokens."""
+    p, url = start_vllm(tmp_path_factory, "--reasoning-parser", "deepseek_r1", model=THINK_MODEL)
     yield url
     stop(p)
 
@@ -729,3 +739,27 @@ def test_the_models_own_tokenizer_file_gives_vllms_count(plain, tmp_path):
     pt = s["arms"]["default"]["prompt_tokens"]
     print(pt)
     assert pt["exact_share"] == 1.0 and pt["min"] == pt["max"] == 1000
+
+
+def test_vllm_reasoning_parser_gives_the_answers_wait(reasoning, tmp_path):
+    """vLLM's reasoning parser (deepseek_r1) over the tiny think model, the thinking of each
+    request ended by its ``thinking_token_budget`` of 12 (the server forces </think>; the
+    weights never choose it): every request thinks 12 tokens, then answers; its answer's
+    wait is after its first token, and each phase has a speed. Without a budget it thinks
+    to its limit: no answer time, counted as never answered. What a tiny random model
+    cannot show: thinking whose length the model chooses, or an answer worth reading."""
+    s, rec = run(tmp_path, reasoning, "-n", "8", "-c", "2", "--max-tokens", "40",
+                 "--ignore-eos", "--extra-body", '{"thinking_token_budget": 12}')  # fmt: skip
+    assert len(rec.records) == 8
+    for r in rec.records:
+        assert r.outcome == "ok", r
+        assert r.reasoning_tokens == 12, r
+        assert r.ttfc_ms is not None and r.ttfc_ms > r.ttft_ms, r
+        assert r.reasoning_tps and r.answer_tps, r
+    a = s["reasoning"]["arms"]["default"]
+    assert a["requests"] == 8 and a["never_answered"] == 0, a
+    assert a["reasoning_tokens_p50"] == 12, a
+    s2, rec2 = run(tmp_path, reasoning, "-n", "4", "-c", "2", "--max-tokens", "16",
+                   "--ignore-eos", name="r2")  # fmt: skip
+    assert all(r.ttfc_ms is None and r.answer_tps is None for r in rec2.records)
+    assert s2["reasoning"]["arms"]["default"]["never_answered"] == 4

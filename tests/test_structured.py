@@ -56,3 +56,24 @@ def test_guided_decodings_cost_and_tool_calls_against_a_simulator(tmp_path):
     assert all(x.valid == 1.0 for x in recs if x.kind in ("guided", "tools"))
     assert all(x.valid is None for x in recs if x.kind == "guided-free")
     assert "guided decoding costs (guided / the same prompts free): TPOT ×1.2" in r.stdout
+
+
+def test_a_greedy_answer_under_a_schema_depends_on_the_prompt_only(make_sim):
+    """As its text does (an output check compares arms on it): the same greedy request
+    under a schema, or with a tool to call, is answered the same twice; another prompt
+    is answered otherwise."""
+    import httpx
+
+    from tokmon.model.structured import guided_body, tools_body
+
+    sim = make_sim(seed=5)
+
+    def ask(extra: dict, text: str = "Record the latency as JSON.") -> str:
+        body = {"model": "sim-27b", "messages": [{"role": "user", "content": text}],
+                "max_tokens": 64, "temperature": 0, **extra}  # fmt: skip
+        r = httpx.post(sim.url + "/chat/completions", json=body, timeout=30)
+        return json.dumps(r.json()["choices"][0]["message"])
+
+    for extra in (guided_body(), tools_body()):
+        first = ask(extra)
+        assert ask(extra) == first and ask(extra, "Record the errors as JSON.") != first

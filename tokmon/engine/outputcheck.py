@@ -14,13 +14,15 @@ import numpy as np
 from tokmon.bodies import fetch
 from tokmon.gate import loads
 from tokmon.model.arms import Arm
-from tokmon.model.workload import KINDS, synthetic_prompt
+from tokmon.model.workload import TEXT_KINDS, synthetic_prompt
 from tokmon.textsafe import clean_text
 
 
 def fixed_prompts(n: int) -> list[Any]:
     rng = np.random.default_rng(20261203)
-    return [synthetic_prompt(KINDS[i % len(KINDS)], 48, rng) for i in range(n)]
+    # (text kinds: a tool call's answer has no text to compare, and a schema's answer is
+    # a grammar's, not the arm's)
+    return [synthetic_prompt(TEXT_KINDS[i % len(TEXT_KINDS)], 48, rng) for i in range(n)]
 
 
 def first_divergence(a: str, b: str) -> int | None:

@@ -176,7 +176,9 @@ def describe_load(st: dict[str, Any]) -> str:
 
 # (guided: under a JSON schema, every other one the same prompt without it; tools: a
 # tool it must call — ``model/structured.py``)
-KINDS = ("chat", "code", "structured", "summarize", "creative", GUIDED, TOOLS, IMAGE)
+# the kinds whose answer is text (what an output check compares), then today's requests
+TEXT_KINDS = ("chat", "code", "structured", "summarize", "creative")
+KINDS = (*TEXT_KINDS, GUIDED, TOOLS, IMAGE)
 
 WORDS = (  # common words: filler for synthetic prompts (and the tests' and benches')
     "the",

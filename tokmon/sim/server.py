@@ -263,7 +263,12 @@ class SimServer:
             if self.rng.random() < cfg.wrong.get(task, 0.0):
                 ans = wrong(task, ans)
             s.script = [" " + w for w in f"The answer is {ans}.".split(" ")]
-        s.shape, s.tool = structured_script(body, chat, random.Random(self.rng.getrandbits(64)))
+        # Greedy (temperature 0) output depends only on the prompt, like a real model's.
+        greedy = body.get("temperature", 1.0) == 0
+        text_seed = zlib.crc32(prompt.encode()) ^ mt
+        drawn = self.rng.getrandbits(64)  # (drawn either way: the server's draws stay as they were)
+        shape_rng = random.Random(text_seed + 1 if greedy else drawn)
+        s.shape, s.tool = structured_script(body, chat, shape_rng)
         if s.shape:  # an answer under a schema, or a tool call: its text is the script
             s.script = pieces(s.shape)
             mt = min(mt, len(s.script))
@@ -276,8 +281,7 @@ class SimServer:
         s.stream = bool(body.get("stream", False))
         s.include_usage = bool(isinstance(so, dict) and so.get("include_usage"))
         s.continuous = bool(isinstance(so, dict) and so.get("continuous_usage_stats"))
-        # Greedy (temperature 0) output depends only on the prompt, like a real model.
-        if body.get("temperature", 1.0) == 0:
+        if greedy:
             s.rng = random.Random(zlib.crc32(prompt.encode()) ^ mt)
         else:
             s.rng = random.Random(self.rng.getrandbits(64))
