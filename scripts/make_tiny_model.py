@@ -1,6 +1,11 @@
 """Build a tiny random-weight Llama model and its tokenizer locally (no download).
 
-    python scripts/make_tiny_model.py OUT_DIR
+    python scripts/make_tiny_model.py [--think] OUT_DIR
+
+``--think``: a reasoning model's vocabulary and template (the same words): ``<think>`` and
+``</think>`` as tokens of their own, the chat template opening the thinking as DeepSeek-R1's
+does, for vLLM's ``--reasoning-parser deepseek_r1``. Its weights never choose ``</think>``:
+the thinking ends where a request's ``thinking_token_budget`` makes the server force it.
 
 Run with the engines' own Python (it needs torch, transformers and tokenizers, which the
 vLLM CPU build brings). Random weights emit byte tokens that are not valid UTF-8 on their
@@ -17,9 +22,12 @@ import random
 import sys
 
 
-def main(out: str) -> None:
+THINK = ("<think>", "</think>")
+
+
+def main(out: str, think: bool = False) -> None:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     os.makedirs(out, exist_ok=True)
@@ -131,12 +139,14 @@ def main(out: str) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus, trainer)
+    if think:  # (plain text tokens, as a reasoning model's tokenizer has them)
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
     )
     fast.chat_template = (
         "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}"
+        "{% if add_generation_prompt %}assistant:" + ("<think>" if think else "") + "{% endif %}"
     )
     fast.save_pretrained(out)
     vocab = fast.get_vocab()
@@ -162,7 +172,7 @@ def main(out: str) -> None:
         byte_like = [
             i
             for t, i in vocab.items()
-            if len(t) == 1 and not t.isalpha() or t in ("<s>", "</s>", "<pad>")
+            if len(t) == 1 and not t.isalpha() or t in ("<s>", "</s>", "<pad>", *THINK)
         ]
         model.lm_head.weight[byte_like, 0] = -50.0
     model.save_pretrained(out, safe_serialization=True)
@@ -172,4 +182,5 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    main(args[-1], think="--think" in args)

@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 CACHE=${TOKMON_ENGINES_CACHE:-$HOME/.cache/tokmon-engines}
 VENV=$CACHE/vllm-venv
 MODEL=$CACHE/tiny-llama
+THINK_MODEL=$CACHE/tiny-llama-think  # the same with <think> tokens: a reasoning parser's
 LLAMA_VENV=$CACHE/llama-venv
 GGUF=$CACHE/tiny-llama.gguf
 PY=${PYTHON:-python3}
@@ -40,7 +41,9 @@ setup_vllm() {
 }
 
 build_model() {
-  [ -f "$MODEL/config.json" ] || "$VENV/bin/python" scripts/make_tiny_model.py "$MODEL"
+  [ -f "$MODEL/config.json" ] || "$VENV/bin/python" scripts/make_tiny_model.py "$MODEL" || return 1
+  [ -f "$THINK_MODEL/config.json" ] ||
+    "$VENV/bin/python" scripts/make_tiny_model.py --think "$THINK_MODEL"
 }
 
 setup_llama() {
@@ -59,7 +62,7 @@ case "${1:-test}" in
     ;;
   test)
     if setup_vllm && build_model; then
-      export TOKMON_VLLM="$VENV/bin/vllm" TOKMON_TINY_MODEL="$MODEL"
+      export TOKMON_VLLM="$VENV/bin/vllm" TOKMON_TINY_MODEL="$MODEL" TOKMON_TINY_THINK="$THINK_MODEL"
       if setup_llama; then
         export TOKMON_LLAMA_PYTHON="$LLAMA_VENV/bin/python" TOKMON_TINY_GGUF="$GGUF"
       else

@@ -106,3 +106,24 @@ def test_each_phase_speed_up_between_two_arms(tmp_path):
         lo, hi = sp[phase]["ci95"]
         assert lo <= sp[phase]["ratio"] <= hi and sp[phase]["ratio"] > 1.2, sp
     assert "spec over plain, decode speed: thinking ×" in r.stdout
+
+
+def test_vllms_stream_of_thinking_counts_as_it_was_sent():
+    """vLLM 0.32 (a captured shape): a reasoning delta with no text is a token it holds the
+    bytes of, one of the thinking all the same; its usage says ``reasoning_tokens: 0``
+    under a thinking budget, below the 3 reasoning chunks its own stream carried — not a
+    count, so the thinking is counted from the stream, and said so."""
+    m = StreamMeter(0)
+    ms = 1_000_000
+    for i, delta in enumerate(('{"role":"assistant","content":""}', '{"reasoning":" for"}',
+                               '{"reasoning":""}', '{"reasoning":" of"}', '{"content":""}',
+                               '{"content":" data"}', '{"content":" su"}')):  # fmt: skip
+        m.on_event((i + 1) * ms, interpret(b'{"choices":[{"delta":' + delta.encode() + b"}]}"))
+    m.on_event(8 * ms, interpret(b'{"choices":[],"usage":{"prompt_tokens":17,"completion_tokens'
+                                 b'":6,"completion_tokens_details":{"reasoning_tokens":0}}}'))  # fmt: skip
+    out = m.finish(9 * ms)
+    assert out["reasoning_tokens"] == 3 and out["reasoning_counted"], out
+    assert out["ttfc_ms"] == 6.0  # the answer's first text, after the forced end's empty step
+    # its speed over its own span: 2 tokens from its first text, 1 ms apart (the empty step
+    # before it is of the answer but not in that span)
+    assert out["answer_tps"] == 1000.0, out

@@ -68,6 +68,9 @@ class ChunkInfo:
     # A step whose token decodes to no text (llama.cpp still sends its chunk, with
     # "content": ""): no text for timing, but one token for the estimated count.
     empty_step: bool = False
+    # ... of the thinking: a reasoning delta with no text (vLLM sends one for a token whose
+    # bytes it holds back), one reasoning token all the same
+    empty_reasoning: bool = False
     # A number the server sent that cannot be a count (1e30, -100, true, NaN): named here,
     # left out (tokens are then counted from the chunks), and the request is flagged.
     bad: str = ""
@@ -193,6 +196,8 @@ def interpret(payload: bytes) -> ChunkInfo:
                     info.empty_step = True
                 if c is None or len(delta) > 1:  # reasoning, tool calls, role
                     _delta_extras(delta, info)
+                    if info.empty_reasoning and not info.text_chars and not fr:
+                        info.empty_step = True
             else:
                 t = ch.get("text")  # completions endpoint
                 if t:
@@ -347,6 +352,8 @@ def _delta_extras(delta: dict[str, Any], info: ChunkInfo) -> None:
             n = len(_text(r, f"choices[].delta.{key}"))
             info.text_chars += n
             info.reasoning_chars += n
+        elif r == "":
+            info.empty_reasoning = True
     tc = delta.get("tool_calls")
     if tc:
         # A tool-call delta is generated text even when its argument piece is empty.

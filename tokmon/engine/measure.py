@@ -55,6 +55,7 @@ class StreamMeter:
         "reasoning_ticked",
         "reasoning_chunks",
         "reasoning_usage",
+        "answer_lead",
         "tool_name",
         "tool_parts",
         "pred",
@@ -101,6 +102,9 @@ class StreamMeter:
         self.reasoning_ticked = 0
         self.reasoning_chunks = 0
         self.reasoning_usage: int | None = None
+        # the answer's tokens before its first text (the forced end of thinking, bytes
+        # held back): of the answer, but before its timed span
+        self.answer_lead = 0
         # a tool call's name and its arguments' pieces (kept with the text: checked)
         self.tool_name = ""
         self.tool_parts: list[str] = []
@@ -149,6 +153,11 @@ class StreamMeter:
                 self.reasoning_chunks += 1
         elif info.empty_step:
             self.empty_steps += 1
+            if info.empty_reasoning:
+                self.t_last_reasoning = t
+                self.reasoning_chunks += 1
+            elif self.reasoning_chunks and self.t_first_content is None:
+                self.answer_lead += 1
         elif info.completion_tokens is not None:
             # A usage-only chunk: the final count. Tokens not yet ticked arrive "now".
             self.cum_tokens = max(self.cum_tokens, info.completion_tokens)
@@ -230,7 +239,7 @@ class StreamMeter:
                 out["decode_tps"] = (n - 1) / ((e2e - ttft) / 1000.0)
             elif n >= 2:
                 out.setdefault("note", NO_TPOT_ONE_READ)
-            self._reasoning(out, n, estimated)
+            self._reasoning(out, n)
             if gaps:
                 out["max_gap_ms"] = max(gaps)
                 if sys.byteorder != "little":
@@ -243,16 +252,18 @@ class StreamMeter:
             out["e2e_ms"] = (t_end - self.t_send) / ms
         return self._spec(out)
 
-    def _reasoning(self, out: dict[str, Any], n: int, estimated: bool) -> None:
+    def _reasoning(self, out: dict[str, Any], n: int) -> None:
         """A reasoning model's phases (METRICS.md, *Reasoning*): its thinking tokens (the
         server's count, else its reasoning chunks' and said so), the thinking's decode
         speed, and the answer's — or, where no answer came, that it never answered."""
         if self.reasoning_usage is None and not self.reasoning_chunks:
             return
-        counted = self.reasoning_usage is None
-        r = self.reasoning_ticked if counted else self.reasoning_usage
-        if counted and estimated:
-            r = self.reasoning_chunks  # (one token a chunk, as the whole count is)
+        # A server count below the reasoning chunks its own stream carried (each at least a
+        # token) is not a count (vLLM 0.32 says 0 under a thinking budget): counted instead
+        counted = self.reasoning_usage is None or self.reasoning_usage < self.reasoning_chunks
+        # counted: the tokens its chunks carried, at least one a chunk (an empty one's token
+        # is ticked with the next chunk's, which may be the answer's)
+        r = max(self.reasoning_ticked, self.reasoning_chunks) if counted else self.reasoning_usage
         r = min(int(r or 0), n)
         out["reasoning_tokens"] = r
         out["reasoning_counted"] = counted
@@ -261,7 +272,7 @@ class StreamMeter:
         if r >= 2 and t0 is not None and t1 is not None and t1 > t0:
             out["reasoning_tps"] = (r - 1) / ((t1 - t0) / ms / 1000.0)
         a0, a1 = self.t_first_content, self.t_last_text
-        answer = n - r
+        answer = n - r - self.answer_lead  # (the tokens from its first text on)
         if a0 is None:
             # thought to its end and never answered: no answer time, and said
             out.setdefault("note", f"{NO_ANSWER_PREFIX}thought for all its {n} tokens "
