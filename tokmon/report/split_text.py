@@ -189,9 +189,13 @@ def causes_line(c: dict[str, Any] | None, measured: float | None = None) -> str 
 
 
 def wrap(parts: Iterable[str], head: str, width: int, joiner: str = " · ") -> list[str]:
-    """Parts joined by ``joiner``, as many to a line as fit; a part is never cut."""
+    """Parts joined by ``joiner``, as many to a line as fit; a part is never cut; no parts,
+    no line (a note with nothing to say is not a blank row)."""
     out: list[str] = []
     cur = head
+    parts = list(parts)
+    if not parts:
+        return out
     for p in parts:
         sep = "" if cur in (head, "  ") else joiner
         if len(cur) + len(sep) + len(p) > width and cur not in (head, "  "):
