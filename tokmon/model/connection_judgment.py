@@ -16,7 +16,7 @@ import numpy as np
 
 from tokmon.model.registry import Block, Judgment, register
 from tokmon.model.sketch import Quantiles
-from tokmon.model.table import RequestTable, distinct
+from tokmon.model.table import RequestTable
 
 # the dashboard shows the way to the server where 1 request in this many opens a connection
 # (its setup is then in the TTFT's upper quantiles; a ladder's new streams stay under it)
@@ -73,9 +73,8 @@ class Connection(Judgment):
     def requests(self, tb: RequestTable) -> None:
         c = tb.cols
         rows = np.flatnonzero(tb.counted() & (c["t_send"] != np.iinfo(np.int64).min))
-        for code in distinct(c["arm"][rows]):
-            sel = rows[c["arm"][rows] == code]
-            a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())
+        for name, sel in tb.by_arm(rows):
+            a = self.arms.setdefault(name, _Arm())
             a.requests += int(sel.size)
             a.fresh += int((~np.isnan(c["connect_ms"][sel])).sum())
             for k in _PHASES:

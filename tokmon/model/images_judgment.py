@@ -16,7 +16,7 @@ import numpy as np
 
 from tokmon.model.registry import Block, Judgment, register
 from tokmon.model.sketch import Quantiles
-from tokmon.model.table import RequestTable, distinct
+from tokmon.model.table import RequestTable
 
 
 def _q() -> Quantiles:
@@ -81,19 +81,18 @@ class Images(Judgment):
         has = ~np.isnan(px)
         if not has.any() and not self.arms:
             return  # (no image yet: text alone is kept once images come)
-        for code in distinct(c["arm"][rows]):
-            m = c["arm"][rows] == code
-            a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())
-            text = rows[m & ~has]
-            t = c["ttft_ms"][text]
+        for name, sel in tb.by_arm(rows):
+            a = self.arms.setdefault(name, _Arm())
+            shows = ~np.isnan(c["image_px"][sel])
+            t = c["ttft_ms"][sel[~shows]]
             a.text_ttft.extend(t[~np.isnan(t)])
-            img = rows[m & has]
+            img = sel[shows]
             for p in np.unique(c["image_px"][img]).tolist():
-                sel = img[c["image_px"][img] == p]
+                at = img[c["image_px"][img] == p]
                 s = a.sizes.setdefault(int(p), _Size())
-                t = c["ttft_ms"][sel]
+                t = c["ttft_ms"][at]
                 s.ttft.extend(t[~np.isnan(t)])
-                n = c["prompt_tokens"][sel] - c["prompt_tokens_asked"][sel]
+                n = c["prompt_tokens"][at] - c["prompt_tokens_asked"][at]
                 s.tokens.extend(n[~np.isnan(n) & (n > 0)])
 
     def view(self, now: int, reads: dict[str, Any]) -> ImagesView | None:

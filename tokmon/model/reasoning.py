@@ -29,7 +29,7 @@ import numpy as np
 from tokmon.model.registry import Block, Judgment, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import MIN_SAMPLES, ratio_ci_requests
-from tokmon.model.table import RequestTable, distinct
+from tokmon.model.table import RequestTable
 
 
 @dataclass
@@ -115,9 +115,8 @@ class Reasoning(Judgment):
         )  # fmt: skip
         if rows.size == 0:
             return
-        for code in distinct(c["arm"][rows]):
-            sel = rows[c["arm"][rows] == code]
-            a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())
+        for name, sel in tb.by_arm(rows):
+            a = self.arms.setdefault(name, _Arm())
             ttfa, ttft = c["ttfc_ms"][sel], c["ttft_ms"][sel]
             answered = ~np.isnan(ttfa)
             a.thought += int(sel.size)

@@ -89,9 +89,8 @@ class Structured(Judgment):
             np.isin(c["kind"], codes) & tb.counted()
             & (c["outcome"] == tb.code("outcome", "ok"))
         )  # fmt: skip
-        for code in distinct(c["arm"][rows]):
-            sel = rows[c["arm"][rows] == code]
-            a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())
+        for name, sel in tb.by_arm(rows):
+            a = self.arms.setdefault(name, _Arm())
             for kc in distinct(c["kind"][sel]):
                 kind = tb.vocab["kind"][kc]
                 ks = sel[c["kind"][sel] == kc]

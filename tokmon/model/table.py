@@ -317,6 +317,13 @@ class RequestTable:
         place this rule is written)."""
         return ~self.cols["warmup"] & ~self.cols["settle"]
 
+    def by_arm(self, rows: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+        """``rows`` split by arm: (the arm's name, its rows), in the order the arms were
+        first met (a judgment keeps its state per arm)."""
+        arms = self.cols["arm"][rows]
+        for code in distinct(arms):
+            yield self.vocab["arm"][code], rows[arms == code]
+
     def counted_ok(self) -> np.ndarray:
         """Counted rows that ended ok: what a speed or a latency is made of."""
         return self.counted() & (self.cols["outcome"] == self.code("outcome", "ok"))

@@ -22,7 +22,7 @@ import numpy as np
 
 from tokmon.model.registry import Block, Judgment, register
 from tokmon.model.sketch import Quantiles
-from tokmon.model.table import RequestTable, distinct
+from tokmon.model.table import RequestTable
 
 EARLY_NOTABLE = 0.10  # an arm whose early-stopping share differs from another's by this
 
@@ -106,9 +106,8 @@ class Usage(Judgment):
     def requests(self, tb: RequestTable) -> None:
         c = tb.cols
         rows = np.flatnonzero(tb.counted_ok())
-        for code in distinct(c["arm"][rows]):
-            sel = rows[c["arm"][rows] == code]
-            a = self.arms.setdefault(tb.vocab["arm"][code], _Arm())
+        for name, sel in tb.by_arm(rows):
+            a = self.arms.setdefault(name, _Arm())
             ct, pt, ttft = c["cached_tokens"][sel], c["prompt_tokens"][sel], c["ttft_ms"][sel]
             known = ~np.isnan(ct) & ~np.isnan(pt) & (pt > 0)
             a.hit_rate.extend((ct / np.where(pt > 0, pt, 1))[known])
