@@ -484,8 +484,8 @@ def make_recorder(run: Prepared, probes: list[Any]) -> tuple[Any, dict[str, Any]
     recorder.mode = "wb" if rec.overwrite else "ab"
     gpu_info: dict[str, Any] = {}
     for pr in probes:
-        if hasattr(pr, "info") and hasattr(pr, "_init"):
-            pr._init()
+        if hasattr(pr, "info") and hasattr(pr, "init"):
+            pr.init()
             gpu_info = pr.info
     header = {
         "tokmon_version": __version__,

@@ -37,7 +37,7 @@ from tokmon.model.environment import (
 )
 from tokmon.model.redact import redact_tree
 from tokmon.probes.base import Sampler
-from tokmon.probes.server import MAX_BODY, MetricsTooLarge, _known_lines, detect
+from tokmon.probes.server import MAX_BODY, MetricsTooLarge, detect, known_lines
 
 MAX_JSON = 1 << 20  # a configuration answer is read up to this size
 # The kernel's receive stamp (Linux; the probes do not import the engine, which keeps
@@ -95,7 +95,7 @@ def metrics_config(text: str) -> tuple[str | None, dict[str, dict[str, str]], se
     names: set[str] = set()
     positions: set[str] = set()
     flat: dict[str, float] = {}
-    for fam in text_string_to_metric_families(_known_lines(text)):
+    for fam in text_string_to_metric_families(known_lines(text)):
         for s in fam.samples:
             names.add(s.name)
             flat.setdefault(s.name, 0.0)

@@ -33,7 +33,7 @@ class NvmlProbe(Sampler):
         self._failed: str | None = None
         self.info: dict[str, Any] = {}
 
-    def _init(self) -> None:
+    def init(self) -> None:
         """NVML is initialised lazily, on the first sample, and only once."""
         if self._ready or self._failed:
             return
@@ -74,7 +74,7 @@ class NvmlProbe(Sampler):
         self._ready = True
 
     def sample(self) -> dict[str, Any]:
-        self._init()
+        self.init()
         if not self._ready:
             return {"gpu_note": self._failed or "no GPU"}
         nv = self._nvml

@@ -152,7 +152,7 @@ class MetricsTooLarge(ValueError):
     pass
 
 
-def _known_lines(text: str) -> str:
+def known_lines(text: str) -> str:
     """The lines of ``text`` that belong to a known engine's series (and their comments)."""
     markers = tuple(e.marker for e in ENGINES)
     keep = []
@@ -171,7 +171,7 @@ def flatten(text: str) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     format) are left out, never summed into a figure."""
     flat: dict[str, float] = {}
     per_pos: dict[str, dict[str, float]] = {}
-    for fam in text_string_to_metric_families(_known_lines(text)):
+    for fam in text_string_to_metric_families(known_lines(text)):
         for s in fam.samples:
             v = float(s.value)
             if not math.isfinite(v):

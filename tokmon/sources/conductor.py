@@ -36,15 +36,15 @@ RESTART_POLL_S = 0.2  # how often a managed server's restart is checked for its 
 def alternate(s: Stage, every_s: float, cycles: int | None) -> None:
     """The arms take turns: a switch every ``every_s`` of measuring (a managed server's
     restart does not count), and a stop after ``cycles`` turns of every arm."""
-    while not s._done.wait(every_s):
+    while not s.wait(every_s):
         if s.stopping or s.ended():
             return
         if cycles and s.segments_begun >= cycles * len(s.arm_names):
-            s._event("stop", f"{cycles} cycles of every arm done")
+            s.event("stop", f"{cycles} cycles of every arm done")
             s.command(StopRun())
             return
         s.command(Switch())
-        while s.restarting() and not s._done.wait(RESTART_POLL_S):
+        while s.restarting() and not s.wait(RESTART_POLL_S):
             pass
 
 
@@ -69,15 +69,15 @@ def begin_step(
     now = perf_counter_ns()
     with s.lock:
         if arm is not None and arm != s.fold.arm:
-            s._switch_to(arm, now)
+            s.switch_to(arm, now)
         a = arm or s.fold.arm
-        s._event(
+        s.event(
             "step",
             label + (f" · arm {a}" if arm is not None else ""),
             {"step": i, "arm": a, "value": value, "warm_s": warm_s, "param": param},
             t=now,
         )
-    s._send(
+    s.send(
         BeginStep(
             step=i,
             t=now,
@@ -87,7 +87,7 @@ def begin_step(
         )
     )
     if param in ("concurrency", "rate"):
-        s._send(SetLevel(float(value)))
+        s.send(SetLevel(float(value)))
 
 
 def run_ladder(s: Stage, lad: Ladder) -> None:
@@ -99,7 +99,7 @@ def run_ladder(s: Stage, lad: Ladder) -> None:
                 return
             begin_step(s, i, arm, lad.param, v, lad.warmup_s,
                        f"ladder step {i + 1}/{n}: {lad.param} {v}")  # fmt: skip
-            if s._done.wait(lad.step_s) or s.stopping:
+            if s.wait(lad.step_s) or s.stopping:
                 return
         with s.lock:
             now = perf_counter_ns() - s.t_start
@@ -115,7 +115,7 @@ def run_ladder(s: Stage, lad: Ladder) -> None:
 
 def end(s: Stage, message: str, reason: str | None) -> None:
     """The schedule is over (its event ends the ladder in the figures): the run stops."""
-    s._event("ladder", message, {"reason": reason}, t=perf_counter_ns())
+    s.event("ladder", message, {"reason": reason}, t=perf_counter_ns())
     s.command(StopRun())
 
 
@@ -144,7 +144,7 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
     for arm in _arms(s):
         search = CapacitySearch(plan)
         name = arm or s.arm_names[0]
-        s._event("search", f"capacity search ({name}): {plan.param} at {plan.goodput:.0%} "
+        s.event("search", f"capacity search ({name}): {plan.param} at {plan.goodput:.0%} "
                  f"goodput, {plan.slo} — doubling from {plan.fmt(plan.start)} until a level "
                  f"fails, then halving the bracket; each probe up to {plan.requests_for()} requests "
                  f"({plan.scout} while doubling), as long as they take",
@@ -162,7 +162,7 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
             t0 = perf_counter_ns() + int(plan.warm_s * 1e9)
             verdict = None
             while verdict is None:
-                if s._done.wait(POLL_S) or s.stopping:
+                if s.wait(POLL_S) or s.stopping:
                     return
                 with s.lock:
                     st = _step_of(s, i, arm)
@@ -175,7 +175,7 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
             probe = Probe(level, n, good, lo, hi, verdict[0], elapsed, verdict[1],
                           _why(plan, st, n) if st is not None and verdict[0] == "fail" else "")  # fmt: skip
             search.add(probe)
-            s._event(
+            s.event(
                 "probe",
                 f"probe {plan.fmt(level)} ({name}): {probe.verdict}"
                 + (" by its point" if probe.by_point else "")
@@ -189,7 +189,7 @@ def find_capacity(s: Stage, plan: CapacityPlan) -> None:
             rate_fail = probe.verdict == "fail" and plan.param == "rate"
             if rate_fail and not drain(s, min(DRAIN_S, limit)):
                 return
-        s._event("capacity", f"{name}: {search.verdict_text()}",
+        s.event("capacity", f"{name}: {search.verdict_text()}",
                  {"arm": name, "result": search.to_json()}, t=perf_counter_ns())  # fmt: skip
     end(s, "capacity search done", None)
 
@@ -199,7 +199,7 @@ def _until_idle(s: Stage, limit_s: float) -> bool | None:
     passes (None)."""
     t_end = perf_counter_ns() + int(limit_s * 1e9)
     while perf_counter_ns() < t_end:
-        if s._done.wait(POLL_S) or s.stopping:
+        if s.wait(POLL_S) or s.stopping:
             return False
         with s.lock:
             if sum(st.in_flight for st in s.fold.statuses.values()) == 0:

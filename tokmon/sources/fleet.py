@@ -151,8 +151,8 @@ class Servers:
         try:
             with s.lock:
                 user_paused = s.fold.paused
-                s._send(Pause(True))
-                s._event(
+                s.send(Pause(True))
+                s.event(
                     "server",
                     f"restarting: {cur} → {new}",
                     {"phase": "stopping", "arm": cur, "next": new},
@@ -169,20 +169,20 @@ class Servers:
 
                 for pid, mine in old_srv.strays[known:]:
                     msg = stray_line(cur, pid, old_srv.port, mine)
-                    s._event("error", msg, {"arm": cur, "pid": pid})
-                s._event(
+                    s.event("error", msg, {"arm": cur, "pid": pid})
+                s.event(
                     "server",
                     f"{cur}'s server stopped in {took:.1f} s",
                     {"phase": "stopped", "arm": cur, "stop_s": took},
                 )
                 if not m.gpu_settled():
-                    s._event("server", "GPU memory not back to its baseline; starting anyway")
+                    s.event("server", "GPU memory not back to its baseline; starting anyway")
             skip = m.on_failure == "skip-arm" and cur in m.servers
             model = self.start_server(new, fatal=not skip)
             if model is None and skip and not s.stopping:
                 # --on-server-failure skip-arm: the run goes on with the arm it had
                 self.skipped.add(new)
-                s._event("server", f"arm {new} left out: its server failed")
+                s.event("server", f"arm {new} left out: its server failed")
                 new = cur
                 model = self.start_server(cur)
             if model is None:
@@ -190,11 +190,11 @@ class Servers:
             with s.lock:
                 now = perf_counter_ns()
                 seg = s.fold.next_segment()
-                s._send(SwitchArm(new, seg, now, model=model))
-                s._event("arm", f"arm → {new}", {"arm": new, "segment": seg}, t=now)
+                s.send(SwitchArm(new, seg, now, model=model))
+                s.event("arm", f"arm → {new}", {"arm": new, "segment": seg}, t=now)
                 s.segments_begun += 1
                 if not user_paused:
-                    s._send(Pause(False))
+                    s.send(Pause(False))
         finally:
             self.restarting.clear()
 
@@ -205,16 +205,16 @@ class Servers:
         srv = m.servers[arm]
         tries = 2 if m.on_failure == "retry" else 1
         for attempt in range(tries):
-            s._event("server", f"starting {arm}'s server", {"phase": "starting", "arm": arm})
+            s.event("server", f"starting {arm}'s server", {"phase": "starting", "arm": arm})
             t0 = time.monotonic()
             try:
                 srv.start()
-                model = srv.wait_ready(m.ready_timeout_s, m.headers, stop=s._done)
+                model = srv.wait_ready(m.ready_timeout_s, m.headers, stop=s.finished)
             except Exception as e:  # ServerFailed, or an OSError starting it
                 srv.stop(m.stop_timeout_s)
                 msg = str(e).split("\n", 1)[0]
                 tail = str(e).split("\n", 1)[1] if "\n" in str(e) else srv.log_tail()
-                s._event(
+                s.event(
                     "server",
                     f"{arm}'s server failed: {msg}",
                     {"phase": "failed", "arm": arm, "log_tail": tail[-4000:]},
@@ -240,7 +240,7 @@ class Servers:
         """The event of a managed server that became ready: its time to ready, model,
         command (secrets redacted) and environment record (surveyed once per arm)."""
         m = self.m
-        self.s._event(
+        self.s.event(
             "server",
             message,
             {
@@ -256,7 +256,7 @@ class Servers:
     def _drain(self, timeout_s: float) -> None:
         """Until no request is in flight (the engines' own counts), or ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not self.s._done.is_set():
+        while time.monotonic() < deadline and not self.s.done:
             with self.s.lock:
                 n = self.s.in_flight()
             if n == 0:
@@ -266,14 +266,14 @@ class Servers:
     def _watch(self) -> None:
         """A managed server that dies while it is measured is an error, never silent."""
         s = self.s
-        while not s._done.wait(WATCH_S):
+        while not s.wait(WATCH_S):
             if s.stopping or self.restarting.is_set():
                 continue
             srv = self.m.servers.get(s.fold.arm)
             if srv is not None and srv.proc is not None and not srv.alive():
                 code = srv.proc.returncode
                 msg = f"the server of arm {srv.arm.name} exited (code {code}) during the run"
-                s._event(
+                s.event(
                     "server",
                     msg,
                     {"phase": "failed", "arm": srv.arm.name, "log_tail": srv.log_tail()},

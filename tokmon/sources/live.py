@@ -177,18 +177,18 @@ class LiveSession:
                 },
                 self.t_start,
             )
-        self.engines.start(self._event)
+        self.engines.start(self.event)
         if self.prometheus_at is not None:
             from tokmon.sources.prometheus import PromServer
 
             self.prom = PromServer(*self.prometheus_at, self._gauges)
         for pr in self.probes:
-            pr.on_event = lambda kind, msg, data: self._event(kind, msg, data)
+            pr.on_event = lambda kind, msg, data: self.event(kind, msg, data)
             pr.on_sample = self._on_sample
             pr.start()
-        self._event("start", f"run started: {self.cfg.mode} {self._level_str()}")
+        self.event("start", f"run started: {self.cfg.mode} {self._level_str()}")
         for kind, msg in self.notes:
-            self._event(kind, msg)
+            self.event(kind, msg)
         self._reader = threading.Thread(target=self._read_loop, name="tokmon-reader", daemon=True)
         self._reader.start()
         if self.check_n and len(self.arm_names) > 1:
@@ -222,10 +222,10 @@ class LiveSession:
         comes (the pass once asked only the arm in force)."""
         arms = tuple(self.arm_names)
         n = QUALITY_PASS
-        self._send(QualityPass(n, arms))
+        self.send(QualityPass(n, arms))
         later = [a for a in arms if a != self.fold.arm] if self.cfg.assign == "switch" else []
         when = f"; {', '.join(later)} when its turn comes" if later else ""
-        self._event("quality", f"quality pass: the next {n} requests of each arm ask "
+        self.event("quality", f"quality pass: the next {n} requests of each arm ask "
                     f"questions with known answers ({', '.join(arms)}{when})",
                     {"n": n * len(arms), "arms": list(arms)})  # fmt: skip
         return f"quality pass: {n} questions" + (" of each arm" if len(arms) > 1 else "")
@@ -248,14 +248,14 @@ class LiveSession:
                 if self.cfg.api_key:
                     hdr["authorization"] = f"Bearer {self.cfg.api_key}"
                 res = check_outputs(list(self.cfg.arms), n, headers=hdr, insecure=self.cfg.insecure)
-                self._event("check", "output check: " + describe_output_check(res), {"result": res})
+                self.event("check", "output check: " + describe_output_check(res), {"result": res})
             except Exception as e:  # reported, never fatal
-                self._event("check", f"output check failed: {type(e).__name__}: {e}")
+                self.event("check", f"output check failed: {type(e).__name__}: {e}")
             finally:
                 self._checking = False
 
         threading.Thread(target=run, name="tokmon-outputcheck", daemon=True).start()
-        self._event("check", f"output check started: {n} greedy prompts per arm")
+        self.event("check", f"output check started: {n} greedy prompts per arm")
         return f"output check: {n} prompts per arm"
 
     def in_flight(self) -> int | None:
@@ -295,6 +295,11 @@ class LiveSession:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def finished(self) -> threading.Event:
+        """Set once the run has ended (what a wait elsewhere stops on)."""
+        return self._done
+
     def close(self) -> None:
         """Stop at once and make sure no engine process is left."""
         if not self._done.is_set():
@@ -312,18 +317,18 @@ class LiveSession:
             self.prom.close()
 
     # ------------------------------------------------------------------ commands
-    def _send(self, cmd: Command) -> None:
+    def send(self, cmd: Command) -> None:
         self.engines.send(cmd)
 
     def _level_str(self, level: float | None = None) -> str:
         lv = self.fold.level if level is None else level
         return load_text(self.cfg.mode, lv)
 
-    def _switch_to(self, arm: str, now: int) -> None:
+    def switch_to(self, arm: str, now: int) -> None:
         """Tell the engines, then fold the switch in through its event."""
         seg = self.fold.next_segment()
-        self._send(SwitchArm(arm, seg, now))
-        self._event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
+        self.send(SwitchArm(arm, seg, now))
+        self.event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
 
     def command(self, cmd: UserCommand) -> str | None:
         with self.lock:
@@ -333,35 +338,35 @@ class LiveSession:
                     return self._switch(cmd.arm, now)
                 case TogglePause():
                     paused = not self.fold.paused  # the event below sets it (the fold)
-                    self._send(Pause(paused))
-                    self._event("pause", "paused sending" if paused else "resumed sending")
+                    self.send(Pause(paused))
+                    self.event("pause", "paused sending" if paused else "resumed sending")
                     return "paused" if paused else "resumed"
                 case ChangeLevel():
                     return self._change_level(cmd)
                 case Marker():
                     note = cmd.note or "marker"
-                    self._event("marker", note)
+                    self.event("marker", note)
                     return f"marker: {note}"
                 case StopRun():
                     hard = cmd.hard or self.stopping  # a second stop does not wait any longer
                     self.stopping = True
-                    self._send(Stop(hard))
-                    self._event(
+                    self.send(Stop(hard))
+                    self.event(
                         "stop", "stopping now" if hard else "stopping: draining in-flight requests"
                     )
                     return "stopping"
                 case AbortInFlight():
-                    self._send(Abort(cmd.why))
-                    self._event("abort", f"in-flight requests aborted: {cmd.why}")
+                    self.send(Abort(cmd.why))
+                    self.event("abort", f"in-flight requests aborted: {cmd.why}")
                     return "aborted"
                 case ToggleRecord():
                     if self.recorder is None:
                         return "start tokmon with --record FILE to record"
                     if self.recorder.active:  # (the event is the file's last line until resumed)
-                        self._event("recording", "recording paused")
+                        self.event("recording", "recording paused")
                         return str(self.recorder.toggle())
                     out = self.recorder.toggle()
-                    self._event("recording", "recording resumed")
+                    self.event("recording", "recording resumed")
                     return str(out)
                 case Check():
                     said = [self.start_quality_pass()]
@@ -391,7 +396,7 @@ class LiveSession:
             return None
         if self.servers is not None and self.servers.serves(cur, new):
             return self.servers.begin_restart(cur, new)
-        self._switch_to(new, now)
+        self.switch_to(new, now)
         self.segments_begun += 1
         return f"arm → {new}"
 
@@ -411,20 +416,20 @@ class LiveSession:
             new_level = float(min(max(1, round(new_level)), self.cfg.max_concurrency))
         else:
             new_level = max(0.01, round(new_level, 3))
-        self._send(SetLevel(new_level))
-        self._event("level", f"load → {self._level_str(new_level)}", {"level": new_level})
+        self.send(SetLevel(new_level))
+        self.event("level", f"load → {self._level_str(new_level)}", {"level": new_level})
         return f"load → {self._level_str()}"
 
     def _engine_died(self, worker: int, why: str) -> None:
         msg = f"engine {worker} failed: {why}"
         self.engine_errors.append(msg)
-        self._event("error", msg)
+        self.event("error", msg)
         if not self.stopping:
             self.command(StopRun(hard=True))  # the rest of the load is not the run asked for
 
     def note(self, kind: str, message: str) -> None:
         """An event from outside the measuring (the recorder's write errors)."""
-        self._event(kind, message)
+        self.event(kind, message)
 
     def failures(self) -> list[str]:
         """What went wrong with the run itself (not with requests): non-zero exit."""
@@ -433,7 +438,7 @@ class LiveSession:
             out += self.servers.strays()  # a server that outlived its stop
         return out + self.engines.failures(out, self.workers_lost)
 
-    def _event(
+    def event(
         self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
     ) -> None:
         """An event from the session (a command, the ladder, a probe): ``t`` on the
@@ -491,7 +496,7 @@ class LiveSession:
             self.engine_errors.append(f"internal error: {type(e).__name__}: {e}")
             self.stopping = True
             try:
-                self._send(Stop(True))
+                self.send(Stop(True))
             except Exception:
                 pass
         finally:
@@ -518,7 +523,7 @@ class LiveSession:
                     if msg.lost and self.cfg.ray_on_loss == "continue":
                         # the rest go on; its in-flight requests came as cancelled
                         self.workers_lost[msg.worker] = msg.why
-                        self._event("error", f"engine {msg.worker}: {msg.why}; the run goes on")
+                        self.event("error", f"engine {msg.worker}: {msg.why}; the run goes on")
                     else:
                         self._engine_died(msg.worker, msg.why)
                     continue
@@ -549,7 +554,7 @@ class LiveSession:
             try:
                 self.on_finished(final)
             except Exception as e:  # reported, never fatal
-                self._event("error", f"summary: {type(e).__name__}: {e}")
+                self.event("error", f"summary: {type(e).__name__}: {e}")
         self._done.set()
 
     def _ingest(self, b: EngineBatch) -> None:
@@ -569,7 +574,7 @@ class LiveSession:
                 # the load's file failed as it was read: the rest is not the run asked for;
                 # what was measured is kept, and the exit says why
                 self.engine_errors.append(b.fault)
-                self._event("error", f"{b.fault}; the run stops here")
+                self.event("error", f"{b.fault}; the run stops here")
                 if not self.stopping:
                     self.command(StopRun())
             if self.cfg.mode == "trace" and self._trace_t0 is None:
@@ -578,9 +583,9 @@ class LiveSession:
                     # every engine is up: time 0 of the trace, a moment from now, for all
                     t0 = perf_counter_ns() + TRACE_LEAD_NS
                     self._trace_t0 = t0
-                    self._send(StartTrace(t0))
+                    self.send(StartTrace(t0))
                     assert self.cfg.trace is not None
-                    self._event("trace", f"trace started: {self.cfg.trace.describe()}")
+                    self.event("trace", f"trace started: {self.cfg.trace.describe()}")
 
     def _tick(self, now: int, final: bool = False) -> None:
         """Once a second: the engines' status where it changed, then the clock's tick."""

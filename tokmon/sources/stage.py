@@ -1,6 +1,7 @@
 """The live session's surface, as the conductor (``conductor.py``) and the fleet
 (``fleet.py``) may use it: its lock and fold, the events it records, the commands it
-takes and sends. One protocol for both, so neither reaches past it into the session."""
+takes and sends. One protocol for both, so neither reaches past it into the session:
+every name on it is public."""
 
 from __future__ import annotations
 
@@ -20,15 +21,22 @@ class Stage(Protocol):
     stopping: bool
     segments_begun: int
     engine_errors: list[str]
-    _done: threading.Event
 
-    def _event(
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def finished(self) -> threading.Event: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def event(
         self, kind: str, message: str, data: dict[str, Any] | None = None, t: int | None = None
     ) -> None: ...
 
-    def _send(self, cmd: Command) -> None: ...
+    def send(self, cmd: Command) -> None: ...
 
-    def _switch_to(self, arm: str, now: int) -> None: ...
+    def switch_to(self, arm: str, now: int) -> None: ...
 
     def command(self, cmd: UserCommand) -> str | None: ...
 
