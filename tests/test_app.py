@@ -240,3 +240,18 @@ def test_the_header_shows_a_busy_tokmon_whole_at_any_width(width, cpu):
         assert f"tokmon CPU {cpu:.0f}%" in lines[1], lines
     if width == 200:
         assert f"tokmon CPU {cpu:.0f}% · 149 MiB · host 55%" in lines[1], lines
+
+
+async def test_a_draw_before_the_widgets_are_there_draws_nothing():
+    """The draw timer may fire before the screen has composed its widgets, or after they
+    are gone (a busy CI machine did: NoMatches for '#header' ended the app): no frame that
+    tick, and the next one draws."""
+    app = DashboardApp(FakeSource())
+    async with app.run_test(size=(100, 30)) as pilot:
+        dash = app.get_screen_dashboard()
+        assert dash is not None
+        await dash.query_one("#header").remove()
+        app.last_snapshot = None
+        app.draw()
+        await pilot.pause()
+        assert app.last_snapshot is None  # (no frame: drawn again once it is there)

@@ -103,14 +103,16 @@ def test_ttft_split_per_request_against_a_known_split(tmp_path):
 def test_a_new_connection_for_every_request_is_in_the_split(tmp_path):
     """A server that closes every connection after its answer: each of the 30 requests
     opened one, and the split gives that setup (before the send, not in the TTFT) beside
-    its parts, which it leaves as they were: the front end still within 2 ms."""
+    its parts, which it leaves as they were: the setup is not taken from the front end
+    (never below the simulator's own by more than 2 ms), which holds the server's taking
+    of a new connection's first request too (+2.6 ms on a loaded CI run: up to 8 ms)."""
     cfg = dataclasses.replace(scripted(True), close_connections=True)
     s, rec, front, _late = _run(cfg, tmp_path, "-c", "2", "-n", "30", "--max-tokens", "8")
     t = s["arms"]["default"]["time_split"]["ttft_ms"]
     st = t["setup"]
     assert st["requests"] == 30 and st["of"] == 30 and 0 < st["p50"] < 50, st
     assert all(r.connect_ms is not None for r in rec.records)
-    assert t["mismatched"] == 0 and abs(t["front"] - front) < 2.0, (t, front)
+    assert t["mismatched"] == 0 and front - 2.0 < t["front"] < front + 8.0, (t, front)
     text = render(rec, "text")
     assert "before the send, not in TTFT: connection setup p50" in " ".join(text.split())
     assert "on 30 of 30 requests" in text

@@ -18,6 +18,7 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label
@@ -579,6 +580,13 @@ class DashboardApp(App[None]):
         except Exception:
             return
         if screen is None:
+            return
+        try:
+            screen.query_one("#header", InfoPanel)
+        except NoMatches:
+            # the screen's widgets are not there yet (a busy machine ran the draw timer
+            # before they were composed) or any more: no frame this tick, the next draws
+            self.last_snapshot = None
             return
         self.frames += 1
         with self.batch_update():
