@@ -9,13 +9,15 @@ import threading
 from typing import Any, Protocol
 
 from tokmon.model.commands import Command as UserCommand
+from tokmon.model.config import RunConfig
+from tokmon.model.fold import Fold
 from tokmon.model.records import Command
 
 
 class Stage(Protocol):
-    lock: Any
-    fold: Any
-    cfg: Any
+    lock: Any  # (a threading.RLock: its type is not public)
+    fold: Fold
+    cfg: RunConfig
     arm_names: list[str]
     t_start: int
     stopping: bool
