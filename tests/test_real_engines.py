@@ -773,3 +773,26 @@ def test_vllm_reasoning_parser_gives_the_answers_wait(reasoning, tmp_path):
                    "--ignore-eos", name="r2")  # fmt: skip
     assert all(r.ttfc_ms is None and r.answer_tps is None for r in rec2.records)
     assert s2["reasoning"]["arms"]["default"]["never_answered"] == 4
+
+
+def test_vllm_guided_decoding_through_its_grammar_backend(plain, tmp_path):
+    """``--mix guided=1`` against vLLM's grammar backend: half the requests under tokmon's
+    JSON schema, the other half the same prompts free (12 each: the cost's least). Every guided answer is checked
+    against the schema; the tiny random model opens the object the grammar forces and
+    then fills its whitespace with tabs to its max_tokens (to a random model every
+    allowed token is as unlikely as the next), so none validates — counted as invalid,
+    never as valid — and the grammar's cost in TTFT is given with its interval. What a
+    tiny random model cannot show: a grammar's cost on answers that complete the object.
+    (Tool calls need ``--tool-call-parser``, whose markup the tiny model has no words for.)"""
+    s, rec = run(tmp_path, plain, "-n", "24", "-c", "2", "--mix", "guided=1",
+                 "--max-tokens", "24", "--ignore-eos")  # fmt: skip
+    assert len(rec.records) == 24 and all(r.outcome == "ok" for r in rec.records)
+    kinds = sorted(r.kind for r in rec.records)
+    assert kinds == ["guided"] * 12 + ["guided-free"] * 12, kinds
+    guided = [(r.valid, r.error) for r in rec.records if r.kind == "guided"]
+    assert guided == [(0, "invalid: not JSON")] * 12, guided
+    assert all(r.valid is None for r in rec.records if r.kind == "guided-free")
+    g = s["structured"]["arms"]["default"]
+    assert g["valid"]["guided"]["checked"] == 12 and g["valid"]["guided"]["valid"] == 0, g
+    lo, hi = g["guided_cost"]["ttft"]["ci95"]
+    assert lo <= g["guided_cost"]["ttft"]["ratio"] <= hi, g
