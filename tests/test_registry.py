@@ -144,3 +144,23 @@ def test_the_order_follows_the_reads_and_a_cycle_is_refused():
 
     with pytest.raises(ValueError, match="d reads nobody, which is not registered"):
         registry.ordered([D])
+
+
+def test_an_attached_view_knows_every_judgment():
+    """An attached view (``tokmon view``, ``--web``) decodes a session's frames without ever
+    importing the fold: it must know every registered judgment's view all the same. (It
+    knew one of six: a snapshot holding the client verdict could not be read, and the
+    browser's dashboard stayed blank, without its keys — test_web failed on it, by turns.)"""
+    import subprocess
+    import sys
+
+    def registered(module: str) -> str:
+        code = (f"import {module}; from tokmon.model import registry; "
+                "print(','.join(sorted(registry.REGISTRY)))")  # fmt: skip
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    made = registered("tokmon.model.fold")
+    assert made.count(",") >= 5, made
+    assert registered("tokmon.sources.remote") == made

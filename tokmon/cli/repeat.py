@@ -114,8 +114,10 @@ def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
                 err=True)  # fmt: skip
             break
         if i < n and cooldown:
-            say(f"tokmon: cooling down for {cooldown:g} s", err=True, flush=True)
             with SHUTDOWN.phase("ending the cooldown", lambda hard: None):
+                # (said once its phase is in force: a signal right after the words, before
+                # the phase began, was a KeyboardInterrupt and no table over runs)
+                say(f"tokmon: cooling down for {cooldown:g} s", err=True, flush=True)
                 if SHUTDOWN.wait(cooldown):
                     say(f"tokmon: stopped after run {i} of {n}, in the cooldown", err=True)
                     break

@@ -20,12 +20,7 @@ from typing import Any
 
 import numpy as np
 
-import tokmon.model.client  # noqa: F401  (registers its judgment)
-import tokmon.model.connection_judgment  # noqa: F401  (registers its judgment)
-import tokmon.model.images_judgment  # noqa: F401  (registers its judgment)
-import tokmon.model.reasoning  # noqa: F401  (registers its judgment)
-import tokmon.model.structured_judgment  # noqa: F401  (registers its judgment)
-import tokmon.model.usage_judgment  # noqa: F401  (registers its judgment)
+import tokmon.model.judgments  # noqa: F401  (registers every judgment)
 from tokmon.model.ab_live import LiveComparison
 from tokmon.model.active import ArmTokens, Segment, Turns, seconds
 from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures

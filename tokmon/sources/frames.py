@@ -17,6 +17,10 @@ import json
 import math
 from typing import Any
 
+# (every registered judgment, whose views a snapshot may hold: an attached view never
+# imports the fold, and knew one judgment of six — a snapshot holding the client verdict
+# could not be read, and the view went blank, its keys gone)
+import tokmon.model.judgments  # noqa: F401
 from tokmon.gate import GateError, loads
 from tokmon.model import (
     alerts,
