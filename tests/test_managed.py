@@ -17,8 +17,14 @@ from pathlib import Path
 import pytest
 from helpers import tokmon
 
-from tokmon.model.arms import ArmError, parse_arm
+from tokmon.model.arms import Arm, ArmError, parse_arm
+from tokmon.model.commands import StopRun
+from tokmon.model.config import RunConfig
+from tokmon.model.records import Pause
+from tokmon.model.workload import LengthDist
+from tokmon.recording.writer import Recorder
 from tokmon.sim.model import PROFILES
+from tokmon.sources.live import LiveSession
 
 PY = sys.executable
 
@@ -271,3 +277,45 @@ def test_each_managed_arm_counts_its_tokens_in_its_own_time(tmp_path):
         assert bound["holds"] and tps <= bound["tokens_per_s_max"], (name, a)
         assert tps <= 8 * per_stream * 1.01, (name, tps)
         assert tps == pytest.approx(8 * per_stream, rel=0.03), (name, tps)
+
+
+def test_nothing_is_sent_once_the_engines_say_they_obeyed_a_pause(make_sim, tmp_path):
+    """A restart's "stopping" is when the engines obeyed its Pause, not when it was sent: the
+    session says nothing until every engine has obeyed it, and from that moment until the
+    resume no request is sent (CI saw a request sent inside a restart: begun while the
+    pause was on its way, after the event stamped when it was sent)."""
+    sim = make_sim(schedule=(0.5, 0.2, 1), seed=3)
+    cfg = RunConfig(
+        arms=(Arm("a", url=sim.url, model="sim-27b"),),
+        concurrency=4, duration_s=30.0, max_tokens=LengthDist("fixed", 24), workers=2,
+    )  # fmt: skip
+    path = tmp_path / "p.jsonl"
+    s = LiveSession(cfg, target=sim.url, model="sim-27b", recorder=Recorder(str(path)))
+    s.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (s.fold.snapshot and s.fold.snapshot.ok) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with s.lock:
+            s.send(Pause(True, 7))
+            assert s.paused_at(7) is None  # no engine could have said so yet
+        while s.paused_at(7) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with s.lock:
+            at = s.paused_at(7)
+            assert at is not None
+            acked = at - s.t_start
+            sent_before = sum(st.sent for st in s._statuses.values())
+        time.sleep(0.5)  # (a window in which a stray send would happen: no synchronisation)
+        with s.lock:
+            assert sum(st.sent for st in s._statuses.values()) == sent_before
+            s.send(Pause(False))
+        time.sleep(0.5)
+        s.command(StopRun())
+        assert s.wait(30)
+    finally:
+        s.close()
+    sent = [x["ts"] for x in lines(path) if x.get("k") == "r"]
+    resumed = [t for t in sent if t > acked]
+    assert len(sent) > len(resumed) > 0  # requests before the pause and after the resume
+    assert min(resumed) > acked + 400_000_000  # none until the resume, half a second on

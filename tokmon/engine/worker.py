@@ -248,6 +248,7 @@ class Engine:
         self.events: list[Event] = []
         self.ticks = Tick()
         self.paused = False
+        self.pause_token = self.paused_t = 0
         self.resume_evt = asyncio.Event()
         self.resume_evt.set()
         self.stopping = False
@@ -465,6 +466,8 @@ class Engine:
                         await asyncio.wait_for(self.stop_evt.wait(), conv.think_s)
                     if self.stopping:
                         break
+                    if self.paused:  # paused while the user read: nothing is sent
+                        continue
             if not self._take_budget():
                 break
             if await self.one(perf_counter_ns(), chat) == "connect":
@@ -590,7 +593,7 @@ class Engine:
                 if cmd.model:
                     self.arms[cmd.arm] = replace(self.arms[cmd.arm], model=cmd.model)
         elif isinstance(cmd, Pause):
-            self.paused = cmd.paused
+            self.paused, self.pause_token, self.paused_t = cmd.paused, cmd.token, now
             if cmd.paused:
                 self.resume_evt.clear()
             else:
@@ -652,6 +655,8 @@ class Engine:
             worker=self.worker,
             host=self.host,
             cpu_pct=round(max(0.0, cpu_pct), 1),
+            pause_token=self.pause_token,
+            paused_t=self.paused_t,
         )
 
     def flush(self, done: bool = False) -> None:

@@ -139,6 +139,9 @@ class EngineStatus:
     worker: int = 0
     host: str = ""  # where the engine runs (Ray workers: each on its node)
     cpu_pct: float = 0.0  # the engine process's CPU since its last status (100: one core)
+    # the last Pause it obeyed and when (perf ns): nothing is sent since, while paused
+    pause_token: int = 0
+    paused_t: int = 0
 
 
 # --------------------------------------------------------------------------- the engine's pipes
@@ -203,7 +206,12 @@ class BeginStep:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
+    """Parent → engine: stop (or resume) sending. ``token`` names a pause the parent waits
+    for: each engine reports the last it obeyed, so a drain never trusts a status that was
+    sent before the pause arrived."""
+
     paused: bool
+    token: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,7 @@ class Servers:
         self.m = managed
         self.restarting = threading.Event()
         self.skipped: set[str] = set()  # arms whose server failed (--on-server-failure skip-arm)
+        self.pauses = 0  # the Pause tokens sent: the engines say which they obeyed
 
     def serves(self, *arms: str) -> bool:
         return any(a in self.m.servers for a in arms)
@@ -151,12 +152,17 @@ class Servers:
         try:
             with s.lock:
                 user_paused = s.fold.paused
-                s.send(Pause(True))
-                s.event(
-                    "server",
-                    f"restarting: {cur} → {new}",
-                    {"phase": "stopping", "arm": cur, "next": new},
-                )
+                self.pauses += 1
+                s.send(Pause(True, self.pauses))
+            # "stopping" is when the last engine obeyed the pause: a request one began while
+            # the pause was on its way is before it, and the drain waits for it
+            at = self._obeyed(self.pauses, m.drain_s)
+            s.event(
+                "server",
+                f"restarting: {cur} → {new}",
+                {"phase": "stopping", "arm": cur, "next": new},
+                t=at,
+            )
             old_srv = m.servers.get(cur)
             if old_srv is not None:
                 s.expect_restart(m.url)  # (a planned restart: not "a restart detected")
@@ -253,8 +259,21 @@ class Servers:
             },
         )
 
+    def _obeyed(self, token: int, timeout_s: float) -> int | None:
+        """When every engine had obeyed Pause ``token`` (None: not said within ``timeout_s``,
+        or the run ended: the event is stamped when it is told)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.s.done:
+            with self.s.lock:
+                at = self.s.paused_at(token)
+            if at is not None:
+                return at
+            time.sleep(DRAIN_POLL_S)
+        return None
+
     def _drain(self, timeout_s: float) -> None:
-        """Until no request is in flight (the engines' own counts), or ``timeout_s``."""
+        """Until no request is in flight (the engines' own counts, each sent after the
+        pause), or ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self.s.done:
             with self.s.lock:

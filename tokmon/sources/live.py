@@ -263,6 +263,14 @@ class LiveSession:
         st = list(self._statuses.values()) or list(self.fold.statuses.values())
         return sum(x.in_flight for x in st) if st else None
 
+    def paused_at(self, token: int) -> int | None:
+        """When the last engine obeyed Pause ``token`` (perf ns), None until every engine
+        has said so: from then on their counts are after the pause, and nothing is sent."""
+        st = list(self._statuses.values())
+        if not st or not all(x.paused and x.pause_token >= token for x in st):
+            return None
+        return max(x.paused_t for x in st)
+
     def ended(self) -> bool:
         """The final tick is folded: no fact comes after it."""
         return self._ended
@@ -592,7 +600,8 @@ class LiveSession:
         self._next_tick = now + 1_000_000_000
         with self.lock:
             for w, st in self._statuses.items():
-                st = replace(st, t=st.t - self.t_start)
+                # (a pause's token and moment are the conductor's business, not a figure)
+                st = replace(st, t=st.t - self.t_start, pause_token=0, paused_t=0)
                 if (
                     replace(st, t=0) != replace(self._folded.get(w, st), t=0)
                     or w not in self._folded

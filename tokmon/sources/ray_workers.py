@@ -164,7 +164,9 @@ def shift_batch(b: EngineBatch, off: int) -> EngineBatch:
         records=[rec(r) for r in b.records],
         ticks={(t - off, a): n for (t, a), n in b.ticks.items()},
         events=[replace(e, t=e.t - off) for e in b.events],
-        status=replace(b.status, t=b.status.t - off),
+        status=replace(
+            b.status, t=b.status.t - off, paused_t=b.status.paused_t and b.status.paused_t - off
+        ),
     )
 
 
