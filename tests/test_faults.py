@@ -33,7 +33,11 @@ def test_mixed_fault_soak_accounting(make_sim):
         drop=0.02,
         malformed=0.02,
         stall=0.02,
-        stall_s=0.5,
+        # (a stall eight times the idle timeout: a loaded machine that stops the test's
+        # process for longer than the timeout reads the stalled chunk before its timer —
+        # at 0.5 s, 2 of 50 stalls were read as chunks on a loaded run — and the client
+        # leaves at the timeout whatever the stall's length, so this costs no time)
+        stall_s=2.0,
     )
     sim = make_sim(schedule=(0.5, 0.2, 1), faults=f, seed=9)
     cfg = RunConfig(

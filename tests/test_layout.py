@@ -23,6 +23,13 @@ FORBIDDEN = {
         "multiprocessing", "threading", "subprocess", "os", "time", "pathlib", "secrets",
         "tokmon.inputs",
     },
+    # what each inference engine is, as data: read by the model, the probes and the engine
+    "engines": {
+        "tokmon.model", "tokmon.engine", "tokmon.recording", "tokmon.probes", "tokmon.sources",
+        "tokmon.ui", "tokmon.report", "tokmon.cli", "tokmon.sim", "tokmon.inputs",
+        "textual", "rich", "httpx", "psutil", "pynvml", "socket", "asyncio", "numpy",
+        "multiprocessing", "threading", "subprocess", "os", "time", "pathlib",
+    },
     # the measuring engine runs headless in its own process
     "engine": {
         "tokmon.sources", "tokmon.ui", "tokmon.report", "tokmon.cli", "tokmon.recording",

@@ -109,7 +109,11 @@ def stop(p) -> None:
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
-    p, url = start_vllm(tmp_path_factory)
+    # (a tool parser: vLLM 0.32 refuses tool_choice "required" without one — HTTP 400 — and
+    # the pythonic parser needs no markup tokens, which the tiny model has none of)
+    p, url = start_vllm(
+        tmp_path_factory, "--enable-auto-tool-choice", "--tool-call-parser", "pythonic"
+    )
     yield url
     stop(p)
 
@@ -783,7 +787,7 @@ def test_vllm_guided_decoding_through_its_grammar_backend(plain, tmp_path):
     allowed token is as unlikely as the next), so none validates — counted as invalid,
     never as valid — and the grammar's cost in TTFT is given with its interval. What a
     tiny random model cannot show: a grammar's cost on answers that complete the object.
-    (Tool calls need ``--tool-call-parser``, whose markup the tiny model has no words for.)"""
+    (Tool calls: ``test_vllm_tool_calls_through_its_tool_parser``.)"""
     s, rec = run(tmp_path, plain, "-n", "24", "-c", "2", "--mix", "guided=1",
                  "--max-tokens", "24", "--ignore-eos")  # fmt: skip
     assert len(rec.records) == 24 and all(r.outcome == "ok" for r in rec.records)
@@ -796,3 +800,24 @@ def test_vllm_guided_decoding_through_its_grammar_backend(plain, tmp_path):
     assert g["valid"]["guided"]["checked"] == 12 and g["valid"]["guided"]["valid"] == 0, g
     lo, hi = g["guided_cost"]["ttft"]["ci95"]
     assert lo <= g["guided_cost"]["ttft"]["ratio"] <= hi, g
+
+
+def test_vllm_tool_calls_through_its_tool_parser(plain, tmp_path):
+    """``--mix tools=1`` against vLLM with a tool parser: every request asks for
+    ``get_metric`` (``tool_choice: required``), which vLLM answers through its grammar and
+    streams only once the call's JSON parses. The tiny random model never completes one
+    within its 24 tokens, so vLLM sends no delta at all before the end: each request is
+    ok, its tokens the server's count, no TTFT made up where no token reached the client,
+    and the call counted invalid ("no tool called"), never valid. What a tiny random
+    model cannot show: the tool-call delta stream's timing of a call that completes (the
+    simulator's tests measure that)."""
+    s, rec = run(tmp_path, plain, "-n", "6", "-c", "2", "--mix", "tools=1",
+                 "--max-tokens", "24", "--ignore-eos")  # fmt: skip
+    assert len(rec.records) == 6
+    for r in rec.records:
+        assert (r.outcome, r.kind, r.output_tokens, r.tokens_estimated) == (
+            "ok", "tools", 24, False), r  # fmt: skip
+        assert r.ttft_ms is None and r.valid == 0 and r.error == "invalid: no tool called", r
+    t = s["structured"]["arms"]["default"]["valid"]["tools"]
+    assert (t["valid"], t["checked"]) == (0, 6), t
+    assert s["arms"]["default"]["ttft_ms"]["p50"] is None

@@ -111,6 +111,10 @@ def test_a_new_connection_for_every_request_is_in_the_split(tmp_path):
     t = s["arms"]["default"]["time_split"]["ttft_ms"]
     st = t["setup"]
     assert st["requests"] == 30 and st["of"] == 30 and 0 < st["p50"] < 50, st
+    # one figure: the way to the server says the same setup over the same requests
+    way = s["connection"]["arms"]["default"]
+    assert (way["setup_ms_p50"], way["new_connections"], way["requests"]) == (
+        st["p50"], st["requests"], st["of"])  # fmt: skip
     assert all(r.connect_ms is not None for r in rec.records)
     assert t["mismatched"] == 0 and front - 2.0 < t["front"] < front + 8.0, (t, front)
     text = render(rec, "text")

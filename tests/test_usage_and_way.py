@@ -54,7 +54,7 @@ def test_the_dashboard_says_only_what_tells_and_wraps_it_whole():
     """On the dashboard a prefix cache that never hit, no early stop and connections kept
     alive are left out (the report says them); connections opened by a fifth of the
     requests are shown, wrapped between words at the panel's width, never cut."""
-    from tokmon.model.connection_judgment import ConnectionView
+    from tokmon.model.connection_judgment import ArmWay, ConnectionView
     from tokmon.model.usage_judgment import ArmUsage, UsageView
 
     quiet = ArmUsage("a", 70, 0.0, 0, None, None, None, (0, 0, 0), 70, 0, 1.0)
@@ -63,9 +63,9 @@ def test_the_dashboard_says_only_what_tells_and_wraps_it_whole():
     early = ArmUsage("a", 0, None, 0, None, None, None, (0, 0, 0), 70, 14, 0.5)
     assert "20% stopped before their max_tokens" in "\n".join(UsageView((early,)).panel_lines())
 
-    kept = ConnectionView((("a", 100, 8, 0.4, 0.1, 0.3, None, 1.2),))
+    kept = ConnectionView((ArmWay("a", 100, 8, 0.4, 0.1, 0.3, None, 1.2),))
     assert kept.panel_lines() == () and "8 of 100 requests" in "\n".join(kept.lines())
-    churn = ConnectionView((("a" * 30, 100, 60, 0.4, 0.1, 0.3, 2.5, 1.2),))
+    churn = ConnectionView((ArmWay("a" * 30, 100, 60, 0.4, 0.1, 0.3, 2.5, 1.2),))
     assert "60 of 100 requests opened a connection" in "\n".join(churn.panel_lines())
 
     from dataclasses import replace

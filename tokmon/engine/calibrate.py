@@ -28,6 +28,7 @@ import numpy as np
 
 from tokmon.bodies import BodyTooLarge, fetch
 from tokmon.engine.worker import build_body, endpoint_url, request_headers
+from tokmon.engines import TOKENIZE_FORMS
 from tokmon.gate import loads
 from tokmon.inputs import InputError, check_input
 from tokmon.model.arms import Arm
@@ -75,20 +76,23 @@ def _root(url: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
+def _body(key: str, model: str) -> Callable[[str], dict[str, Any]]:
+    """A tokenizer endpoint's body for a text: vLLM's and SGLang's ``prompt`` form names
+    the model and asks for no special tokens (the text alone is counted)."""
+    if key == "prompt":
+        return lambda t: {"model": model, "prompt": t, "add_special_tokens": False}
+    return lambda t: {key: t}
+
+
 def tokenizer(
     client: httpx.Client, arm: Arm, headers: dict[str, str]
 ) -> Callable[[str], int] | None:
     """A function counting the server's tokens in a text, or None where it has no
     tokenizer endpoint (or one that answers in no known form)."""
     root = _root(arm.url)
-    forms: tuple[tuple[str, Callable[[str], dict[str, Any]]], ...] = (
-        # vLLM, SGLang (and the simulator)
-        ("/tokenize", lambda t: {"model": arm.model, "prompt": t, "add_special_tokens": False}),
-        ("/tokenize", lambda t: {"content": t}),  # llama.cpp's server
-        ("/extras/tokenize", lambda t: {"input": t}),  # llama-cpp-python's
-    )
-    for path, form in forms:
-        url = root + path
+    for tf in TOKENIZE_FORMS:  # (each engine's, in ``tokmon/engines``)
+        url = root + tf.path
+        form = _body(tf.key, arm.model)
         try:
             r = post(client, url, json=form("Ticket"), headers=headers)
             if r.status_code != 200 or not _count(loads(r.content)):

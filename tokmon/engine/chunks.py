@@ -1,9 +1,10 @@
 """Interpretation of one streamed OpenAI-compatible event (chat or completions).
 
-Every server quirk in SERVERS.md is handled here: role-only first chunks, empty
-deltas, usage chunks with ``choices: []``, reasoning fields under either name,
-tool-call deltas, error events after a 200, llama.cpp ``timings`` and prefill
-progress, vLLM per-request speculative-decoding metrics, SGLang ``sglext``.
+Every quirk of the OpenAI-compatible stream is handled here: role-only first chunks,
+empty deltas, usage chunks with ``choices: []``, reasoning fields under either name,
+tool-call deltas, error events after a 200, llama.cpp's prefill progress. What one
+engine adds per request (vLLM's ``metrics``, llama.cpp's ``timings``, SGLang's
+``sglext``) is read from the paths its module in ``tokmon/engines`` gives.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.engines import RESPONSE_READERS
+from tokmon.engines.base import SpecPath, TimingPath
 from tokmon.gate import MAX_DEPTH, too_deep
 from tokmon.textsafe import might_hold_surrogates, valid
 
@@ -254,77 +257,71 @@ def interpret(payload: bytes) -> ChunkInfo:
 
 
 def _spec_and_timings(obj: dict[str, Any], info: ChunkInfo) -> None:
-    get = obj.get
-    # vLLM: --per-request-spec-decode-metrics summary -> metrics.speculative_decoding
-    metrics = get("metrics")
-    if isinstance(metrics, dict):
-        # vLLM: --enable-per-request-metrics (queue; prefill from scheduling; mean ITL)
-        if any(k in metrics for k in ("queue_time_ms", "time_to_first_token_ms", "mean_itl_ms")):
-            try:
-                info.timing = ServerTiming(
-                    _real(metrics.get("queue_time_ms"), "metrics.queue_time_ms", MAX_MS),
-                    _real(
-                        metrics.get("time_to_first_token_ms"),
-                        "metrics.time_to_first_token_ms",
-                        MAX_MS,
-                    ),
-                    _real(metrics.get("mean_itl_ms"), "metrics.mean_itl_ms", MAX_MS),
-                )
-            except _BadNumber as e:
-                info.bad = info.bad or str(e)  # flagged; no part of the split from it
-        sd = metrics.get("speculative_decoding")
-        if isinstance(sd, dict):
-            info.spec = _spec(
-                sd.get("num_draft_tokens"),
-                sd.get("num_accepted_draft_tokens"),
-                sd.get("num_spec_steps"),
-                sd.get("mean_acceptance_length"),
-                "response:vllm",
-                "metrics.speculative_decoding",
-            )
-    # llama.cpp: timings on the final chunk; draft_n only when drafting happened.
-    timings = get("timings")
-    if isinstance(timings, dict):
+    """Each engine's per-request figures where its final chunk carries them (the paths in
+    ``tokmon/engines``: vLLM's ``metrics``, llama.cpp's ``timings``, SGLang's ``sglext``)."""
+    for e in RESPONSE_READERS:
+        if e.timing is not None:
+            _timing(obj, e.timing, info)
+        if e.spec is not None:
+            _spec_at(obj, e.spec, e.source, info)
+
+
+def _dig(obj: Any, path: tuple[str, ...]) -> Any:
+    for k in path:
+        obj = obj.get(k) if isinstance(obj, dict) else None
+    return obj
+
+
+def _first(o: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """The first of ``keys`` present (a 0 under the first name is a 0, not absent)."""
+    return next((o[k] for k in keys if o.get(k) is not None), None)
+
+
+def _timing(obj: dict[str, Any], tp: TimingPath, info: ChunkInfo) -> None:
+    """A server's own timing of the request: a figure that cannot be one is flagged and
+    gives no part of the split; a bad count of its tokens is flagged alone."""
+    o = _dig(obj, tp.at)
+    if not isinstance(o, dict):
+        return
+    where = ".".join(tp.at) + "."
+    n = None
+    if tp.decode_count:
         try:
-            info.timings_predicted_n = _count(timings.get("predicted_n"), "timings.predicted_n")
+            n = info.timings_predicted_n = _count(o.get(tp.decode_count), where + tp.decode_count)
         except _BadNumber as e:
             info.bad = info.bad or str(e)  # a count: flagged, the chunks are counted
-        try:  # the prompt's time (prefill), and the time per predicted token
-            pms = _real(timings.get("prompt_ms"), "timings.prompt_ms", MAX_MS)
-            dms = _real(timings.get("predicted_ms"), "timings.predicted_ms", MAX_MS)
-            pn = info.timings_predicted_n
-            if pms is not None or dms is not None:
-                itl = dms / pn if dms is not None and pn else None
-                info.timing = ServerTiming(None, pms, itl)
+    try:
+        q, p, itl = (
+            _real(o.get(k), where + k, MAX_MS) if k else None
+            for k in (tp.queue, tp.prefill, tp.itl)
+        )
+        total = None
+        if tp.decode_total:  # the time over the generated tokens: per token over their count
+            total = _real(o.get(tp.decode_total), where + tp.decode_total, MAX_MS)
+            itl = total / n if total is not None and n else None
+        if total is not None or any(x is not None for x in (q, p, itl)):
+            info.timing = ServerTiming(q, p, itl)
+    except _BadNumber as e:
+        info.bad = info.bad or str(e)  # flagged; no part of the split from it
+    if tp.cached and o.get(tp.cached) is not None:  # prompt tokens reused from its cache
+        try:
+            info.cached_tokens = _count(o.get(tp.cached), where + tp.cached)
         except _BadNumber as e:
             info.bad = info.bad or str(e)
-        if timings.get("cache_n") is not None:  # prompt tokens reused from the cache
-            try:
-                info.cached_tokens = _count(timings.get("cache_n"), "timings.cache_n")
-            except _BadNumber as e:
-                info.bad = info.bad or str(e)
-        if "draft_n" in timings:
-            info.spec = _spec(
-                timings.get("draft_n"),
-                timings.get("draft_n_accepted"),
-                None,
-                None,
-                "response:llama.cpp",
-                "timings",
-            )
-    # SGLang: sglext.spec_tokens_details (2026)
-    sglext = get("sglext")
-    if isinstance(sglext, dict):
-        det = sglext.get("spec_tokens_details")
-        if isinstance(det, dict):
-            info.spec = _spec(
-                det.get("num_draft_tokens") or det.get("draft_tokens"),
-                det.get("num_accepted_tokens") or det.get("accepted_tokens"),
-                det.get("num_verify_steps") or det.get("spec_verify_ct"),
-                det.get("accept_length") or det.get("avg_accept_length"),
-                "response:sglang",
-                "sglext.spec_tokens_details",
-            )
+
+
+def _spec_at(obj: dict[str, Any], sp: SpecPath, source: str, info: ChunkInfo) -> None:
+    o = _dig(obj, sp.at)
+    if not isinstance(o, dict) or (sp.when and sp.when not in o):
+        return
+    info.spec = _spec(
+        _first(o, sp.draft),
+        _first(o, sp.accepted),
+        _first(o, sp.steps),
+        _first(o, sp.length),
+        source,
+        ".".join(sp.at),
+    )
 
 
 def _spec(

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.registry import Block, Judgment, register
+from tokmon.model.registry import PerArm, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.table import RequestTable
 
@@ -34,69 +34,80 @@ class _Arm:
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectionView:
-    """Per arm: (arm, requests, new connections, setup p50, dns, tcp, tls, ttfb p50)."""
+class ArmWay:
+    """One arm's way to the server: its requests, those that opened a connection, the
+    setup's p50 and its phases' (ms; None where no request had one), the TTFB p50."""
 
-    arms: tuple[tuple[str, int, int, float | None, float | None, float | None,
-                      float | None, float | None], ...]  # fmt: skip
+    arm: str
+    requests: int
+    fresh: int
+    setup: float | None
+    dns: float | None
+    tcp: float | None
+    tls: float | None
+    ttfb: float | None
+
+    def text(self) -> str:
+        line = f"{self.arm}: {self.fresh} of {self.requests} requests opened a connection"
+        if self.setup is not None:
+            parts = [f"{k} {v:.2f}" for k, v in (("DNS", self.dns), ("TCP", self.tcp),
+                                                ("TLS", self.tls)) if v is not None]  # fmt: skip
+            line += f" (setup p50 {self.setup:.2f} ms: " + " + ".join(parts) + ")"
+        if self.ttfb is not None:
+            line += f" · TTFB p50 {self.ttfb:.1f} ms"
+        return line
+
+    def churns(self) -> bool:
+        """A fifth of its requests or more opened a connection."""
+        return self.fresh * CHURN_SHARE_INV >= self.requests > 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionView:
+    arms: tuple[ArmWay, ...]
 
     def panel_lines(self) -> tuple[str, ...]:
         """On the dashboard only where connections are opened often (a fifth of requests or
         more: a proxy or server that closes them, their setup in the TTFT); kept alive,
         the report says it."""
-        if not any(fresh * CHURN_SHARE_INV >= n > 0 for _a, n, fresh, *_ in self.arms):
-            return ()
-        return self.lines()
+        return self.lines() if any(a.churns() for a in self.arms) else ()
 
     def lines(self) -> tuple[str, ...]:
-        out = ["the way to the server (whole run, tokmon's stamps):"]
-        for arm, n, fresh, setup, dns, tcp, tls, ttfb in self.arms:
-            line = f"  {arm}: {fresh} of {n} requests opened a connection"
-            if setup is not None:
-                parts = [f"{k} {v:.2f}" for k, v in (("DNS", dns), ("TCP", tcp), ("TLS", tls))
-                         if v is not None]  # fmt: skip
-                line += f" (setup p50 {setup:.2f} ms: " + " + ".join(parts) + ")"
-            if ttfb is not None:
-                line += f" · TTFB p50 {ttfb:.1f} ms"
-            out.append(line)
-        return tuple(out)
+        return ("the way to the server (whole run, counted requests that ended ok, "
+                "tokmon's stamps):",
+                *("  " + a.text() for a in self.arms))  # fmt: skip
+
+    def of(self, arm: str) -> ArmWay | None:
+        return next((a for a in self.arms if a.arm == arm), None)
 
 
 @register
-class Connection(Judgment):
+class Connection(PerArm[_Arm]):
     name = "connection"
+    state = _Arm
 
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self.arms: dict[str, _Arm] = {}
-
-    def requests(self, tb: RequestTable) -> None:
+    def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
         c = tb.cols
-        rows = np.flatnonzero(tb.counted() & (c["t_send"] != np.iinfo(np.int64).min))
-        for name, sel in tb.by_arm(rows):
-            a = self.arms.setdefault(name, _Arm())
-            a.requests += int(sel.size)
-            a.fresh += int((~np.isnan(c["connect_ms"][sel])).sum())
-            for k in _PHASES:
-                v = c[k][sel]
-                a.q[k].extend(v[~np.isnan(v)])
+        a.requests += int(sel.size)
+        a.fresh += int((~np.isnan(c["connect_ms"][sel])).sum())
+        for k in _PHASES:
+            v = c[k][sel]
+            a.q[k].extend(v[~np.isnan(v)])
 
     def view(self, now: int, reads: dict[str, Any]) -> ConnectionView | None:
         if not self.arms:
             return None
-        rows = []
-        for n, a in self.arms.items():
-            q = a.q
-            rows.append((n, a.requests, a.fresh, q["connect_ms"].median(), q["dns_ms"].median(),
-                         q["tcp_ms"].median(), q["tls_ms"].median(), q["ttfb_ms"].median()))  # fmt: skip
-        return ConnectionView(tuple(rows))
+        return ConnectionView(tuple(
+            ArmWay(n, a.requests, a.fresh, *(a.q[k].median() for k in _PHASES))
+            for n, a in self.arms.items()
+        ))  # fmt: skip
 
-    def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
-        v = self.view(t_end, reads)
-        if v is None:
-            return None
-        figures = {"arms": {arm: {"requests": n, "new_connections": fresh, "setup_ms_p50": setup,
-                                  "dns_ms_p50": dns, "tcp_ms_p50": tcp, "tls_ms_p50": tls,
-                                  "ttfb_ms_p50": ttfb}
-                            for arm, n, fresh, setup, dns, tcp, tls, ttfb in v.arms}}  # fmt: skip
-        return Block("connection", figures, v.lines())
+    def figures(self, v: ConnectionView) -> dict[str, Any]:
+        def ms(x: float | None) -> float | None:  # (to the µs, as the time split gives it)
+            return None if x is None else round(float(x), 3)
+
+        return {"arms": {a.arm: {"requests": a.requests, "new_connections": a.fresh,
+                                 "setup_ms_p50": ms(a.setup), "dns_ms_p50": ms(a.dns),
+                                 "tcp_ms_p50": ms(a.tcp), "tls_ms_p50": ms(a.tls),
+                                 "ttfb_ms_p50": ms(a.ttfb)}
+                         for a in v.arms}}  # fmt: skip

@@ -3,8 +3,8 @@ and its security posture (pure: the answers are parsed here, fetched in
 ``tokmon.probes.env``).
 
 Each engine keeps its configuration somewhere else (vLLM in info gauges on /metrics,
-SGLang in /get_server_info, llama.cpp in /props, TGI in /info); the table below says
-where, so that a new engine or a renamed field is a line of data, not code. What the
+SGLang in /get_server_info, llama.cpp in /props, TGI in /info); each engine's module in
+``tokmon/engines`` says where, so that a new engine or a renamed field is data, not code. What the
 server did not say stays unknown (None), never guessed.
 """
 
@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from tokmon.engines import CONFIG_SOURCES, METRIC_MAPS
 
 # The neutral configuration fields, in the order they are shown, with their labels.
 CONFIG_FIELDS: tuple[tuple[str, str], ...] = (
@@ -37,96 +39,6 @@ CONFIG_FIELDS: tuple[tuple[str, str], ...] = (
 )
 _NAMES = frozenset(n for n, _ in CONFIG_FIELDS)
 
-
-@dataclass(frozen=True)
-class Field:
-    """One neutral field: where it is in an answer (JSON keys, or an info gauge's label)
-    and how to read it: int, float, bool, text, or ``not`` (a bool that says the
-    opposite, e.g. SGLang's ``disable_radix_cache``)."""
-
-    name: str
-    path: tuple[str, ...]
-    kind: str = "text"
-
-
-@dataclass(frozen=True)
-class ConfigSource:
-    """Where an engine keeps configuration: an endpoint's JSON answer, or (``metrics:``
-    followed by a series name) the labels of an info gauge on /metrics."""
-
-    engine: str
-    endpoint: str
-    fields: tuple[Field, ...]
-    version: tuple[str, ...] = ()  # where the engine's version is, in the same answer
-
-
-def _f(name: str, *path: str, kind: str = "text") -> Field:
-    return Field(name, path, kind)
-
-
-CONFIG_SOURCES: tuple[ConfigSource, ...] = (
-    ConfigSource(
-        "vllm",
-        "metrics:vllm:cache_config_info",
-        (
-            _f("block_size", "block_size", kind="int"),
-            _f("kv_cache_dtype", "cache_dtype"),
-            _f("prefix_caching", "enable_prefix_caching", kind="bool"),
-            _f("gpu_mem_util", "gpu_memory_utilization", kind="float"),
-            _f("kv_cache_bytes", "kv_cache_memory_bytes", kind="int"),
-            _f("kv_cache_tokens", "kv_cache_size_tokens", kind="int"),
-        ),
-    ),
-    ConfigSource(
-        "sglang",
-        "/get_server_info",
-        (
-            _f("model", "model_path"),
-            _f("max_model_len", "context_length", kind="int"),
-            _f("dtype", "dtype"),
-            _f("quantization", "quantization"),
-            _f("kv_cache_dtype", "kv_cache_dtype"),
-            _f("block_size", "page_size", kind="int"),
-            _f("gpu_mem_util", "mem_fraction_static", kind="float"),
-            _f("prefix_caching", "disable_radix_cache", kind="not"),
-            _f("tp_size", "tp_size", kind="int"),
-            _f("slots", "max_running_requests", kind="int"),
-            _f("spec_method", "speculative_algorithm"),
-            _f("spec_tokens", "speculative_num_draft_tokens", kind="int"),
-        ),
-        version=("version",),
-    ),
-    ConfigSource(
-        "llama.cpp",
-        "/props",
-        (
-            _f("model", "model_path"),
-            _f("max_model_len", "default_generation_settings", "n_ctx", kind="int"),
-            _f("slots", "total_slots", kind="int"),
-            _f("spec", "default_generation_settings", "speculative", kind="bool"),
-            _f(
-                "spec_tokens",
-                "default_generation_settings",
-                "params",
-                "speculative.n_max",
-                kind="int",
-            ),
-        ),
-        version=("build_info",),
-    ),
-    ConfigSource(
-        "tgi",
-        "/info",
-        (
-            _f("model", "model_id"),
-            _f("dtype", "model_dtype"),
-            _f("max_model_len", "max_total_tokens", kind="int"),
-            _f("slots", "max_concurrent_requests", kind="int"),
-            _f("kv_cache_tokens", "max_batch_total_tokens", kind="int"),
-        ),
-        version=("version",),
-    ),
-)
 
 # Endpoints worth asking, besides /metrics and /v1/models (JSON answers).
 JSON_ENDPOINTS = tuple(s.endpoint for s in CONFIG_SOURCES if s.endpoint.startswith("/"))
@@ -262,11 +174,13 @@ def models_fields(models: Any) -> dict[str, Any]:
 
 
 def spec_from_metrics(engine: str | None, names: set[str], positions: int) -> dict[str, Any]:
-    """vLLM registers its speculative-decoding counters only when a method is
-    configured, with one per-position series per speculative token."""
-    if engine != "vllm":
+    """An engine that registers its speculative-decoding series only when a method is
+    configured (vLLM, with one per-position series per speculative token): on or off
+    from their presence."""
+    prefix = next((m.spec_prefix for m in METRIC_MAPS if m.engine == engine), "")
+    if not prefix:
         return {}
-    on = any(n.startswith("vllm:spec_decode_") for n in names)
+    on = any(n.startswith(prefix) for n in names)
     out: dict[str, Any] = {"spec": on}
     if on and positions > 0:
         out["spec_tokens"] = positions

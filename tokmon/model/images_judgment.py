@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.registry import Block, Judgment, register
+from tokmon.model.registry import PerArm, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.table import RequestTable
 
@@ -65,35 +65,29 @@ class ImagesView:
 
 
 @register
-class Images(Judgment):
+class Images(PerArm[_Arm]):
     name = "images"
+    state = _Arm
 
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self.arms: dict[str, _Arm] = {}
-
-    def requests(self, tb: RequestTable) -> None:
-        c = tb.cols
+    def rows(self, tb: RequestTable) -> np.ndarray:
         rows = np.flatnonzero(tb.counted_ok())
-        if rows.size == 0:
-            return
-        px = c["image_px"][rows]
-        has = ~np.isnan(px)
-        if not has.any() and not self.arms:
-            return  # (no image yet: text alone is kept once images come)
-        for name, sel in tb.by_arm(rows):
-            a = self.arms.setdefault(name, _Arm())
-            shows = ~np.isnan(c["image_px"][sel])
-            t = c["ttft_ms"][sel[~shows]]
-            a.text_ttft.extend(t[~np.isnan(t)])
-            img = sel[shows]
-            for p in np.unique(c["image_px"][img]).tolist():
-                at = img[c["image_px"][img] == p]
-                s = a.sizes.setdefault(int(p), _Size())
-                t = c["ttft_ms"][at]
-                s.ttft.extend(t[~np.isnan(t)])
-                n = c["prompt_tokens"][at] - c["prompt_tokens_asked"][at]
-                s.tokens.extend(n[~np.isnan(n) & (n > 0)])
+        if not self.arms and np.isnan(tb.cols["image_px"][rows]).all():
+            return rows[:0]  # (no image yet: text alone is kept once images come)
+        return rows
+
+    def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
+        c = tb.cols
+        shows = ~np.isnan(c["image_px"][sel])
+        t = c["ttft_ms"][sel[~shows]]
+        a.text_ttft.extend(t[~np.isnan(t)])
+        img = sel[shows]
+        for p in np.unique(c["image_px"][img]).tolist():
+            at = img[c["image_px"][img] == p]
+            s = a.sizes.setdefault(int(p), _Size())
+            t = c["ttft_ms"][at]
+            s.ttft.extend(t[~np.isnan(t)])
+            n = c["prompt_tokens"][at] - c["prompt_tokens_asked"][at]
+            s.tokens.extend(n[~np.isnan(n) & (n > 0)])
 
     def view(self, now: int, reads: dict[str, Any]) -> ImagesView | None:
         out = []
@@ -107,10 +101,7 @@ class Images(Judgment):
                 out.append(ImageCost(arm, px, len(s.ttft), tok, ttft, per, base is not None))
         return ImagesView(tuple(out)) if out else None
 
-    def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
-        v = self.view(t_end, reads)
-        if v is None:
-            return None
+    def figures(self, v: ImagesView) -> dict[str, Any]:
         figures: dict[str, Any] = {"arms": {}}
         for c in v.costs:
             figures["arms"].setdefault(c.arm, {})[str(c.px)] = {
@@ -120,4 +111,4 @@ class Images(Judgment):
                 "ttft_ms_per_1k_image_tokens": c.per_1k_ms,
                 "per_1k_is": "added by the image" if c.added else "the whole TTFT",
             }
-        return Block("images", figures, v.panel_lines())
+        return figures

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tokmon.model.client  # noqa: F401
 import tokmon.model.connection_judgment  # noqa: F401
+import tokmon.model.errors_judgment  # noqa: F401
 import tokmon.model.images_judgment  # noqa: F401
 import tokmon.model.reasoning  # noqa: F401
 import tokmon.model.structured_judgment  # noqa: F401

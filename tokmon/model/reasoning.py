@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.registry import Block, Judgment, register
+from tokmon.model.registry import Block, PerArm, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import MIN_SAMPLES, ratio_ci_requests
 from tokmon.model.table import RequestTable
@@ -99,38 +99,30 @@ def _p50(q: Quantiles) -> float | None:
 
 
 @register
-class Reasoning(Judgment):
+class Reasoning(PerArm[_Arm]):
     name = "reasoning"
+    state = _Arm
 
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self.arms: dict[str, _Arm] = {}
+    def rows(self, tb: RequestTable) -> np.ndarray:
+        return np.flatnonzero(~np.isnan(tb.cols["reasoning_tokens"]) & tb.counted_ok())
 
-    def requests(self, tb: RequestTable) -> None:
+    def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
         c = tb.cols
         rt = c["reasoning_tokens"]
-        rows = np.flatnonzero(
-            ~np.isnan(rt) & tb.counted()
-            & (c["outcome"] == tb.code("outcome", "ok"))
-        )  # fmt: skip
-        if rows.size == 0:
-            return
-        for name, sel in tb.by_arm(rows):
-            a = self.arms.setdefault(name, _Arm())
-            ttfa, ttft = c["ttfc_ms"][sel], c["ttft_ms"][sel]
-            answered = ~np.isnan(ttfa)
-            a.thought += int(sel.size)
-            a.no_answer += int((~answered).sum())
-            a.counted += int(c["reasoning_counted"][sel].sum())
-            a.ttfa.extend(ttfa[answered])
-            gap = ttfa - ttft
-            a.think.extend(gap[answered & ~np.isnan(gap)])
-            a.tokens.extend(rt[sel])
-            ans = (c["output_tokens"][sel] - rt[sel])[answered]
-            a.answer_tokens.extend(ans.astype(np.float64))
-            for q, col in ((a.think_tps, "reasoning_tps"), (a.answer_tps, "answer_tps")):
-                v = c[col][sel]
-                q.extend(v[~np.isnan(v)])
+        ttfa, ttft = c["ttfc_ms"][sel], c["ttft_ms"][sel]
+        answered = ~np.isnan(ttfa)
+        a.thought += int(sel.size)
+        a.no_answer += int((~answered).sum())
+        a.counted += int(c["reasoning_counted"][sel].sum())
+        a.ttfa.extend(ttfa[answered])
+        gap = ttfa - ttft
+        a.think.extend(gap[answered & ~np.isnan(gap)])
+        a.tokens.extend(rt[sel])
+        ans = (c["output_tokens"][sel] - rt[sel])[answered]
+        a.answer_tokens.extend(ans.astype(np.float64))
+        for q, col in ((a.think_tps, "reasoning_tps"), (a.answer_tps, "answer_tps")):
+            v = c[col][sel]
+            q.extend(v[~np.isnan(v)])
 
     def _arm_view(self, name: str, a: _Arm) -> ArmReasoning:
         source = "chunks" if a.counted == a.thought else "server" if not a.counted else "both"

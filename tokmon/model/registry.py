@@ -20,7 +20,9 @@ import dataclasses
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
 
 from tokmon.model.records import EngineStatus, Event
 from tokmon.model.table import RequestTable
@@ -81,6 +83,49 @@ class Judgment:
     def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
         """Its part of the summary at the run's end (None: nothing to say)."""
         return None
+
+
+S = TypeVar("S")
+
+
+class PerArm(Judgment, Generic[S]):
+    """A judgment kept per arm, as most are: ``state`` makes an arm's state when its first
+    request comes, ``rows`` picks the requests it takes of a counted stretch (by default
+    those that ended ok: what a speed or a latency is made of), ``add`` takes one arm's.
+    Its block is its view's ``lines()`` (or ``panel_lines()``) under ``figures(view)``."""
+
+    state: ClassVar[type]  # an arm's state: made with no argument
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.arms: dict[str, S] = {}
+
+    def rows(self, tb: RequestTable) -> np.ndarray:
+        return np.flatnonzero(tb.counted_ok())
+
+    def add(self, a: S, tb: RequestTable, rows: np.ndarray) -> None:
+        """One arm's rows of the stretch."""
+
+    def requests(self, tb: RequestTable) -> None:
+        rows = self.rows(tb)
+        if rows.size == 0:
+            return
+        for name, sel in tb.by_arm(rows):
+            a = self.arms.get(name)
+            if a is None:
+                a = self.arms[name] = self.state()
+            self.add(a, tb, sel)
+
+    def figures(self, view: Any) -> dict[str, Any]:
+        """The summary's figures of the view at the run's end."""
+        return {}
+
+    def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
+        v = self.view(t_end, reads)
+        if v is None:
+            return None
+        lines = getattr(v, "lines", None) or v.panel_lines
+        return Block(self.name, self.figures(v), tuple(lines()))
 
 
 REGISTRY: dict[str, type[Judgment]] = {}

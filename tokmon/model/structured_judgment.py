@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.registry import Block, Judgment, register
+from tokmon.model.registry import PerArm, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.stats import MIN_SAMPLES, ratio_ci_requests, wilson
 from tokmon.model.structured import GUIDED, GUIDED_FREE, TOOLS
@@ -72,38 +72,30 @@ class StructuredViews:
 
 
 @register
-class Structured(Judgment):
+class Structured(PerArm[_Arm]):
     name = "structured"
+    state = _Arm
 
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self.arms: dict[str, _Arm] = {}
-
-    def requests(self, tb: RequestTable) -> None:
-        c = tb.cols
+    def rows(self, tb: RequestTable) -> np.ndarray:
         codes = [tb.vocab["kind"].index(k) for k in (GUIDED, GUIDED_FREE, TOOLS)
                  if k in tb.vocab.get("kind", [])]  # fmt: skip
-        if not codes:
-            return
-        rows = np.flatnonzero(
-            np.isin(c["kind"], codes) & tb.counted()
-            & (c["outcome"] == tb.code("outcome", "ok"))
-        )  # fmt: skip
-        for name, sel in tb.by_arm(rows):
-            a = self.arms.setdefault(name, _Arm())
-            for kc in distinct(c["kind"][sel]):
-                kind = tb.vocab["kind"][kc]
-                ks = sel[c["kind"][sel] == kc]
-                v = c["valid"][ks]
-                v = v[~np.isnan(v)]
-                if v.size:
-                    got = a.checked.setdefault(kind, [0, 0])
-                    got[0] += int(v.size)
-                    got[1] += int((v > 0.5).sum())
-                if kind in (GUIDED, GUIDED_FREE):
-                    for store, col in ((a.tpot, "tpot_ms"), (a.ttft, "ttft_ms")):
-                        x = c[col][ks]
-                        store.setdefault(kind, Quantiles(np.float64)).extend(x[~np.isnan(x)])
+        return np.flatnonzero(np.isin(tb.cols["kind"], codes) & tb.counted_ok())
+
+    def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
+        c = tb.cols
+        for kc in distinct(c["kind"][sel]):
+            kind = tb.vocab["kind"][kc]
+            ks = sel[c["kind"][sel] == kc]
+            v = c["valid"][ks]
+            v = v[~np.isnan(v)]
+            if v.size:
+                got = a.checked.setdefault(kind, [0, 0])
+                got[0] += int(v.size)
+                got[1] += int((v > 0.5).sum())
+            if kind in (GUIDED, GUIDED_FREE):
+                for store, col in ((a.tpot, "tpot_ms"), (a.ttft, "ttft_ms")):
+                    x = c[col][ks]
+                    store.setdefault(kind, Quantiles(np.float64)).extend(x[~np.isnan(x)])
 
     def _view(self, arm: str, a: _Arm) -> StructuredView:
         valid = []
@@ -126,10 +118,7 @@ class Structured(Judgment):
         views = tuple(v for v in views if v.valid or v.cost)
         return StructuredViews(views) if views else None
 
-    def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
-        v = self.view(t_end, reads)
-        if v is None:
-            return None
+    def figures(self, v: StructuredViews) -> dict[str, Any]:
         figures: dict[str, Any] = {"arms": {}}
         for a in v.arms:
             figures["arms"][a.arm] = {
@@ -141,4 +130,4 @@ class Structured(Judgment):
                     c.figure.lower(): {"ratio": c.ratio, "ci95": [c.lo, c.hi]} for c in a.cost
                 },  # fmt: skip
             }
-        return Block("structured", figures, v.panel_lines())
+        return figures

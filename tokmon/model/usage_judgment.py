@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.registry import Block, Judgment, register
+from tokmon.model.registry import PerArm, register
 from tokmon.model.sketch import Quantiles
 from tokmon.model.table import RequestTable
 
@@ -96,36 +96,30 @@ class UsageView:
 
 
 @register
-class Usage(Judgment):
+class Usage(PerArm[_Arm]):
     name = "usage"
+    state = _Arm
 
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self.arms: dict[str, _Arm] = {}
-
-    def requests(self, tb: RequestTable) -> None:
+    def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
         c = tb.cols
-        rows = np.flatnonzero(tb.counted_ok())
-        for name, sel in tb.by_arm(rows):
-            a = self.arms.setdefault(name, _Arm())
-            ct, pt, ttft = c["cached_tokens"][sel], c["prompt_tokens"][sel], c["ttft_ms"][sel]
-            known = ~np.isnan(ct) & ~np.isnan(pt) & (pt > 0)
-            a.hit_rate.extend((ct / np.where(pt > 0, pt, 1))[known])
-            hit, miss = known & (ct > 0) & ~np.isnan(ttft), known & (ct == 0) & ~np.isnan(ttft)
-            a.ttft_hit.extend(ttft[hit])
-            a.ttft_miss.extend(ttft[miss])
-            a.cached_hit.extend(ct[hit])
-            pa, pr = c["pred_accepted"][sel], c["pred_rejected"][sel]
-            has = ~np.isnan(pa) | ~np.isnan(pr)
-            if has.any():
-                a.pred[0] += int(has.sum())
-                a.pred[1] += int(np.nansum(pa[has]))
-                a.pred[2] += int(np.nansum(pr[has]))
-            mt, n = c["max_tokens_asked"][sel], c["output_tokens"][sel].astype(np.float64)
-            asked = ~np.isnan(mt) & (mt > 0)
-            a.asked += int(asked.sum())
-            a.early += int((asked & (n < mt)).sum())
-            a.got_share.extend((n / np.where(asked, mt, 1))[asked])
+        ct, pt, ttft = c["cached_tokens"][sel], c["prompt_tokens"][sel], c["ttft_ms"][sel]
+        known = ~np.isnan(ct) & ~np.isnan(pt) & (pt > 0)
+        a.hit_rate.extend((ct / np.where(pt > 0, pt, 1))[known])
+        hit, miss = known & (ct > 0) & ~np.isnan(ttft), known & (ct == 0) & ~np.isnan(ttft)
+        a.ttft_hit.extend(ttft[hit])
+        a.ttft_miss.extend(ttft[miss])
+        a.cached_hit.extend(ct[hit])
+        pa, pr = c["pred_accepted"][sel], c["pred_rejected"][sel]
+        has = ~np.isnan(pa) | ~np.isnan(pr)
+        if has.any():
+            a.pred[0] += int(has.sum())
+            a.pred[1] += int(np.nansum(pa[has]))
+            a.pred[2] += int(np.nansum(pr[has]))
+        mt, n = c["max_tokens_asked"][sel], c["output_tokens"][sel].astype(np.float64)
+        asked = ~np.isnan(mt) & (mt > 0)
+        a.asked += int(asked.sum())
+        a.early += int((asked & (n < mt)).sum())
+        a.got_share.extend((n / np.where(asked, mt, 1))[asked])
 
     def _arm(self, name: str, a: _Arm) -> ArmUsage:
         hit, miss, cached = a.ttft_hit.median(), a.ttft_miss.median(), a.cached_hit.median()
@@ -151,10 +145,7 @@ class Usage(Judgment):
                        + "): their decode speeds are of answers of other lengths")  # fmt: skip
         return UsageView(arms, warning)
 
-    def block(self, t_end: int, reads: dict[str, Any]) -> Block | None:
-        v = self.view(t_end, reads)
-        if v is None:
-            return None
+    def figures(self, v: UsageView) -> dict[str, Any]:
         figures: dict[str, Any] = {"arms": {}}
         for a in v.arms:
             figures["arms"][a.arm] = {
@@ -175,4 +166,4 @@ class Usage(Judgment):
             }
         if v.warning:
             figures["warning"] = v.warning
-        return Block("usage", figures, v.lines())
+        return figures

@@ -8,123 +8,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tokmon.engines import METRIC_MAPS
+from tokmon.engines.base import EngineMap
 from tokmon.model.defaults import WINDOW_S
 from tokmon.model.probe_state import INCONSISTENT
 from tokmon.probes.base import Sampler
-
-
-@dataclass(frozen=True)
-class EngineMap:
-    """Where an engine keeps each neutral field (first name that is present wins)."""
-
-    engine: str
-    marker: str  # a name prefix that identifies the engine
-    running: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
-    kv: tuple[str, ...] = ()  # 0-1 fraction
-    preemptions: tuple[str, ...] = ()
-    prompt_tokens: tuple[str, ...] = ()
-    gen_tokens: tuple[str, ...] = ()
-    drafts: tuple[str, ...] = ()
-    draft_tokens: tuple[str, ...] = ()
-    accepted: tuple[str, ...] = ()
-    per_pos: tuple[str, ...] = ()
-    acc_rate_gauge: tuple[str, ...] = ()
-    acc_len_gauge: tuple[str, ...] = ()
-    skipped_hist: str = ""  # TGI: histogram of accepted tokens per step
-    prefix_queries: tuple[str, ...] = ()  # prompt tokens looked up in the prefix cache
-    prefix_hits: tuple[str, ...] = ()  # of which found
-    prefix_hit_gauge: tuple[str, ...] = ()  # 0-1 (SGLang)
-    # histograms (names without _sum/_count) of where a request's time went: waiting
-    # for a batch slot, scheduled → first token, and each output token's time
-    queue_hist: tuple[str, ...] = ()
-    prefill_hist: tuple[str, ...] = ()
-    itl_hist: tuple[str, ...] = ()
-
-
-ENGINES = (
-    EngineMap(
-        "vllm",
-        "vllm:",
-        running=("vllm:num_requests_running",),
-        waiting=("vllm:num_requests_waiting",),
-        kv=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        preemptions=("vllm:num_preemptions_total",),
-        prompt_tokens=("vllm:prompt_tokens_total",),
-        gen_tokens=("vllm:generation_tokens_total",),
-        drafts=("vllm:spec_decode_num_drafts_total",),
-        draft_tokens=("vllm:spec_decode_num_draft_tokens_total",),
-        accepted=("vllm:spec_decode_num_accepted_tokens_total",),
-        per_pos=("vllm:spec_decode_num_accepted_tokens_per_pos_total",),
-        acc_rate_gauge=("vllm:spec_decode_draft_acceptance_rate",),
-        prefix_queries=("vllm:prefix_cache_queries_total",),
-        prefix_hits=("vllm:prefix_cache_hits_total",),
-        queue_hist=("vllm:request_queue_time_seconds",),
-        prefill_hist=("vllm:request_prefill_time_seconds",),
-        itl_hist=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    ),
-    EngineMap(
-        "sglang",
-        "sglang:",
-        running=("sglang:num_running_reqs",),
-        waiting=("sglang:num_queue_reqs",),
-        kv=("sglang:token_usage",),
-        prompt_tokens=("sglang:prompt_tokens_total",),
-        gen_tokens=("sglang:generation_tokens_total",),
-        acc_rate_gauge=("sglang:spec_accept_rate",),
-        acc_len_gauge=("sglang:spec_accept_length",),
-        prefix_hit_gauge=("sglang:cache_hit_rate",),
-    ),
-    EngineMap(
-        "llama.cpp",
-        "llamacpp:",
-        running=("llamacpp:requests_processing",),
-        waiting=("llamacpp:requests_deferred",),
-        prompt_tokens=("llamacpp:prompt_tokens_total",),
-        gen_tokens=("llamacpp:tokens_predicted_total",),
-        drafts=("llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts"),
-        draft_tokens=(
-            "llamacpp:spec_decode_num_draft_tokens_total",
-            "llamacpp:spec_decode_num_draft_tokens",
-        ),
-        accepted=(
-            "llamacpp:spec_decode_num_accepted_tokens_total",
-            "llamacpp:spec_decode_num_accepted_tokens",
-        ),
-    ),
-    EngineMap(
-        "tgi",
-        "tgi_",
-        running=("tgi_batch_current_size",),
-        waiting=("tgi_queue_size",),
-        skipped_hist="tgi_request_skipped_tokens",
-    ),
-    EngineMap(
-        "tensorrt-llm",
-        "trtllm_",
-        running=("trtllm_num_requests_running",),
-        waiting=("trtllm_num_requests_waiting",),
-        kv=("trtllm_kv_cache_utilization",),
-        draft_tokens=("trtllm_spec_decode_num_draft_tokens_total",),
-        accepted=("trtllm_spec_decode_num_accepted_tokens_total",),
-        acc_len_gauge=("trtllm_spec_decode_acceptance_length",),
-    ),
-    EngineMap(
-        "lmdeploy",
-        "lmdeploy:",
-        running=("lmdeploy:num_requests_running",),
-        waiting=("lmdeploy:num_requests_waiting",),
-        kv=("lmdeploy:gpu_cache_usage_perc",),
-        drafts=("lmdeploy:spec_decode_num_drafts_total",),
-        draft_tokens=("lmdeploy:spec_decode_num_draft_tokens_total",),
-        accepted=("lmdeploy:spec_decode_num_accepted_tokens_total",),
-    ),
-)
 
 COUNTERS = (
     "preemptions",
@@ -154,7 +46,7 @@ class MetricsTooLarge(ValueError):
 
 def known_lines(text: str) -> str:
     """The lines of ``text`` that belong to a known engine's series (and their comments)."""
-    markers = tuple(e.marker for e in ENGINES)
+    markers = tuple(e.marker for e in METRIC_MAPS)
     keep = []
     for line in text.splitlines():
         name = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
@@ -185,7 +77,7 @@ def flatten(text: str) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
 
 
 def detect(flat: dict[str, float]) -> EngineMap | None:
-    for e in ENGINES:
+    for e in METRIC_MAPS:
         if any(k.startswith(e.marker) for k in flat):
             return e
     return None
