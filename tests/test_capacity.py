@@ -259,23 +259,31 @@ def test_a_probe_is_sized_by_evidence_not_by_the_clock():
     assert s.to_json()["at_capacity"]["by_point"] is False  # the confirmation, not the scout
 
 
+SCALE = 1  # the answers' length: 1 is 2 s (the suite's), 2 the issue's 4 s
+
+
 @pytest.mark.slow
 def test_a_search_on_long_answers_finishes_in_minutes(tmp_path):
-    """A server that holds 8 streams (a batch of 8) with 4-second answers, an SLO of
-    TTFT ≤ 1 s (a ninth stream waits a whole answer): the search finds 8, 9 failing, the
-    capacity confirmed with the full test, and its probes take under four minutes."""
+    """A server that holds 8 streams (a batch of 8) with 2-second answers, an SLO of
+    TTFT ≤ 0.5 s (a ninth stream waits a whole answer): the search finds 8, 9 failing,
+    the capacity confirmed with the full test, and its probes take under two minutes.
+    (The issue's 4-second answers under TTFT ≤ 1 s, on a clock twice as slow, took 215 s
+    of the four minutes asked: ``bench/capacity_long.py`` runs them; here the same search
+    at half the scale, to keep the suite's time.)"""
     from tokmon.sim.model import parse_profile
 
-    prof = parse_profile("zero", "step_base_ms=50,max_batch=8")
+    prof = parse_profile("zero", f"step_base_ms={25 * SCALE},max_batch=8")
     with SimProcess(SimConfig(profile=prof, seed=3)) as sim:
         out = tmp_path / "s.json"
         r = tokmon("run", "--url", sim.url, "--find-capacity", "concurrency", "--slo",
-                   "ttft=1000", "--max-tokens", "80", "--ignore-eos", "--headless",
+                   f"ttft={500 * SCALE}", "--max-tokens", "80", "--ignore-eos", "--headless",
                    "--no-gpu", "--summary-json", str(out), "--status-interval", "1h",
                    timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
     cap = json.loads(out.read_text())["capacity_search"]["default"]
+    print(f"answers of {80 * 25 * SCALE / 1000:g} s: capacity {cap['capacity']}, fails at "
+          f"{cap['fails_at']}, {cap['probe_seconds']:.0f} probe-s")  # fmt: skip
     assert (cap["capacity"], cap["fails_at"], cap["done"]) == (8.0, 9.0, True), cap
     top = cap["at_capacity"]
     assert not top["by_point"] and top["ci95"][0] >= 0.95, top  # confirmed in full
-    assert cap["probe_seconds"] < 240, cap["probe_seconds"]
+    assert cap["probe_seconds"] < 120 * SCALE, cap["probe_seconds"]

@@ -41,3 +41,26 @@ def test_ttft_per_image_and_per_1000_image_tokens(tmp_path):
     assert abs(a["ttft_ms_p50"] - (20 + 180.5)) < 4, a
     assert abs(a["ttft_ms_per_1k_image_tokens"] - 500.0) < 10, a
     assert "512×512: 361 image tokens" in r.stdout
+
+
+def test_several_image_sizes_in_one_run_each_with_its_tokens_and_ttft(tmp_path):
+    """``--image-size 256,1024``: the sizes sent in turn, half the images each; a 256-pixel
+    image is 10 × 10 = 100 patches of 28 pixels, a 1024-pixel one 37 × 37 = 1,369; each
+    image token adds 0.5 ms to the simulator's 20 ms TTFT: 70 and 704.5 ms."""
+    cfg = SimConfig(schedule=(20.0, 5.0, 1), image_ms_per_token=0.5, seed=2)
+    summ = tmp_path / "s.json"
+    with SimProcess(cfg) as sim:
+        r = tokmon("run", "--url", sim.url, "-n", "24", "-c", "2", "--mix", "image=1",
+                   "--image-size", "256,1024", "--max-tokens", "4", "--headless", "--no-gpu",
+                   "--status-interval", "1h", "--summary-json", str(summ))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sizes = json.loads(summ.read_text())["images"]["arms"]["default"]
+    assert sorted(sizes) == ["1024", "256"]
+    assert sizes["256"]["requests"] == sizes["1024"]["requests"] == 12, sizes
+    assert (sizes["256"]["image_tokens_p50"], sizes["1024"]["image_tokens_p50"]) == (100, 1369)
+    assert abs(sizes["256"]["ttft_ms_p50"] - 70.0) < 4, sizes
+    assert abs(sizes["1024"]["ttft_ms_p50"] - 704.5) < 8, sizes
+    assert "256×256: 100 image tokens" in r.stdout and "1024×1024: 1369 image tokens" in r.stdout
+    bad = tokmon("run", "--url", sim.url, "-n", "1", "--image-size", "256,300")
+    assert bad.returncode == 2 and "--image-size: each of" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -133,7 +133,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(('--prompts',), 'prompt file: JSON Lines with prompt or messages (and kind), or ShareGPT JSON', group='requests', text=True),
     Option(('--mix',), 'task kinds by weight: code=0.3,chat=0.5,creative=0.2', group='requests', text=True),
     Option(('--ignore-eos',), 'ask for exactly max-tokens tokens', action="store_true", group='requests'),
-    Option(('--image-size',), 'the side of each synthetic PNG the image kind sends (--mix image=N), in pixels: 64, 128, 256, 512, 768, 1024 or 2048', default=512, type=number(64, 2048, integer=True), metavar='PX', group='requests'),
+    Option(('--image-size',), 'the side of each synthetic PNG the image kind sends (--mix image=N), in pixels: 64, 128, 256, 512, 768, 1024 or 2048; several (256,512,1024) are sent in turn, and the images judgment gives each its tokens and TTFT', default='512', metavar='PX[,PX…]', group='requests'),
     Option(('--temperature',), "sampling temperature sent with each request (default: the server's)", type=number(0, 100), group='requests'),
     Option(('--top-p',), "nucleus sampling sent with each request (default: the server's)", type=number(0, 1), group='requests'),
     Option(('--seed',), 'seed for the workload (and request seed)', type=number(0, 4294967295, integer=True), group='requests'),
@@ -288,7 +288,7 @@ class RunOptions:
     prompts: str | None
     mix: str | None
     ignore_eos: bool
-    image_size: int
+    image_size: str
     temperature: float | None
     top_p: float | None
     seed: int | None

@@ -366,7 +366,7 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         prompts=given.prompts,
         mix=mix,
         ignore_eos=o.ignore_eos,
-        image_px=image_size(o.image_size),
+        image_sizes=image_sizes(o.image_size),
         temperature=o.temperature,
         top_p=o.top_p,
         seed=o.seed,
@@ -525,12 +525,24 @@ def quality_run(o: RunOptions, arms: list[Any]) -> tuple[int, str]:
     return n * (len(arms) if assign != "switch" else 1), assign
 
 
-def image_size(px: int) -> int:
+def image_sizes(text: str) -> tuple[int, ...]:
+    """``512`` or ``256,512,1024``: each a size the image kind can make, each once."""
     from tokmon.model.images import SIZES
 
-    if px not in SIZES:
-        raise UsageError(f"--image-size: one of {', '.join(map(str, SIZES))}, got {px}")
-    return int(px)
+    out: list[int] = []
+    for part in str(text).split(","):
+        try:
+            px = int(part.strip())
+        except ValueError:
+            px = -1
+        if px not in SIZES:
+            raise UsageError(
+                f"--image-size: each of {', '.join(map(str, SIZES))}, got {part.strip()!r}"
+            )
+        if px in out:
+            raise UsageError(f"--image-size: {px} given twice")
+        out.append(px)
+    return tuple(out)
 
 
 def parse_slo(text: str | None, target: float = 0.95) -> Slo:

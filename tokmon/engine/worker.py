@@ -240,6 +240,7 @@ class Engine:
         self.sent = 0
         self.counter = 0
         self.conversations_begun = 0
+        self.images_made = 0
         self.in_flight: dict[int, tuple[str, int, str, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.open_tasks: set[asyncio.Task[None]] = set()  # open-loop requests in flight
@@ -283,8 +284,10 @@ class Engine:
                 kind = self.mix_kinds[int(self.rng.choice(len(self.mix_kinds), p=self.mix_w))]
             n = self.prompt_tokens.sample(self.rng)
             p = synthetic_prompt(kind, n, self.rng, cfg.prompt_shape, cfg.shared_prefix)
-            if kind == IMAGE:
-                p = replace(p, image=cfg.image_px)
+            if kind == IMAGE:  # the sizes in turn: each as many images as the next
+                sizes = cfg.image_sizes
+                p = replace(p, image=sizes[self.images_made % len(sizes)])
+                self.images_made += 1
         return p, self.max_tokens.sample(self.rng)
 
     def _next_script(self) -> Script | None:

@@ -52,7 +52,8 @@ class RunConfig:
     prompts: tuple[Prompt, ...] = ()
     mix: tuple[tuple[str, float], ...] = (("chat", 1.0),)
     ignore_eos: bool = False
-    image_px: int = 512  # --image-size: the side of each synthetic image (the image kind)
+    # --image-size: the sides of the synthetic images the image kind sends, in turn
+    image_sizes: tuple[int, ...] = (512,)
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
