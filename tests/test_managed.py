@@ -298,17 +298,17 @@ def test_nothing_is_sent_once_the_engines_say_they_obeyed_a_pause(make_sim, tmp_
             time.sleep(0.02)
         with s.lock:
             s.send(Pause(True, 7))
-            assert s.paused_at(7) is None  # no engine could have said so yet
-        while s.paused_at(7) is None and time.monotonic() < deadline:
+            assert s.stage.paused_at(7) is None  # no engine could have said so yet
+        while s.stage.paused_at(7) is None and time.monotonic() < deadline:
             time.sleep(0.01)
         with s.lock:
-            at = s.paused_at(7)
+            at = s.stage.paused_at(7)
             assert at is not None
             acked = at - s.t_start
-            sent_before = sum(st.sent for st in s._statuses.values())
+            sent_before = sum(st.sent for st in s.intake.statuses.values())
         time.sleep(0.5)  # (a window in which a stray send would happen: no synchronisation)
         with s.lock:
-            assert sum(st.sent for st in s._statuses.values()) == sent_before
+            assert sum(st.sent for st in s.intake.statuses.values()) == sent_before
             s.send(Pause(False))
         time.sleep(0.5)
         s.command(StopRun())

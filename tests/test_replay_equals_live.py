@@ -140,13 +140,13 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
         slo=Slo(ttft_ms=1000.0) if plan == "capacity" else None,
     )
     snaps: list[Snapshot] = []
-    tick = s._tick
+    tick = s.intake.tick
 
     def keep(now: int, final: bool = False) -> None:  # every snapshot the dashboard got
         tick(now, final)
         snaps.append(s.fold.snapshot)
 
-    s._tick = keep  # type: ignore[method-assign]
+    s.intake.tick = keep  # type: ignore[method-assign]
 
     def ticks(n: int) -> None:
         deadline = time.monotonic() + 30

@@ -612,7 +612,8 @@ class Engine:
             self.trace_t0 = cmd.t
             self.trace_go.set()
         elif isinstance(cmd, Abort):
-            self._abort(cmd.why)
+            for t in list(self.open_tasks):
+                t.cancel(f"aborted: {cmd.why}")  # (the request's record says why)
         elif isinstance(cmd, QualityPass):
             for a in cmd.arms or tuple(self.arm_names):
                 share = split_share(cmd.n, self.worker, self.nworkers)
@@ -625,10 +626,6 @@ class Engine:
             self.level_evt.set()
             self.stop_evt.set()
         self.events.append(Event(t=now, kind="engine", message=f"command {type(cmd).__name__}"))
-
-    def _abort(self, why: str) -> None:
-        for t in list(self.open_tasks):
-            t.cancel(f"aborted: {why}")  # (the request's record says why)
 
     async def _lag_probe(self) -> None:
         while True:

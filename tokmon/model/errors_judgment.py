@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.registry import PerArm, register
-from tokmon.model.table import RequestTable, distinct_pairs
+from tokmon.model.table import RequestTable
 
 KEEP = 64  # distinct messages kept per arm (a server that puts an id in each: bounded)
 SHOWN = 3  # the commonest shown per arm
@@ -76,10 +76,14 @@ class Errors(PerArm[_Arm]):
     def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
         c = tb.cols
         a.failed += int(sel.size)
-        oc, ec = c["outcome"][sel], c["error"][sel]
-        for o, e in distinct_pairs(oc, ec):
-            n = int(((oc == o) & (ec == e)).sum())
-            outcome, said = tb.vocab["outcome"][o], str(tb.vocab["error"][e])
+        oc, ec = c["outcome"][sel].astype(np.int64), c["error"][sel].astype(np.int64)
+        span = int(ec.max()) + 1 if ec.size else 1
+        # each (outcome, message) in the order it first came: which messages are kept, and
+        # which is shown for those that differ in numbers, never depend on the batches
+        _, first, counts = np.unique(oc * span + ec, return_index=True, return_counts=True)
+        for i in np.argsort(first, kind="stable"):
+            row, n = int(first[i]), int(counts[i])
+            outcome, said = tb.vocab["outcome"][int(oc[row])], str(tb.vocab["error"][int(ec[row])])
             key = (outcome, _DIGITS.sub("#", said))
             got = a.by.get(key)
             if got is not None:
