@@ -116,6 +116,9 @@ def run_live(sim, tmp_path, plan: str) -> tuple[LiveSession, list[Snapshot], str
         duration_s=None if plan in ("ladder", "capacity") else 7.0,
         alternate_s=1.5 if plan == "alternate" else None,
         max_tokens=LengthDist("fixed", 16),
+        # every kind of request today's models take: each judgment's figures replay too
+        mix=(("chat", 0.4), ("guided", 0.2), ("tools", 0.2), ("image", 0.2)),
+        image_sizes=(64, 128),
     )
     ladder: Any = parse_ladder("concurrency=1,3", 1.8, 0.4, None) if plan == "ladder" else None
     if plan == "capacity":  # a search that passes 1 and 2 streams and stops at its limit, 4
@@ -196,7 +199,9 @@ def test_a_replay_shows_at_every_tick_what_the_live_run_showed(make_sim, tmp_pat
     # where the time goes, from each request's own figures, the same in the replay
     assert {sp.ttft.source for sp in last.time_split} == {"per-request"}
     assert last.probes.gpu_power_w == 300.0 and last.probes.kv_pct is not None
-    assert last.judgment("reasoning") is not None  # the registered judgments replay too
+    # the registered judgments replay too: each kind's, the failures' words
+    for name in ("reasoning", "structured", "images", "usage", "connection", "errors"):
+        assert last.judgment(name) is not None, name
     if plan == "capacity":  # each arm searched in turn, the same verdict in the replay
         assert [(c.arm, c.done) for c in last.capacity] == [("plain", True), ("spec", True)]
         assert all([p.level for p in c.probes] == [1, 2, 4] for c in last.capacity)

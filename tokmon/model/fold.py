@@ -536,20 +536,7 @@ class Fold:
                 self.alerts.note(point, rss)
             else:
                 later += self.derived.live(self.alerts.add(point, rss))
-        # Cost per arm from its whole run so far (tokens over its own active time, power
-        # over its own spans), as the summary computes it: a window would price the arm
-        # that is not running from the tail of its last turn. "—" before 5 s of it.
-        costs: dict[str, ArmCost] = {}
-        own = self.own_time(now)
-        for v in arm_views:
-            toks, secs = own.get(v.name, (0.0, 0.0))
-            tps = toks / secs if secs >= 5 else None
-            c, kinds = self._cost(
-                v.name, tps, self._power(v.name, now) if tps is not None else None
-            )
-            tot = self.totals.get(v.name)
-            shown = kinds if tot is not None and len(tot.kinds) > 1 else {}
-            costs[v.name] = ArmCost(c, tuple(shown.items()))
+        costs = _arm_costs(self, now, arm_views)
         restarting = self.managed.restarting
         self.snapshot = Snapshot(
             t=now,
@@ -743,3 +730,19 @@ class Fold:
         if self.managed.servers:
             out["managed_servers"] = self.managed.to_json()
         return out
+
+
+def _arm_costs(f: Fold, now: int, arm_views: list[ArmView]) -> dict[str, ArmCost]:
+    """Cost per arm from its whole run so far (tokens over its own active time, power
+    over its own spans), as the summary computes it: a window would price the arm that is
+    not running from the tail of its last turn. "—" before 5 s of it."""
+    costs: dict[str, ArmCost] = {}
+    own = f.own_time(now)
+    for v in arm_views:
+        toks, secs = own.get(v.name, (0.0, 0.0))
+        tps = toks / secs if secs >= 5 else None
+        c, kinds = f._cost(v.name, tps, f._power(v.name, now) if tps is not None else None)
+        tot = f.totals.get(v.name)
+        shown = kinds if tot is not None and len(tot.kinds) > 1 else {}
+        costs[v.name] = ArmCost(c, tuple(shown.items()))
+    return costs

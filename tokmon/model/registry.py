@@ -113,7 +113,14 @@ class PerArm(Judgment, Generic[S]):
         for name, sel in tb.by_arm(rows):
             a = self.arms.get(name)
             if a is None:
-                a = self.arms[name] = self.state()
+                a = self.state()
+                # (in the run's order of arms, whatever order their requests came in: a
+                # replay counts a stretch at once, a live run a batch at a time)
+                order = {n: i for i, n in enumerate(self.ctx.arms)}
+                self.arms = dict(
+                    sorted({**self.arms, name: a}.items(), key=lambda kv: (
+                        order.get(kv[0], len(order)), kv[0]))
+                )  # fmt: skip
             self.add(a, tb, sel)
 
     def figures(self, view: Any) -> dict[str, Any]:

@@ -573,7 +573,10 @@ class ArmTotals:
             ki = oi[kinds == code]
             k = self.kinds.get(name)
             if k is None:
-                k = self.kinds[name] = KindTotals()
+                k = KindTotals()
+                # (kept in the kinds' names' order: the order they came in depends on how
+                # the requests were batched, and a replay must list them as the live run)
+                self.kinds = dict(sorted({**self.kinds, name: k}.items()))
             k.requests += int(ki.size)
             k.output_tokens += int(c["output_tokens"][ki].sum())
             e2e = c["e2e_ms"][ki]

@@ -176,6 +176,49 @@ def _no_parts(t: dict[str, Any]) -> bool:
     return bad > MISMATCH_SHARE * (n + bad)
 
 
+def _ladder_chart(lad: dict[str, Any] | None, go: Any, make_subplots: Any) -> str:
+    """The throughput–latency curve of a ladder, one line per arm, the knee marked."""
+    if not lad:
+        return ""
+    lf = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(
+            "TTFT p95 against output tokens/s",
+            f"decode speed p50 against {lad['param']}",
+        ),
+    )
+    for arm in dict.fromkeys(st["arm"] for st in lad["steps"]):
+        sts = [st for st in lad["steps"] if st["arm"] == arm and st["tokens_per_s"]]
+        lf.add_trace(
+            go.Scatter(
+                x=[st["tokens_per_s"] for st in sts],
+                y=[st["ttft_p95"] for st in sts],
+                mode="lines+markers+text",
+                text=[escape(str(st["value"])) for st in sts],
+                textposition="top center",
+                name=f"{escape(arm)} TTFT p95",
+            ),
+            1,
+            1,
+        )
+        lf.add_trace(
+            go.Scatter(
+                x=[str(st["value"]) for st in sts],
+                y=[st["decode_p50"] for st in sts],
+                mode="lines+markers",
+                name=f"{escape(arm)} decode p50",
+            ),
+            1,
+            2,
+        )
+        k = lad["knee"].get(arm)
+        if k:
+            lf.add_annotation(x=k["tokens_per_s"], y=k["ttft_p95"], text="knee", row=1, col=1)
+    lf.update_layout(height=450, template="plotly_white")
+    return "<h2>Ladder</h2>" + lf.to_html(include_plotlyjs=False, full_html=False)
+
+
 def render_html(rec: Recording, data: dict[str, Any]) -> str:
     try:
         import plotly.graph_objects as go
@@ -285,46 +328,7 @@ def render_html(rec: Recording, data: dict[str, Any]) -> str:
         height=1400, showlegend=True, template="plotly_white", xaxis6_title="seconds since start"
     )
     chart = fig.to_html(include_plotlyjs=not used_js, full_html=False)
-    lad = data["summary"].get("ladder")
-    if lad:
-        # The throughput–latency curve of the ladder, one line per arm, the knee marked.
-        lf = make_subplots(
-            rows=1,
-            cols=2,
-            subplot_titles=(
-                "TTFT p95 against output tokens/s",
-                f"decode speed p50 against {lad['param']}",
-            ),
-        )
-        for arm in dict.fromkeys(st["arm"] for st in lad["steps"]):
-            sts = [st for st in lad["steps"] if st["arm"] == arm and st["tokens_per_s"]]
-            lf.add_trace(
-                go.Scatter(
-                    x=[st["tokens_per_s"] for st in sts],
-                    y=[st["ttft_p95"] for st in sts],
-                    mode="lines+markers+text",
-                    text=[escape(str(st["value"])) for st in sts],
-                    textposition="top center",
-                    name=f"{escape(arm)} TTFT p95",
-                ),
-                1,
-                1,
-            )
-            lf.add_trace(
-                go.Scatter(
-                    x=[str(st["value"]) for st in sts],
-                    y=[st["decode_p50"] for st in sts],
-                    mode="lines+markers",
-                    name=f"{escape(arm)} decode p50",
-                ),
-                1,
-                2,
-            )
-            k = lad["knee"].get(arm)
-            if k:
-                lf.add_annotation(x=k["tokens_per_s"], y=k["ttft_p95"], text="knee", row=1, col=1)
-        lf.update_layout(height=450, template="plotly_white")
-        chart += "<h2>Ladder</h2>" + lf.to_html(include_plotlyjs=False, full_html=False)
+    chart += _ladder_chart(data["summary"].get("ladder"), go, make_subplots)
     chart += _split_chart(data["summary"], go)
     records = data["environment"].get("records") or ()
     arms = [a for a in data["environment"].get("arms") or [] if a[2] is not None]

@@ -25,6 +25,53 @@ def alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
 
 def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary (stdout of a headless run)."""
+    lines = arms_table(summary)
+    servers = {n: a.get("server") for n, a in summary["arms"].items() if a.get("server")}
+    where = summary["target"].get("url", "")
+    if len(set(servers.values())) > 1:  # each arm its own server: name them all
+        where = " · ".join(f"{n} @ {v}" for n, v in servers.items())
+    elif servers:
+        where = next(iter(servers.values()))
+    out = [
+        f"tokmon {summary['tokmon_version']} · {where} · "
+        f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s"
+        + window_words(summary.get("window")),
+        "times in ms, decode in tokens/s per request; warm-up excluded",
+        *lines,
+    ]
+    out += slo_lines(summary)
+    warm = [(n, a["requests"].get("warmup") or 0) for n, a in summary["arms"].items()]
+    if any(w for _, w in warm):  # (ok counts every request; the figures leave these out)
+        out.append("warm-up, counted in ok and left out of every figure: "
+                   + " · ".join(f"{clean_text(n, False)} {w}" for n, w in warm if w))  # fmt: skip
+    st = summary.get("storage") or {}
+    if st.get("rss_mib_max") is not None:  # what a soak cost the machine tokmon ran on
+        rec = st.get("record_bytes")
+        rate = st.get("record_growth_bytes_per_s")
+        out.append(f"tokmon held at most {st['rss_mib_max']:.0f} MiB"
+                   + ("" if rec is None else f" · the recording {human_bytes(rec)}")
+                   + ("" if not rate else f", growing {human_bytes(rate)}/s"))  # fmt: skip
+    out += judgment_lines(summary)
+    sc = summary.get("scenario")
+    if sc:  # which kind of service the run stands for, and what to read first
+        verdict = (summary.get("slo") or {}).get("text")
+        out.insert(1, f"scenario {clean_text(str(sc.get('name')), False)}: the headline is "
+                      f"{clean_text(str(sc.get('headline')), False)}"
+                      + (f" — {clean_text(str(verdict), False)}" if verdict else ""))  # fmt: skip
+    out += arm_lines(summary)
+    out += comparison_lines(summary.get("comparison"))
+    searched = summary.get("capacity_search") or {}
+    out += ladder_lines(summary.get("ladder"), searched)
+    out += capacity_lines(searched)
+    out += quality_lines(summary.get("quality"))
+    oc = summary.get("output_check")
+    if oc:
+        out.append("output check: " + describe_output_check(oc))
+    return "\n".join(out)
+
+
+def arms_table(summary: dict[str, Any]) -> list[str]:
+    """The arms' table: a row an arm, its columns as wide as their widest cell."""
     rows = [
         (
             "arm",
@@ -69,38 +116,14 @@ def summary_table(summary: dict[str, Any]) -> str:
         for r in rows
     ]
     lines.insert(1, sep.join("─" * w for w in widths))
-    servers = {n: a.get("server") for n, a in summary["arms"].items() if a.get("server")}
-    where = summary["target"].get("url", "")
-    if len(set(servers.values())) > 1:  # each arm its own server: name them all
-        where = " · ".join(f"{n} @ {v}" for n, v in servers.items())
-    elif servers:
-        where = next(iter(servers.values()))
-    out = [
-        f"tokmon {summary['tokmon_version']} · {where} · "
-        f"model {summary['target'].get('model', '')} · {summary['duration_s']:.1f} s"
-        + window_words(summary.get("window")),
-        "times in ms, decode in tokens/s per request; warm-up excluded",
-        *lines,
-    ]
-    out += slo_lines(summary)
-    warm = [(n, a["requests"].get("warmup") or 0) for n, a in summary["arms"].items()]
-    if any(w for _, w in warm):  # (ok counts every request; the figures leave these out)
-        out.append("warm-up, counted in ok and left out of every figure: "
-                   + " · ".join(f"{clean_text(n, False)} {w}" for n, w in warm if w))  # fmt: skip
-    st = summary.get("storage") or {}
-    if st.get("rss_mib_max") is not None:  # what a soak cost the machine tokmon ran on
-        rec = st.get("record_bytes")
-        rate = st.get("record_growth_bytes_per_s")
-        out.append(f"tokmon held at most {st['rss_mib_max']:.0f} MiB"
-                   + ("" if rec is None else f" · the recording {human_bytes(rec)}")
-                   + ("" if not rate else f", growing {human_bytes(rate)}/s"))  # fmt: skip
-    out += judgment_lines(summary)
-    sc = summary.get("scenario")
-    if sc:  # which kind of service the run stands for, and what to read first
-        verdict = (summary.get("slo") or {}).get("text")
-        out.insert(1, f"scenario {clean_text(str(sc.get('name')), False)}: the headline is "
-                      f"{clean_text(str(sc.get('headline')), False)}"
-                      + (f" — {clean_text(str(verdict), False)}" if verdict else ""))  # fmt: skip
+    return lines
+
+
+def arm_lines(summary: dict[str, Any]) -> list[str]:
+    """Each arm's notes under the table: failures, estimated counts, the throughput
+    bound, TPOT left out, prompt tokens, turns, send lag, cache, impossible timelines,
+    kinds."""
+    out: list[str] = []
     for name, a in summary["arms"].items():
         by = a["requests"]["by_outcome"]
         fails = {k: v for k, v in by.items() if k != "ok"}
@@ -188,7 +211,13 @@ def summary_table(summary: dict[str, Any]) -> str:
                     for k, v in bk.items()
                 )
             )
-    comp = summary.get("comparison")
+    return out
+
+
+def comparison_lines(comp: Any) -> list[str]:
+    """The A/B: each figure's ratio of medians with its interval, PARTIAL where it
+    covers part of the workload, and decode per kind."""
+    out: list[str] = []
     for c in [comp] if isinstance(comp, dict) else comp or []:
         strata = max((v or {}).get("strata", 1) for v in (c.get(k) for k in RATIO_KEYS))
         how = f", per stratum over {strata} (kind × step), weighted" if strata > 1 else ""
@@ -222,8 +251,12 @@ def summary_table(summary: dict[str, Any]) -> str:
                     else f"×{d['ratio']:.3f}  [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"
                 )
             )
-    lad = summary.get("ladder")
-    searched = summary.get("capacity_search") or {}
+    return out
+
+
+def ladder_lines(lad: dict[str, Any] | None, searched: dict[str, Any]) -> list[str]:
+    """A ladder's (or a capacity search's) steps, knees, speed-ups and crossovers."""
+    out: list[str] = []
     if lad:
         what = "capacity probes" if searched else "ladder"
         out.append(f"{what} over {lad['param']} (after each step's warm-up):")
@@ -258,12 +291,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             out.append(f"  crossover: {clean_text(str(cr.get('text')), False)}")
         if lad.get("stopped_early"):
             out.append(f"  ladder stopped early: {lad['stopped_early']}")
-    out += capacity_lines(searched)
-    out += quality_lines(summary.get("quality"))
-    oc = summary.get("output_check")
-    if oc:
-        out.append("output check: " + describe_output_check(oc))
-    return "\n".join(out)
+    return out
 
 
 def judgment_lines(summary: dict[str, Any]) -> list[str]:

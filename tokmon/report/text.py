@@ -224,48 +224,7 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
     out: list[str] = []
     h = "## " if md else ""
     fence = ["```"] if md else []
-    if data["truncated"]:
-        cut = data.get("cut_parts") or []
-        out.append(
-            ("NOTE: the recording was cut (the writer stopped before its end); "
-             if not cut else f"NOTE: {', '.join(clean_text(c, False) for c in cut)} "
-             "of this rotated run " + ("was" if len(cut) == 1 else "were") + " cut; ")
-            + "figures cover what was written."
-        )  # fmt: skip
-    if data["corrupt_lines"]:
-        n = data["corrupt_lines"]
-        out.append(f"NOTE: {count(n, 'corrupt line')} {'was' if n == 1 else 'were'} skipped.")
-    if data.get("lost_lines"):
-        out.append(
-            f"NOTE: {count(data['lost_lines'], 'line')} of this run could not be written (the disk "
-            "was full); the live summary counted them, this report cannot."
-        )
-    for g in data.get("paused") or []:
-        out.append(f"NOTE: recording paused from {g['from'] / 1e9:.1f} s to {g['to'] / 1e9:.1f} s.")
-    for m in data.get("missing_parts") or []:
-        out.append(f"NOTE: a part of this rotated run is missing: {clean_text(m, False)}; "
-                   "the figures cover the parts read.")  # fmt: skip
-    if data.get("part"):
-        out.append(
-            f"NOTE: part {data['part']} of a rotated run, read alone: the figures cover this "
-            "part, from the instant it began (report the first part to read the whole run)."
-        )
-    elif data["summary"].get("window"):
-        out.append(
-            "NOTE: the figures cover a window of the run"
-            f"{window_words(data['summary']['window'])}: the requests sent and ended in it, "
-            "the tokens that arrived in it."
-        )
-    late = sum(s.get("late", 0) for s in data["segments"]) + data.get("drift_late", 0)
-    if late:
-        out.append(
-            f"NOTE: {count(late, 'request')} ended after its segment or regime was settled: "
-            "counted, left out of that segment's medians and drift."
-        )
-    if data.get("sessions", 1) > 1:
-        out.append(
-            f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."
-        )
+    out += note_lines(data)
     env = data["environment"]
     if environment and env.get("records") and md:
         out += [h + "Environment", "", *environment_lines(env, md=True), ""]
@@ -290,35 +249,7 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
         h + "Drift per regime (Theil–Sen slope, % of median per hour, 95% CI)",
         *fence,
     ]
-    n_before = len(out)
-    # only the figures a regime was long enough to give; the rest in one line (a short
-    # run printed two dozen "too short to tell" lines, one per arm, regime and figure)
-    unknown = 0
-    for arm, regimes in data["drift"].items():
-        for rg in regimes:
-            where = f"{rg['from_s']:.0f}–{rg['to_s']:.0f} s"
-            for key, v in rg["drift"].items():
-                if v is None:
-                    unknown += 1
-                    continue
-                lo, hi = v["ci95"]
-                out.append(
-                    f"{clean_text(arm, False):<10} {where:<14} {key:<20} "
-                    f"{v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
-                    + (
-                        f"  (a sample of {DRIFT_ROWS:,} of {rg['sampled']:,} req)"
-                        if rg.get("sampled")
-                        else ""
-                    )  # fmt: skip
-                )
-    if unknown:
-        longest = data.get("longest_regime_s") or 0.0
-        out.append(
-            ("drift: too short to tell in every regime" if len(out) == n_before
-             else f"drift: {unknown} more figure{'s' if unknown != 1 else ''} too short to tell")
-            + f" (an interval must tell ±{data.get('drift_limit', 5):g} %/h from none: about "
-            f"10 minutes of a steady server; the longest regime lasted {longest:.0f} s)"
-        )  # fmt: skip
+    out += drift_lines(data)
     out += [*fence, "", h + "Alerts raised during the run (as in the JSON summary)", *fence]
     alerts = data["summary"].get("alerts") or []
     if not alerts:
@@ -393,6 +324,89 @@ def render_text(data: dict[str, Any], md: bool = False, environment: bool = True
             )
     out += [*fence]
     return "\n".join(out) + "\n"
+
+
+def note_lines(data: dict[str, Any]) -> list[str]:
+    """What a reader must know before the figures: a cut or corrupt recording, lines
+    lost, pauses, missing parts, a part or a window read alone, late requests."""
+    out: list[str] = []
+    if data["truncated"]:
+        cut = data.get("cut_parts") or []
+        out.append(
+            ("NOTE: the recording was cut (the writer stopped before its end); "
+             if not cut else f"NOTE: {', '.join(clean_text(c, False) for c in cut)} "
+             "of this rotated run " + ("was" if len(cut) == 1 else "were") + " cut; ")
+            + "figures cover what was written."
+        )  # fmt: skip
+    if data["corrupt_lines"]:
+        n = data["corrupt_lines"]
+        out.append(f"NOTE: {count(n, 'corrupt line')} {'was' if n == 1 else 'were'} skipped.")
+    if data.get("lost_lines"):
+        out.append(
+            f"NOTE: {count(data['lost_lines'], 'line')} of this run could not be written (the disk "
+            "was full); the live summary counted them, this report cannot."
+        )
+    for g in data.get("paused") or []:
+        out.append(f"NOTE: recording paused from {g['from'] / 1e9:.1f} s to {g['to'] / 1e9:.1f} s.")
+    for m in data.get("missing_parts") or []:
+        out.append(f"NOTE: a part of this rotated run is missing: {clean_text(m, False)}; "
+                   "the figures cover the parts read.")  # fmt: skip
+    if data.get("part"):
+        out.append(
+            f"NOTE: part {data['part']} of a rotated run, read alone: the figures cover this "
+            "part, from the instant it began (report the first part to read the whole run)."
+        )
+    elif data["summary"].get("window"):
+        out.append(
+            "NOTE: the figures cover a window of the run"
+            f"{window_words(data['summary']['window'])}: the requests sent and ended in it, "
+            "the tokens that arrived in it."
+        )
+    late = sum(s.get("late", 0) for s in data["segments"]) + data.get("drift_late", 0)
+    if late:
+        out.append(
+            f"NOTE: {count(late, 'request')} ended after its segment or regime was settled: "
+            "counted, left out of that segment's medians and drift."
+        )
+    if data.get("sessions", 1) > 1:
+        out.append(
+            f"NOTE: this file holds {data['sessions']} sessions (--append); this is the last."
+        )
+    return out
+
+
+def drift_lines(data: dict[str, Any]) -> list[str]:
+    """Drift per arm and regime, each figure with its interval."""
+    out: list[str] = []
+    # only the figures a regime was long enough to give; the rest in one line (a short
+    # run printed two dozen "too short to tell" lines, one per arm, regime and figure)
+    unknown = 0
+    for arm, regimes in data["drift"].items():
+        for rg in regimes:
+            where = f"{rg['from_s']:.0f}–{rg['to_s']:.0f} s"
+            for key, v in rg["drift"].items():
+                if v is None:
+                    unknown += 1
+                    continue
+                lo, hi = v["ci95"]
+                out.append(
+                    f"{clean_text(arm, False):<10} {where:<14} {key:<20} "
+                    f"{v['pct_per_hour']:+8.2f} %/h  [{lo:+.2f}, {hi:+.2f}]"
+                    + (
+                        f"  (a sample of {DRIFT_ROWS:,} of {rg['sampled']:,} req)"
+                        if rg.get("sampled")
+                        else ""
+                    )  # fmt: skip
+                )
+    if unknown:
+        longest = data.get("longest_regime_s") or 0.0
+        out.append(
+            ("drift: too short to tell in every regime" if not out
+             else f"drift: {unknown} more figure{'s' if unknown != 1 else ''} too short to tell")
+            + f" (an interval must tell ±{data.get('drift_limit', 5):g} %/h from none: about "
+            f"10 minutes of a steady server; the longest regime lasted {longest:.0f} s)"
+        )  # fmt: skip
+    return out
 
 
 def event_lines(events: list[dict[str, Any]]) -> list[str]:
