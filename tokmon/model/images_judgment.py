@@ -32,7 +32,9 @@ class _Size:
 @dataclass
 class _Arm:
     sizes: dict[int, _Size] = field(default_factory=dict)
-    text_ttft: Quantiles = field(default_factory=_q)  # requests without an image
+    # requests without an image, from the run's first (kept only once images came, a
+    # live run's batches and a replay's stretches kept other text requests)
+    text_ttft: Quantiles = field(default_factory=_q)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +70,6 @@ class ImagesView:
 class Images(PerArm[_Arm]):
     name = "images"
     state = _Arm
-
-    def rows(self, tb: RequestTable) -> np.ndarray:
-        rows = np.flatnonzero(tb.counted_ok())
-        if not self.arms and np.isnan(tb.cols["image_px"][rows]).all():
-            return rows[:0]  # (no image yet: text alone is kept once images come)
-        return rows
 
     def add(self, a: _Arm, tb: RequestTable, sel: np.ndarray) -> None:
         c = tb.cols

@@ -24,24 +24,15 @@ class Stage:
         self.session = session
         self.intake = intake
         self.controls = controls
+        # what it may read: the session's own objects, never replaced while it runs
+        self.lock: Any = session.lock  # (a threading.RLock: its type is not public)
+        self.fold: Fold = session.fold
+        self.cfg: RunConfig = session.cfg
+        self.arm_names: list[str] = session.arm_names
+        self.engine_errors: list[str] = session.engine_errors
+        self.finished: threading.Event = session.finished  # set once the run has ended
 
-    # what it may read (and the two counts it keeps)
-    @property
-    def lock(self) -> Any:  # (a threading.RLock: its type is not public)
-        return self.session.lock
-
-    @property
-    def fold(self) -> Fold:
-        return self.session.fold
-
-    @property
-    def cfg(self) -> RunConfig:
-        return self.session.cfg
-
-    @property
-    def arm_names(self) -> list[str]:
-        return self.session.arm_names
-
+    # what changes as it runs (and the count of segments it keeps)
     @property
     def t_start(self) -> int:
         return self.session.t_start
@@ -59,20 +50,11 @@ class Stage:
         self.session.segments_begun = n
 
     @property
-    def engine_errors(self) -> list[str]:
-        return self.session.engine_errors
-
-    @property
     def done(self) -> bool:
-        return self.session.finished.is_set()
-
-    @property
-    def finished(self) -> threading.Event:
-        """Set once the run has ended (what a wait elsewhere stops on)."""
-        return self.session.finished
+        return self.finished.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self.session.finished.wait(timeout)
+        return self.finished.wait(timeout)
 
     def ended(self) -> bool:
         """The final tick is folded: no fact comes after it."""
