@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokmon.engines import RESPONSE_READERS
-from tokmon.engines.base import SpecPath, TimingPath
+from tokmon.engines.base import SpecPath, TimingPath, dig
 from tokmon.gate import MAX_DEPTH, too_deep
 from tokmon.textsafe import might_hold_surrogates, valid
 
@@ -266,12 +266,6 @@ def _spec_and_timings(obj: dict[str, Any], info: ChunkInfo) -> None:
             _spec_at(obj, e.spec, e.source, info)
 
 
-def _dig(obj: Any, path: tuple[str, ...]) -> Any:
-    for k in path:
-        obj = obj.get(k) if isinstance(obj, dict) else None
-    return obj
-
-
 def _first(o: dict[str, Any], keys: tuple[str, ...]) -> Any:
     """The first of ``keys`` present (a 0 under the first name is a 0, not absent)."""
     return next((o[k] for k in keys if o.get(k) is not None), None)
@@ -280,7 +274,7 @@ def _first(o: dict[str, Any], keys: tuple[str, ...]) -> Any:
 def _timing(obj: dict[str, Any], tp: TimingPath, info: ChunkInfo) -> None:
     """A server's own timing of the request: a figure that cannot be one is flagged and
     gives no part of the split; a bad count of its tokens is flagged alone."""
-    o = _dig(obj, tp.at)
+    o = dig(obj, tp.at)
     if not isinstance(o, dict):
         return
     where = ".".join(tp.at) + "."
@@ -311,7 +305,7 @@ def _timing(obj: dict[str, Any], tp: TimingPath, info: ChunkInfo) -> None:
 
 
 def _spec_at(obj: dict[str, Any], sp: SpecPath, source: str, info: ChunkInfo) -> None:
-    o = _dig(obj, sp.at)
+    o = dig(obj, sp.at)
     if not isinstance(o, dict) or (sp.when and sp.when not in o):
         return
     info.spec = _spec(

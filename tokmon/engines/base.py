@@ -10,6 +10,17 @@ reader do, with these tables).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+
+def dig(obj: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` in an answer's nested objects, None where any step is not an
+    object (the one walk of the paths these tables give)."""
+    for k in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tokmon.engines import CONFIG_SOURCES, METRIC_MAPS
+from tokmon.engines.base import dig
 
 # The neutral configuration fields, in the order they are shown, with their labels.
 CONFIG_FIELDS: tuple[tuple[str, str], ...] = (
@@ -115,14 +116,6 @@ def _read(v: Any, kind: str) -> Any:
     return _text(v)
 
 
-def _dig(obj: Any, path: tuple[str, ...]) -> Any:
-    for k in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(k)
-    return obj
-
-
 def parse_config(answers: dict[str, Any]) -> tuple[str | None, str | None, dict[str, Any]]:
     """(engine, version, neutral fields) from the answers of one server, keyed by
     endpoint (``/props``, ``metrics:vllm:cache_config_info`` -> that gauge's labels...).
@@ -136,14 +129,14 @@ def parse_config(answers: dict[str, Any]) -> tuple[str | None, str | None, dict[
         if not isinstance(ans, dict) or not ans:
             continue
         if src.endpoint.startswith("/") and not any(
-            _dig(ans, f.path) is not None for f in src.fields
+            dig(ans, f.path) is not None for f in src.fields
         ):
             continue  # an endpoint of that name that is not this engine's
         engine = engine or src.engine
         if src.version and version is None:
-            version = _text(_dig(ans, src.version))
+            version = _text(dig(ans, src.version))
         for f in src.fields:
-            v = _read(_dig(ans, f.path), f.kind)
+            v = _read(dig(ans, f.path), f.kind)
             if v is not None and f.name not in out:
                 out[f.name] = v
     return engine, version, out
