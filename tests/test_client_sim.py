@@ -11,6 +11,8 @@ from tokmon.model.workload import LengthDist
 from tokmon.sim.faults import Faults
 from tokmon.sim.model import PROFILES
 
+LATE = "tokmon_sim:schedule_lateness_seconds"  # the simulator's own lateness, per chunk
+
 
 def run_engine(url, **kw):
     arms = kw.pop("arms", None) or (Arm("default", url=url, model="sim-27b"),)
@@ -35,9 +37,16 @@ def test_known_schedule_multi_token_chunks(make_sim):
     ttft = np.median([r.ttft_ms for r in recs])
     tpot = np.median([r.tpot_ms for r in recs])
     # Against the schedule: the simulator's own lateness is in it (its timers round up to
-    # the millisecond, and it shares this process's GIL): 1.2-1.6 ms on a quiet machine.
-    # tokmon's own error is checked against the server's writes further down this file.
-    assert abs(ttft - 120) < 5, ttft
+    # the millisecond, and it shares this process's GIL): 1.2-1.6 ms on a quiet machine,
+    # more on a loaded one (CI: a median of 125.6 ms), so the bound adds the simulator's
+    # own mean lateness of its first chunks, as it measured it. tokmon's own error is
+    # checked against the server's writes further down this file.
+    assert sim.sim is not None
+    late = {s.name: s.value for s in sim.sim.metrics.late.collect()[0].samples
+            if s.labels.get("chunk") == "first"}  # fmt: skip
+    late_ms = 1000.0 * late[f"{LATE}_sum"] / max(1.0, late[f"{LATE}_count"])
+    print(f"TTFT p50 {ttft:.2f} ms, the simulator late {late_ms:.2f} ms")
+    assert abs(ttft - 120) < 5 + late_ms, (ttft, late_ms)
     assert abs(tpot - 285 / 59) / (285 / 59) < 0.05, tpot
     assert all(r.output_tokens == 60 and r.chunks == 20 for r in recs)
     assert ticks["default"] == 24 * 60  # every token ticked exactly once
