@@ -82,7 +82,7 @@ def test_a_written_batch_is_read_by_arrow_and_equals_the_dict_path(tmp_path, mon
     batch = lines_of(tmp_path, ascii_records(2000, seed=5))
     fast = arrow_lines.read(b"\n".join(batch), len(batch), {})
     assert fast is not None, "a clean batch must take the columnar path"
-    slow = RequestTable.from_lines([reader_mod._loads(b) for b in batch], {})
+    slow = RequestTable.from_lines([reader_mod.load_line(b) for b in batch], {})
     for k in slow.cols:
         assert np.array_equal(fast.cols[k], slow.cols[k], equal_nan=True), k
     assert fast.gaps == slow.gaps and fast.gaps is not None  # (chunk gaps recorded)
@@ -176,7 +176,7 @@ def test_keys_are_learned_and_a_batch_with_a_new_key_is_read_again_whole(tmp_pat
     keys: set[str] = set()
     first = arrow_lines.read(b"\n".join(batch), len(batch), {}, keys)
     assert first is not None
-    held = {k for ln in batch for k in reader_mod._loads(ln)} - {"k"}
+    held = {k for ln in batch for k in reader_mod.load_line(ln)} - {"k"}
     assert keys == held  # (learned from the batch read with every key)
     # a later batch of the same keys is read with those only, and gives the same columns
     again = arrow_lines.read(b"\n".join(batch), len(batch), {}, keys)

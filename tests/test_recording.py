@@ -13,8 +13,7 @@ import pytest
 from helpers import PY, tokmon
 
 from tokmon.model.records import Event, RequestRecord
-from tokmon.recording import RecordingError
-from tokmon.recording import reader as reader_mod
+from tokmon.recording import RecordingError, jsonl
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -136,11 +135,11 @@ def test_truncation_at_every_byte_offset(tmp_path):
 def inflater(request, monkeypatch):
     """Each inflater the reader may use: ISA-L (the fast extra) and the standard zlib."""
     if request.param == "zlib":
-        monkeypatch.setattr(reader_mod, "_inflate", zlib)
-        monkeypatch.setattr(reader_mod, "_INFLATE_ERRORS", (zlib.error,))
+        monkeypatch.setattr(jsonl, "_inflate", zlib)
+        monkeypatch.setattr(jsonl, "_INFLATE_ERRORS", (zlib.error,))
     else:
         pytest.importorskip("isal")
-        assert reader_mod._inflate is not zlib
+        assert jsonl._inflate is not zlib
     return request.param
 
 

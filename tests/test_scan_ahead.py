@@ -51,9 +51,9 @@ def _items(path: str, ahead: bool) -> tuple[list[object], object]:
 
 @pytest.mark.parametrize("case", ["sessions", "rotated", "corrupt-gz"])
 def test_a_scan_ahead_gives_what_a_scan_in_one_thread_gives(tmp_path, monkeypatch, case):
-    import tokmon.recording.reader as reader
+    from tokmon.recording import jsonl
 
-    monkeypatch.setattr(reader, "BATCH", 37)  # many batches, facts between and inside them
+    monkeypatch.setattr(jsonl, "BATCH", 37)  # many batches, facts between and inside them
     path = str(tmp_path / ("run.jsonl.gz" if case == "corrupt-gz" else "run.jsonl"))
     if case == "rotated":
         _write(path, 1, rotate_s=1e-9)  # a new part at every tick
@@ -97,15 +97,15 @@ def test_a_chunk_of_one_is_handed_on_before_the_next_item_is_made():
 
 
 def test_line_bounds_are_the_lines_of_a_split_and_their_first_bytes():
-    """The lines found at once (``_line_bounds``) are those ``split`` finds, and those
+    """The lines found at once (``line_bounds``) are those ``split`` finds, and those
     that begin as a request line are those ``startswith`` finds, short lines included."""
-    from tokmon.recording.reader import _REQUEST, _line_bounds
+    from tokmon.recording.jsonl import _REQUEST, line_bounds
 
     rng = np.random.default_rng(4)
     words = [b"", b"{", b'{"k":"r"', _REQUEST, _REQUEST + b'"id":1}', b'{"k":"tick"}', b"\xff"]
     for _ in range(200):
         region = b"\n".join(words[i] for i in rng.integers(0, len(words), rng.integers(1, 12)))
-        starts, stops, req = _line_bounds(region)
+        starts, stops, req = line_bounds(region)
         lines = region.split(b"\n")
         got = [region[a:b] for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
         assert got == lines

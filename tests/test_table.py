@@ -79,7 +79,7 @@ def test_rows_come_back_as_the_exact_records():
 
 
 def test_recording_reads_back_exact_records_across_batches(tmp_path, monkeypatch):
-    import tokmon.recording.reader as recording
+    import tokmon.recording.jsonl as recording
 
     monkeypatch.setattr(recording, "BATCH", 64)  # many batches, new strings in later ones
     recs = varied(700, seed=2)
@@ -235,7 +235,7 @@ def test_a_long_line_wraps_on_words_at_the_terminal_width():
 def test_a_report_of_an_appended_file_counts_the_last_session_only(tmp_path, monkeypatch):
     """Requests of an earlier session still waiting to be counted (a report counts them
     a stretch at a time) do not leak into the session after it."""
-    import tokmon.recording.reader as recording
+    import tokmon.recording.jsonl as recording
     from tokmon.model.facts import Tick
     from tokmon.recording.play import stream_report
 

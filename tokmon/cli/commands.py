@@ -319,7 +319,7 @@ def _window(args: argparse.Namespace, path: str) -> Window | None:
     t_from, t_to = getattr(args, "t_from", None), getattr(args, "t_to", None)
     if t_from is None and t_to is None:
         return None
-    from tokmon.recording.reader import header_of
+    from tokmon.recording.jsonl import header_of
     from tokmon.recording.window import Window
 
     head = header_of(path) or {}
@@ -377,6 +377,8 @@ def _notes(rec: Any, path: str) -> None:
         say(f"tokmon report: note: {count(rec.corrupt, 'corrupt line')} skipped", err=True)
     for m in getattr(rec, "missing", ()):
         say(f"tokmon report: note: a part of this rotated run is missing: {m}", err=True)
+    for why in getattr(rec, "notes", ()):
+        say(f"tokmon report: note: companion ignored: {why}", err=True)
     if getattr(rec, "part", 0):
         say(f"tokmon report: note: {path} is part {rec.part} of a rotated run, read alone",
             err=True)  # fmt: skip
@@ -476,6 +478,32 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
     say(f"tokmon: wrote {args.output}", err=True)
     return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Columnar companions for a recording's parts (``recording.companion``): what the
+    recorder writes as each part closes, after the fact (an older recording, one cut by
+    a crash, a part too small for the recorder to index)."""
+    from tokmon.recording import RecordingError, companion
+    from tokmon.recording.jsonl import header_of
+    from tokmon.recording.parts import part_numbers, part_path
+
+    if not companion.available():
+        raise UsageError("companions need pyarrow: pip install 'tokmon-live[fast]'")
+    path = args.file
+    if header_of(path) is None:
+        raise RecordingError(f"{path} is not a tokmon recording (no header line)")
+    parts = [path, *(part_path(path, k) for k in sorted(part_numbers(path)))]
+    made = 0
+    for part in parts:
+        try:
+            out = companion.build(part)
+        except companion.NotIndexed as e:
+            say(f"tokmon index: {part}: not indexed: {e}", err=True)
+            continue
+        made += 1
+        say(f"tokmon index: wrote {out}", err=True)
+    return 0 if made else EXIT_FAILED
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -621,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "index":
+            return cmd_index(args)
         if args.command == "env":
             return cmd_env(args)
         if args.command == "view":

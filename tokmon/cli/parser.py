@@ -315,6 +315,18 @@ def build_parser() -> Parser:
         help="write to this file (default: stdout; Parquet needs one)",
     )
 
+    ix = sub.add_parser(
+        "index",
+        help="write a recording's columnar companions (a long recording's report in seconds)",
+        description="Beside each part of the recording, its requests as columns "
+        "(PART.cols.parquet), as the recorder writes them when a part of 100,000 requests "
+        "or more closes. A report or replay then reads the columns, not the JSON; the "
+        "JSON stays the source of truth (a companion that does not match its part is "
+        "ignored, and says so). Needs pyarrow.",
+        formatter_class=_fmt(),
+    )
+    ix.add_argument("file")
+
     sim = sub.add_parser(
         "sim",
         help="serve the built-in simulated OpenAI-compatible server",

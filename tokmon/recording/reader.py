@@ -3,13 +3,10 @@ in one line (the format: ``tokmon.recording``)."""
 
 from __future__ import annotations
 
+import functools
 import gc
-import json
 import math
-import os
-import stat
 import threading
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -18,45 +15,23 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.gate import loads
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
 from tokmon.model.table import RequestTable
-from tokmon.recording import SCHEMA_VERSION, RecordingError, Window, arrow_lines
+from tokmon.recording import SCHEMA_VERSION, RecordingError, Window, arrow_lines, companion, jsonl
+from tokmon.recording.jsonl import (
+    AHEAD,
+    MAX_ARMS,
+    MAX_T_NS,
+    PARSERS,
+    Lines,
+    line_bounds,
+    load_line,
+    rotation_of,
+)
+from tokmon.recording.jsonl import DecodeError as _DecodeError
 from tokmon.recording.parts import LATE_LINE_NS, part_numbers, part_path
 from tokmon.recording.prefetch import map_ahead, read_ahead
-from tokmon.textsafe import might_hold_surrogates
-
-try:  # orjson parses recordings about twice as fast; the standard library works too
-    import orjson
-
-    _fast: Any = orjson.loads
-    _DecodeError: Any = orjson.JSONDecodeError
-except ImportError:  # pragma: no cover
-    _fast = json.loads
-    _DecodeError = ValueError
-
-
-_inflate: Any = zlib
-_INFLATE_ERRORS: tuple[Any, ...] = (zlib.error,)
-try:  # (the fast extra) ISA-L inflates gzip twice as fast as zlib, with zlib's interface
-    from isal import isal_zlib  # type: ignore[import-not-found, unused-ignore]
-
-    _inflate, _INFLATE_ERRORS = isal_zlib, (zlib.error, isal_zlib.error)
-except ImportError:  # pragma: no cover — zlib inflates the same bytes
-    pass
-
-
-def _loads(line: bytes | str) -> Any:
-    """A line of a recording. orjson refuses a lone surrogate escape (valid JSON, which
-    an older tokmon wrote from a server's text): such a line is read by the standard
-    parser and made valid text (``textsafe.loads``), not skipped as corrupt."""
-    try:
-        return _fast(line)
-    except _DecodeError:
-        if not might_hold_surrogates(line):
-            raise
-        return loads(line)
 
 
 @dataclass
@@ -88,6 +63,8 @@ class Recording:
     # damaged): named, each as itself (``truncated`` says the run was)
     cut: list[str] = field(default_factory=list)
     window: Window | None = None  # read as a window of the run (``read_window``)
+    # the columnar companions found and not used, each with why (``recording.companion``)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def records(self) -> list[RequestRecord]:
@@ -116,132 +93,6 @@ class Recording:
         if self.events:
             ts.append(self.events[-1].t)
         return max(ts)
-
-
-CHUNK = 1 << 20
-# Bounds on what a file may make tokmon do: recordings are shared and may be crafted.
-MAX_LINE = 16 << 20  # a request line is ~300 bytes; a header with many prompts, some KiB
-MAX_RATIO = 200  # a gzip recording of JSON Lines inflates 5-15×: far more is a bomb
-MAX_T_NS = 366 * 86_400 * 10**9  # times in a recording: within a year of its start
-MAX_ARMS = 256
-
-
-class _Lines:
-    """The file's lines, read in 1 MiB pieces (never the whole file in memory), gzip or
-    not; a last line without its newline is reported as cut, and so is a gzip stream that
-    stops short (what decompressed up to there is kept)."""
-
-    def __init__(self, path: str, offset: int = 0) -> None:
-        try:
-            st = os.stat(path)
-            if not stat.S_ISREG(st.st_mode):
-                raise RecordingError(f"{path} is not a regular file, not a recording")
-            self.size = st.st_size
-            self.f = open(path, "rb")  # noqa: SIM115 — closed by __iter__
-            self.f.seek(offset)
-        except FileNotFoundError:
-            raise RecordingError(f"no such file: {path}") from None
-        except IsADirectoryError:
-            raise RecordingError(f"{path} is a directory, not a recording") from None
-        except OSError as e:
-            raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
-        self.cut = False
-        self.gzip = False
-        self.offset = offset  # end of the last complete line (plain files)
-
-    def _chunks(self) -> Iterator[bytes]:
-        first = self.f.read(CHUNK)
-        if first[:2] != b"\x1f\x8b" or self.offset:
-            while first:
-                yield first
-                first = self.f.read(CHUNK)
-            return
-        self.gzip = True
-        d = _inflate.decompressobj(31)
-        out = 0
-        raw = first
-        while raw:
-            data = raw
-            while data:  # at most CHUNK out of each call: a bomb never inflates at once
-                try:
-                    part = d.decompress(data, CHUNK)
-                except _INFLATE_ERRORS:
-                    self.cut = True
-                    return
-                out += len(part)
-                if out > (1 << 30) and out > MAX_RATIO * self.size:
-                    raise RecordingError(
-                        f"{self.f.name} inflates more than {MAX_RATIO}× its size: "
-                        "not a tokmon recording"
-                    )
-                yield part
-                data = d.unconsumed_tail
-            raw = self.f.read(CHUNK)
-        if not d.eof:
-            self.cut = True
-
-    def regions(self) -> Iterator[bytes]:
-        """The complete lines, a piece of the file at a time, each piece as the bytes of
-        its lines (newlines between them, not after the last); then ``tail`` holds a last
-        line cut short (b"" when there is none)."""
-        rest = b""
-        self.tail = b""
-        try:
-            for chunk in self._chunks():
-                buf = rest + chunk
-                cut = buf.rfind(b"\n")
-                rest = buf[cut + 1 :]
-                # an unfinished line may not grow past MAX_LINE (a line that ends within
-                # the next piece is then at most MAX_LINE + CHUNK long)
-                if len(rest) > MAX_LINE:
-                    raise RecordingError(
-                        f"{self.f.name} has a line longer than {MAX_LINE >> 20} MiB: "
-                        "not a tokmon recording"
-                    )
-                if cut >= 0:
-                    self.offset += cut + 1
-                    yield buf[:cut]
-        finally:
-            self.f.close()
-        if rest.strip():
-            self.tail = rest
-
-    def blocks(self) -> Iterator[list[bytes]]:
-        """The complete lines, a piece of the file at a time (``regions``, split)."""
-        for region in self.regions():
-            yield region.split(b"\n")
-
-    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
-        for lines in self.blocks():
-            for ln in lines:
-                yield ln, False
-        if self.tail:
-            yield self.tail, True
-
-
-BATCH = 50_000  # request lines turned into columns at a time
-AHEAD = 2  # batches of lines read ahead of their parsing (``scan(ahead=True)``), ~15 MB each
-PARSERS = 2  # threads that parse batches side by side (``scan(ahead=True)``)
-_REQUEST = b'{"k":"r",'  # how a request line begins (as the writer writes it)
-_REQ = np.frombuffer(_REQUEST, dtype=np.uint8)
-
-
-def _line_bounds(region: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where each line of ``region`` starts and stops, and which begin as a request line
-    does (``_REQUEST``): found for the whole region at once, not line by line."""
-    a = np.frombuffer(region, dtype=np.uint8)
-    nl = np.flatnonzero(a == 10)
-    starts = np.empty(nl.size + 1, dtype=np.int64)
-    starts[0] = 0
-    starts[1:] = nl + 1
-    stops = np.empty_like(starts)
-    stops[:-1] = nl
-    stops[-1] = a.size
-    req = (stops - starts) >= _REQ.size
-    if a.size:
-        at = np.minimum(starts[:, None] + np.arange(_REQ.size), a.size - 1)
-        req &= (a[at] == _REQ).all(axis=1)
-    return starts, stops, req
 
 
 @contextmanager
@@ -375,23 +226,6 @@ def _part_at(path: str, t: int) -> int:
     return best
 
 
-def header_of(path: str) -> dict[str, Any] | None:
-    """A recording's header line (None where it cannot be read as one)."""
-    head = _first_line(path)
-    return head if head is not None and head.get("k") == "header" else None
-
-
-def _first_line(path: str) -> dict[str, Any] | None:
-    """A file's first line as JSON (None where it cannot be read as such)."""
-    try:
-        for line, cut in _Lines(path):
-            obj = _loads(line) if not cut else None
-            return obj if isinstance(obj, dict) else None
-    except (RecordingError, ValueError, UnicodeDecodeError, _DecodeError):
-        return None
-    return None
-
-
 class _Foreign(Exception):
     """A file named as a later part that is not that part of this run: another run's,
     or a copy of another part (its header says which part it is and of which run)."""
@@ -416,6 +250,7 @@ class _Scan:
         # ``parsed`` (``scan(ahead=True)``: in another thread); the tallies both make,
         # under the lock
         self._lock = threading.Lock()
+        self.notes: list[str] = []  # companions ignored, each with why
 
     def run(self, start_ns: int) -> Iterator[Item | _Batch]:
         cont, path = self.cont, self.path
@@ -429,6 +264,7 @@ class _Scan:
                 yield from self.file(part_path, 0, k)
         if rec.t_end is None:
             rec.truncated = True
+        rec.notes.extend(self.notes)
 
     def parsed(self, items: Iterator[Item | _Batch]) -> Iterator[Item]:
         """``items`` with each batch of request lines parsed, in its place."""
@@ -478,8 +314,16 @@ class _Scan:
 
     # ------------------------------------------------------------------ one file
     def file(self, path: str, offset: int, number: int = 0) -> Iterator[Item | _Batch]:
-        """The facts of one file: the recording, or part ``number`` of a rotated run."""
-        lines = _Lines(path, offset)
+        """The facts of one file: the recording, or part ``number`` of a rotated run
+        (from its columnar companion where it has a good one: ``_indexed``)."""
+        if offset == 0 and self.cont is None:
+            comp, why = companion.load(path)
+            if why is not None:
+                self.notes.append(why)
+            if comp is not None:
+                yield from self._indexed(comp, path, number)
+                return
+        lines = Lines(path, offset)
         # request lines not yet parsed: runs of whole lines as they lie in the file, and
         # how many lines they hold
         batch: list[bytes] = []
@@ -488,7 +332,7 @@ class _Scan:
         first = True  # (a part's first line: its header)
         n_lines = 0
         for region in lines.regions():
-            starts, stops, req = _line_bounds(region)
+            starts, stops, req = line_bounds(region)
             n = starts.size
             n_lines += n
             # most lines are requests, parsed a batch at a time: a run of them is taken at
@@ -500,11 +344,11 @@ class _Scan:
             j = 0
             while j < n:
                 if self.rec is not None and not first and j < others[nxt]:
-                    end = min(others[nxt], j + BATCH - nb)
+                    end = min(others[nxt], j + jsonl.BATCH - nb)
                     batch.append(region[int(starts[j]) : int(stops[end - 1])])
                     nb += end - j
                     j = end
-                    if nb >= BATCH:
+                    if nb >= jsonl.BATCH:
                         yield self._batch(batch, nb, held)
                         batch, nb, held = [], 0, []
                     continue
@@ -513,7 +357,7 @@ class _Scan:
                     nxt += 1
                 j += 1
                 try:
-                    obj = _loads(line)
+                    obj = load_line(line)
                     if not isinstance(obj, dict):
                         raise ValueError
                 except (ValueError, UnicodeDecodeError, _DecodeError):
@@ -572,6 +416,67 @@ class _Scan:
             rec.truncated = True
             if self.part:  # (a rotated run: which part was cut, by its own name)
                 rec.cut.append(path)
+
+    def _indexed(
+        self, comp: companion.Companion, path: str, number: int
+    ) -> Iterator[Item | _Batch]:
+        """The items of one file as its JSON gives them (``file``), from its companion:
+        its other lines read as there, its requests in the same batches (a batch every
+        ``BATCH`` request lines, a fact in the batch whose lines it follows), each
+        batch's columns read from the companion where the JSON's are parsed."""
+        try:
+            head = load_line(comp.others[0])
+        except (ValueError, UnicodeDecodeError, _DecodeError):
+            head = None
+        if not isinstance(head, dict):
+            raise RecordingError(f"{comp.path}: damaged (its header); delete it to read the JSON")
+        try:
+            item = self._header(head, path, number)
+        except _Foreign as e:
+            assert self.rec is not None
+            self.rec.missing.append(f"{path} ({e})")
+            return
+        if item is not None:
+            yield item
+            if self.from_part > 1 and self.part == 1:
+                return  # (a window from a later part: the first gives its header)
+        rec = self.rec
+        assert rec is not None
+        rows = comp.ident.rows
+        lo = group = 0
+        held: list[tuple[int, Fact]] = []
+        for line, at in zip(comp.others[1:], comp.before[1:].tolist(), strict=True):
+            while at >= lo + jsonl.BATCH:
+                yield self._indexed_batch(comp, group, jsonl.BATCH, held)
+                group, lo, held = group + 1, lo + jsonl.BATCH, []
+            try:  # (a companion is a file from outside too: its lines are checked as the JSON's)
+                obj = load_line(line)
+            except (ValueError, UnicodeDecodeError, _DecodeError):
+                obj = None
+            if not isinstance(obj, dict):
+                self._corrupt(rec, 1)
+                continue
+            if obj.get("carried") and self.part > max(1, self.from_part):
+                continue
+            fact = self._fact(obj, obj.get("k"))
+            if fact is not None:
+                held.append((at - lo, fact))
+                t = getattr(fact, "t", None)
+                if isinstance(t, int):
+                    self._seen(rec, t)
+        while lo + jsonl.BATCH <= rows:
+            yield self._indexed_batch(comp, group, jsonl.BATCH, held)
+            group, lo, held = group + 1, lo + jsonl.BATCH, []
+        yield self._indexed_batch(comp, group, rows - lo, held)
+        rec.lines += comp.ident.lines
+        rec.offset = None if comp.ident.gzip or self.part > 1 else comp.ident.size
+
+    def _indexed_batch(
+        self, comp: companion.Companion, group: int, n: int, held: list[tuple[int, Fact]]
+    ) -> _Batch:
+        assert self.rec is not None
+        pre = functools.partial(comp.batch, group) if n else None
+        return _Batch(b"", n, held, self.rec, self.vocab, self.keys, pre)
 
     def _header(self, obj: dict[str, Any], path: str, k: int = 0) -> Session | None:
         """A file's first line: the run's header, or the header of part ``k`` (raises
@@ -705,6 +610,8 @@ def _is_batch(x: object) -> bool:
 def _pre_parsed(b: Item | _Batch) -> Item | _Batch:
     """A batch with Arrow's parse of it, which needs no vocabulary (any thread)."""
     assert isinstance(b, _Batch)
+    if callable(b.pre):  # (a companion's columns, read here too: ``_indexed``)
+        return replace(b, pre=b.pre())
     return replace(b, pre=arrow_lines.parse(b.lines, b.n, threads=False, keys=b.keys))
 
 
@@ -768,11 +675,13 @@ def _columns(
         return np.zeros(0, dtype=bool)
     if pre is _UNTRIED:
         pre = arrow_lines.parse(lines, n, keys=keys)
+    elif callable(pre):  # (a companion's columns: ``_indexed``)
+        pre = pre()
     if isinstance(pre, arrow_lines.Parsed):
         return _append(arrow_lines.numbered(pre, vocab), parts)
     batch = lines.split(b"\n")
     try:
-        dicts = list(map(_loads, batch))
+        dicts = list(map(load_line, batch))
         return _append(RequestTable.from_lines(dicts, vocab), parts)
     except (KeyError, TypeError, ValueError, OverflowError, UnicodeDecodeError, _DecodeError):
         pass
@@ -780,7 +689,7 @@ def _columns(
     parsed = np.zeros(len(batch), dtype=bool)
     for i, line in enumerate(batch):
         try:
-            d = _loads(line)
+            d = load_line(line)
             RequestTable.from_lines([d], {})
             good.append(d)
             parsed[i] = True
@@ -876,13 +785,6 @@ def _t(v: Any) -> int:
     return t
 
 
-def rotation_of(path: str) -> dict[str, Any] | None:
-    """A file's ``rotation`` (its part of a rotated run), from its first line."""
-    head = _first_line(path)
-    rot = head.get("rotation") if head is not None else None
-    return rot if isinstance(rot, dict) else None
-
-
 def _from_ns(path: str) -> int | None:
     """When the part ``path`` began (its ``rotation.from_ns``), where it says so."""
     t0 = (rotation_of(path) or {}).get("from_ns")
@@ -908,11 +810,11 @@ def last_time(path: str) -> int | None:
     # (a part with no tick yet: the run went at least to its start)
     t = _from_ns(last) if last != path else None
     try:
-        for line, cut in _Lines(last):
+        for line, cut in Lines(last):
             if cut or not line.startswith(b'{"k":"tick"'):
                 continue
             try:
-                obj = _loads(line)
+                obj = load_line(line)
             except (ValueError, UnicodeDecodeError, _DecodeError):
                 continue
             v = obj.get("t") if isinstance(obj, dict) else None

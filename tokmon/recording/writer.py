@@ -15,7 +15,7 @@ from typing import IO, Any
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.records import Event, RequestRecord, SentPrompt
 from tokmon.model.table import record_to_line
-from tokmon.recording import SCHEMA_VERSION, RecordingError
+from tokmon.recording import SCHEMA_VERSION, RecordingError, companion
 from tokmon.recording.parts import CARRIED, part_path
 from tokmon.stamps import stamp_sources
 from tokmon.textsafe import dumps, open_private
@@ -107,11 +107,17 @@ class Recorder:
         self.on_error: Any = None  # called with a message at a failure and a recovery
         self._paused_at = 0
         self.mode = "ab"  # how ``open`` opens the file: "wb" replaces it (--overwrite)
+        # a finished part of this many requests or more gets its columnar companion, made
+        # by a process of its own (``recording.companion``; 0: never)
+        self.index_from = companion.MIN_REQUESTS
+        self._part_requests = 0
+        self.indexers: list[Any] = []  # the processes writing companions
 
     def open(self, header: dict[str, Any], t0: int) -> None:
         """Create the file and write the header. ``self.mode`` "wb" replaces a file, "ab"
         adds a session to it (the reader reports the last session of a file)."""
         self.t0 = t0
+        _drop_companion(self.path)  # (the file is written again: its columns are stale)
         try:
             # ("wb": --overwrite, the user's word that the file may go)
             self._raw = open_private(self.path, append=self.mode == "ab", replace_any=True)
@@ -153,6 +159,7 @@ class Recorder:
         if self._pending:
             return  # (a write is failing: the data held belongs to this part; next tick)
         nxt = part_path(self.path, self.part + 1)
+        _drop_companion(nxt)
         try:
             raw = open_private(nxt, append=False, replace_any=True)
         except OSError as e:
@@ -179,6 +186,7 @@ class Recorder:
                 pass
             self._raw = raw
             self._gz = zlib.compressobj(6, zlib.DEFLATED, 31) if gz is not None else None
+            self._index(part_path(self.path, self.part))
             self.part += 1
             self._part_t0 = t
             self._part_bytes = 0
@@ -266,6 +274,7 @@ class Recorder:
         for d in lines:
             self._write(d)
         self.requests += len(lines)
+        self._part_requests += len(lines)
         if self.rotating and lines:
             ts = [d["ts"] for d in lines if isinstance(d.get("ts"), int)]
             self._sent_max = max([self._sent_max, *ts])
@@ -348,3 +357,20 @@ class Recorder:
                     pass
                 self._raw = None
                 self._gz = None
+                self._index(part_path(self.path, self.part))
+
+    def _index(self, path: str) -> None:
+        """A part is finished (lock held): its companion is made off this process, where
+        it is long enough to be worth one."""
+        n, self._part_requests = self._part_requests, 0
+        if self.index_from and n >= self.index_from and not self.lost_lines:
+            proc = companion.spawn(path)
+            if proc is not None:
+                self.indexers.append(proc)
+
+
+def _drop_companion(path: str) -> None:
+    try:
+        os.unlink(companion.companion_path(path))
+    except OSError:
+        pass

@@ -165,15 +165,19 @@ def arms_table(summary: dict[str, Any]) -> str:
 
 def verdict_html(summary: dict[str, Any], go: Any, include_js: bool) -> tuple[str, bool]:
     """The verdict section; returns it and whether it carried plotly.js."""
-    c = summary.get("comparison")
+    comp = summary.get("comparison")
+    # (two arms: one comparison; three or more: each arm against the first, a list)
+    pairs = [c for c in (comp if isinstance(comp, list) else [comp]) if isinstance(c, dict)]
     parts = ["<section id='verdict'>"]
     used_js = False
-    if c:
-        parts.append(f"<h2>Verdict</h2><p class='verdict'>{verdict_sentence(c)}</p>")
+    if pairs:
+        parts.append("<h2>Verdict</h2>")
+    for c in pairs:
+        parts.append(f"<p class='verdict'>{verdict_sentence(c)}</p>")
         fig = forest(c, go)
         if fig is not None:
-            parts.append(fig.to_html(include_plotlyjs=include_js, full_html=False))
-            used_js = include_js
+            parts.append(fig.to_html(include_plotlyjs=include_js and not used_js, full_html=False))
+            used_js = used_js or include_js
         more = other_ratios(c)
         if more:
             parts.append(f"<p>{more}</p>")

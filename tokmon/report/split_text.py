@@ -223,17 +223,23 @@ def split_lines(summary: dict[str, Any], width: int = 72) -> list[str]:
         if kinds:
             out.append(f"  by task kind (whole run p50, {clean_text(str(name), False)[:12]}):")
             out += [kind_line(k, v) for k, v in kinds]
-    cmp = summary.get("comparison") or {}
-    dec = (cmp.get("decode_tokens_per_s") or {}).get("ratio")
-    why_kind = by_kind_causes(cmp, width)
-    # over a mix of kinds the pooled medians are not the speed-up's causes (a median of
-    # tokens per step over code and free text is neither): the causes per kind instead
-    out += why_kind or wrap(causes_parts(cmp.get("causes"), _f(dec)), "", width, " ")
+    # (two arms: one comparison; three or more: each arm against the first, a list)
+    cmps = summary.get("comparison") or {}
+    many = isinstance(cmps, list)
+    for cmp in cmps if many else [cmps]:
+        if not isinstance(cmp, dict):
+            continue
+        dec = (cmp.get("decode_tokens_per_s") or {}).get("ratio")
+        why_kind = by_kind_causes(cmp, width, pair=many)
+        # over a mix of kinds the pooled medians are not the speed-up's causes (a median
+        # of tokens per step over code and free text is neither): the causes per kind
+        out += why_kind or wrap(causes_parts(cmp.get("causes"), _f(dec)), "", width, " ")
     return [x for x in out if x]
 
 
-def by_kind_causes(cmp: dict[str, Any], width: int) -> list[str]:
-    """The speed-up's causes per task kind, each with its own measured ratio."""
+def by_kind_causes(cmp: dict[str, Any], width: int, pair: bool = False) -> list[str]:
+    """The speed-up's causes per task kind, each with its own measured ratio (``pair``:
+    of which arm against which, where the run compared several)."""
     out: list[str] = []
     for v in (cmp.get("by_kind") or {}).values():
         if not isinstance(v, dict) or not v.get("causes"):
@@ -241,5 +247,9 @@ def by_kind_causes(cmp: dict[str, Any], width: int) -> list[str]:
         dec = (v.get("decode_tokens_per_s") or {}).get("ratio")
         out += wrap(causes_parts(v["causes"], _f(dec)), "  ", width, " ")
     if out:
-        out.insert(0, "  the decode speed-up's causes by task kind (whole run):")
+        who = ""
+        if pair:
+            other = clean_text(str(cmp.get("other")), False)[:12]
+            who = f" of {other}/{clean_text(str(cmp.get('baseline')), False)[:12]}"
+        out.insert(0, f"  the decode speed-up's causes{who} by task kind (whole run):")
     return out
