@@ -226,6 +226,69 @@ src.close()
 """
 
 
+def _paths(mode: str) -> list[tuple[str, bool]]:
+    """The report's paths timed: (label, with companions)."""
+    if mode == "both":
+        return [(" · JSON", False), (" · columns", True)]
+    return [("", mode == "on")]
+
+
+class _companions_aside:
+    """The companions moved out of the reader's way for a while (``away``: else kept)."""
+
+    def __init__(self, path: str, away: bool) -> None:
+        from tokmon.recording.companion import companion_path
+        from tokmon.recording.parts import part_numbers, part_path
+
+        parts = [path, *(part_path(path, k) for k in sorted(part_numbers(path)))]
+        self.found = [c for c in map(companion_path, parts) if os.path.exists(c)] if away else []
+
+    def __enter__(self) -> None:
+        for c in self.found:
+            os.rename(c, c + ".aside")
+
+    def __exit__(self, *exc: object) -> None:
+        for c in self.found:
+            os.rename(c + ".aside", c)
+
+
+def companions(path: str, mode: str) -> str:
+    """Write the parts' companions (``tokmon index``) where the run reads them, timed:
+    its wall and CPU time (the recorder pays the CPU as each part closes, in a process of
+    its own), and their size against the parts', and against a part recompressed as the
+    recorder writes it (gzip level 6; this generator writes level 1)."""
+    if mode == "off":
+        return ""
+    import resource
+
+    from tokmon.recording.companion import companion_path
+    from tokmon.recording.parts import part_numbers, part_path
+
+    parts = [path, *(part_path(path, k) for k in sorted(part_numbers(path)))]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tokmon", "index", path], check=True,
+                   capture_output=True)  # fmt: skip
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cols = sum(os.path.getsize(companion_path(p)) for p in parts)
+    jsonl = sum(os.path.getsize(p) for p in parts)
+    import gzip
+
+    with gzip.open(parts[0], "rb") as f:
+        body = f.read()
+    level6 = len(zlib.compress(body, 6)) / os.path.getsize(parts[0]) * jsonl
+    hours = max(len(parts), 1)
+    return (
+        f"companions: {len(parts)} written by `tokmon index` in {wall:.1f} s wall, "
+        f"{cpu:.1f} CPU-s ({cpu / hours:.1f} CPU-s a part: "
+        f"{100 * cpu / hours / 3600:.2f}% of a core for an hour's part); "
+        f"{cols / 2**20:.0f} MiB = {100 * cols / jsonl:.0f}% of the parts as written here "
+        f"(gzip 1), {100 * cols / level6:.0f}% of them at the recorder's gzip 6"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hours", type=float, default=24.0)
@@ -253,6 +316,13 @@ def main() -> None:
         help="also time a replay of the whole run: its first frame, a seek to TIME (18h) "
         "and a minute on from there",
     )
+    ap.add_argument(
+        "--companions",
+        choices=["off", "on", "both"],
+        default="off",
+        help="report without the parts' columnar companions (off), with them (on: "
+        "written first by `tokmon index`, timed), or both, side by side",
+    )
     a = ap.parse_args()
     from tokmon.model.workload import parse_duration
 
@@ -279,10 +349,13 @@ def main() -> None:
     n = int(a.hours * 3600 * a.rate)
     name = os.path.basename(path) + (f" ({a.rotate} parts)" if rotate_s else "")
     rows = [["recording", "requests", "size", "time", "peak memory"]]
+    index_note = companions(path, a.companions)
     if not a.window_only:
-        whole = timed("-")
-        rows.append([name, f"{n:,}", f"{size / 2**20:.0f} MiB", f"{whole[0]} s",
-                     f"{whole[1]} MiB"])  # fmt: skip
+        for label, on in _paths(a.companions):
+            with _companions_aside(path, not on):
+                whole = timed("-")
+            rows.append([name + label, f"{n:,}", f"{size / 2**20:.0f} MiB", f"{whole[0]} s",
+                         f"{whole[1]} MiB"])  # fmt: skip
     if a.window:
         lo, hi = (parse_duration(x) for x in a.window.split("-"))
         part = timed(f"{lo}:{hi}")
@@ -302,6 +375,8 @@ def main() -> None:
         rows.append(["  replay: then a minute on", "", "", f"{r[2]} s", ""])
     print(f"a {a.hours:g}-hour recording at {a.rate} req/s · {machine()}")
     print(table(rows))
+    if index_note:
+        print(index_note)
     print(
         "target: report ≤ 60 s and ≤ 1 GB; replay first frame ≤ 5 s and a seek to hour 18 "
         "≤ 2 s (24 h at 200 req/s)"

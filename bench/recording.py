@@ -169,6 +169,16 @@ def main() -> None:
             if float(rep2[1]) < float(rep[1]):
                 rep = rep2
             rpl = run(REPLAY, path)
+            # the same with its columnar companion (``tokmon index``): the lines not parsed
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "tokmon", "index", path], check=True,
+                           capture_output=True)  # fmt: skip
+            t_index = time.perf_counter() - t
+            col = min((run(REPORT, path) for _ in range(2)), key=lambda r: float(r[1]))
+            col_rpl = run(REPLAY, path)
+            from tokmon.recording.companion import companion_path
+
+            csize = os.path.getsize(companion_path(path))
             print()
             print(f"a {a.big:,}-request recording ({size / 2**20:.0f} MiB):")
             print(
@@ -179,6 +189,16 @@ def main() -> None:
                         ["report (text: drift, change points, jitter…)", rep[1], f"{rep[2]} MiB"],
                         ["replay: first frame", rpl[0], ""],
                         ["replay: then jump to the end", rpl[1], f"{rpl[2]} MiB"],
+                        [
+                            f"with its companion ({csize / 2**20:.0f} MiB, written in "
+                            f"{t_index:.1f} s):",
+                            "",
+                            "",
+                        ],
+                        ["  report --format json", col[0], ""],
+                        ["  report (text)", col[1], f"{col[2]} MiB"],
+                        ["  replay: first frame", col_rpl[0], ""],
+                        ["  replay: then jump to the end", col_rpl[1], f"{col_rpl[2]} MiB"],
                     ]
                 )
             )

@@ -231,3 +231,46 @@ def test_a_run_of_three_arms_reports_every_pair_in_every_format(tmp_path):
     assert "spec / plain" in html and "third / plain" in html
     text = render_file(path, "text")[0]
     assert "spec vs plain" in text and "third vs plain" in text
+
+
+def test_a_crafted_companion_is_bounded_and_any_damage_is_one_line(tmp_path, capsys):
+    """A companion is a file from outside: one whose lines inflate past what its part
+    could hold is ignored; bytes flipped anywhere in one give the JSON's report (the
+    companion named and ignored) or one line that says to delete it, never a
+    traceback."""
+    import random
+
+    import orjson
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "run.jsonl.gz")
+    _write(path)
+    text, _ = _report_cli(path, capsys)
+    companion.build(path)
+    cpath = companion.companion_path(path)
+    with open(cpath, "rb") as f:
+        good = f.read()
+    # a bomb: the other lines packed from 64 MiB of zeros (the part is a few KiB)
+    f = pq.ParquetFile(cpath)
+    meta = orjson.loads(f.schema_arrow.metadata[companion.KEY])
+    meta["others"] = companion._pack(b"\0" * (64 << 20))
+    table = f.read().replace_schema_metadata({companion.KEY: orjson.dumps(meta)})
+    pq.write_table(table, cpath)
+    out, err = _report_cli(path, capsys)
+    assert out == text and "past their bound" in err
+    rng = random.Random(7)
+    for _ in range(40):
+        bad = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        with open(cpath, "wb") as fh:
+            fh.write(bytes(bad))
+        code = main(["report", path])
+        got = capsys.readouterr()
+        lines = [ln for ln in got.err.splitlines() if "internal error" in ln or "Traceback" in ln]
+        assert not lines, got.err
+        if code == 0:
+            assert got.out == text
+        else:
+            errs = got.err.strip().splitlines()
+            assert len(errs) == 1 and "delete it" in errs[0], got.err

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokmon.model.stats import pct
+from tokmon.model.stats import median, pct
 from tokmon.model.table import distinct
 
 K = 0.5  # half the shift (in noise units) the detector is tuned for
@@ -63,7 +63,7 @@ def noise(x: np.ndarray) -> float:
     noise level read off ten seconds is itself uncertain)."""
     if x.size < 2:
         return 0.0
-    mad = float(np.median(np.abs(x - np.median(x)))) * 1.4826
+    mad = median(np.abs(x - median(x))) * 1.4826
     return mad * (1.0 + 2.0 / np.sqrt(x.size))
 
 
@@ -75,8 +75,8 @@ def persistence(x: np.ndarray) -> float:
     20 s is 0.34 in the median, off ten minutes 0.72; on a busier host 0.57 and 0.87)."""
     if x.size < 4:
         return 0.0
-    total = float(np.median(np.abs(x - np.median(x))))
-    fast = float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
+    total = median(np.abs(x - median(x)))
+    fast = median(np.abs(np.diff(x))) / math.sqrt(2)
     if total <= 0:
         return 0.0
     rho = max(0.0, 1.0 - (fast / total) ** 2)
@@ -105,7 +105,7 @@ def long_run_noise(x: np.ndarray) -> float:
         if nb < MIN_BLOCKS:
             break
         m = x[x.size - nb * b :].reshape(nb, b).mean(axis=1)
-        mad = float(np.median(np.abs(m - np.median(m)))) * 1.4826
+        mad = median(np.abs(m - median(m))) * 1.4826
         sd = max(sd, mad * math.sqrt(b))
     return sd
 
@@ -143,7 +143,7 @@ class StepDetector:
             return None
         if self._level is None:
             r = np.fromiter(self.ref, dtype=np.float64, count=len(self.ref))
-            med = float(np.median(r))
+            med = median(r)
             # (after a step the reference is short: the noise it had before still holds,
             # a relative noise does not change with the level)
             self._level = (med, max(long_run_noise(r), self.floor, 0.8 * self._sd_before))

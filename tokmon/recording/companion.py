@@ -207,6 +207,8 @@ def build(path: str) -> str:
                 f,
                 schema,
                 compression="zstd",
+                # (a flipped bit in a page is found, not read as a figure)
+                write_page_checksum=True,
                 use_dictionary=codec.dictionary(),
                 column_encoding=codec.encodings(),
             ) as w,
@@ -375,10 +377,19 @@ def _pack(b: bytes) -> str:
     return base64.b64encode(zlib.compress(b, 6)).decode("ascii")
 
 
-def _unpack(s: Any) -> bytes:
+class _TooBig(ValueError):
+    """A companion's packed bytes inflate past what its part could hold."""
+
+
+def _unpack(s: Any, limit: int) -> bytes:
+    """Packed bytes, inflated to at most ``limit`` (a crafted companion is no bomb)."""
     if not isinstance(s, str):
         raise ValueError("not packed")
-    return zlib.decompress(base64.b64decode(s, validate=True))
+    d = zlib.decompressobj()
+    out = d.decompress(base64.b64decode(s, validate=True), limit)
+    if d.unconsumed_tail or not d.eof:
+        raise _TooBig("its lines inflate past their bound")
+    return out
 
 
 def _remove(path: str) -> None:
@@ -404,7 +415,18 @@ class Companion:
     lock: threading.Lock
 
     def batch(self, i: int) -> arrow_lines.Parsed:
-        """Row group ``i``: as Arrow's parse of those request lines would be."""
+        """Row group ``i``: as Arrow's parse of those request lines would be. A group
+        that cannot be read ends the read in one line (what came before was handed on:
+        the companion was good enough to start from, and is not any more)."""
+        try:
+            return self._batch(i)
+        except (pa.ArrowException, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            raise RecordingError(
+                f"{self.path}: damaged ({type(e).__name__}); delete it, or write it again "
+                "with `tokmon index`"
+            ) from None
+
+    def _batch(self, i: int) -> arrow_lines.Parsed:
         with self.lock:  # (one ParquetFile is not read by two threads at once)
             tb = self.file.read_row_group(i)
         codec = self.codec
@@ -462,7 +484,25 @@ def load(path: str) -> tuple[Companion | None, str | None]:
     if pa is None or not os.path.exists(cpath):
         return None, None
     try:
-        f = pq.ParquetFile(cpath)
+        # A companion is a file from outside too: what it may make tokmon read and hold
+        # is bounded by its part (a legitimate one is a third of it; its inflated lines
+        # and columns no more than the part's lines inflate to: ``jsonl.MAX_RATIO``)
+        part_size = os.stat(path).st_size
+        if os.stat(cpath).st_size > 4 * part_size + (1 << 20):
+            return None, f"{cpath}: damaged (larger than its part could make); the JSON is read"
+        bound = jsonl.MAX_RATIO * part_size + (1 << 20)
+        f = pq.ParquetFile(cpath, page_checksum_verification=True)
+        md = f.metadata
+        held = sum(
+            md.row_group(i).column(j).total_uncompressed_size
+            for i in range(md.num_row_groups)
+            for j in range(md.num_columns)
+        )
+        if held > bound + md.num_rows * 8 * len(COLUMNS):
+            return (
+                None,
+                f"{cpath}: damaged (its columns inflate past their bound); the JSON is read",
+            )
         raw = (f.schema_arrow.metadata or {}).get(KEY)
         meta = orjson.loads(raw) if raw is not None else None
         if not isinstance(meta, dict):
@@ -478,8 +518,8 @@ def load(path: str) -> tuple[Companion | None, str | None]:
             return None, f"{cpath}: of another run or part; the JSON is read"
         if fingerprint(path)[1] != ident.sha256:
             return None, f"{cpath}: its part's digest differs; the JSON is read"
-        others = _unpack(meta["others"]).split(b"\n")
-        before = np.frombuffer(_unpack(meta["before"]), np.int64)
+        others = _unpack(meta["others"], bound).split(b"\n")
+        before = np.frombuffer(_unpack(meta["before"], 8 * (ident.lines + 1)), np.int64)
         vocab = meta["vocab"]
         groups = [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)]
         codec = _Codec.of(meta.get("codec"))
@@ -506,7 +546,7 @@ def load(path: str) -> tuple[Companion | None, str | None]:
         orjson.JSONDecodeError,
         pa.ArrowException,
     ) as e:
-        why = getattr(e, "strerror", None) or "cannot be read"
+        why = str(e) if isinstance(e, _TooBig) else getattr(e, "strerror", None) or "cannot be read"
         return None, f"{cpath}: damaged ({why}); the JSON is read"
 
 
