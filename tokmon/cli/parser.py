@@ -114,6 +114,19 @@ def build_parser() -> Parser:
     top.run_parser = run
     add_run_options(run)
 
+    _demo(sub)
+    _replay(sub)
+    _report(sub)
+    _view(sub)
+    _env(sub)
+    _export(sub)
+    _index(sub)
+    _sim(sub)
+    return top
+
+
+def _demo(sub: Any) -> None:
+    """``tokmon demo``."""
     demo = sub.add_parser(
         "demo",
         help="run tokmon against its built-in simulator (no GPU needed)",
@@ -160,6 +173,9 @@ def build_parser() -> Parser:
     demo.add_argument("--status-interval", default="5s", help="headless status line period")
     add_display_options(demo)
 
+
+def _replay(sub: Any) -> None:
+    """``tokmon replay``."""
     rp = sub.add_parser(
         "replay",
         help="replay a recording in the dashboard",
@@ -187,6 +203,9 @@ def build_parser() -> Parser:
     rp.add_argument("--to", dest="t_to", default=None, metavar="TIME", help="replay up to TIME")
     add_display_options(rp)
 
+
+def _report(sub: Any) -> None:
+    """``tokmon report``."""
     rep = sub.add_parser(
         "report",
         help="turn a recording into a report",
@@ -248,6 +267,9 @@ def build_parser() -> Parser:
         help="with --compare: arm A of this recording against arm B of OTHER (repeatable)",
     )
 
+
+def _view(sub: Any) -> None:
+    """``tokmon view``."""
     view = sub.add_parser(
         "view",
         help="attach to a running tokmon: its dashboard here (q detaches)",
@@ -258,6 +280,9 @@ def build_parser() -> Parser:
     view.add_argument("--attach", required=True, metavar="SOCKET", help="the run's view socket")
     add_display_options(view)
 
+
+def _env(sub: Any) -> None:
+    """``tokmon env``."""
     env = sub.add_parser(
         "env",
         help="what a server runs on, the way to it and what it allows (no load)",
@@ -296,6 +321,9 @@ def build_parser() -> Parser:
         help="tiny GETs timed on one connection",
     )
 
+
+def _export(sub: Any) -> None:
+    """``tokmon export``."""
     ex = sub.add_parser(
         "export",
         help="per-request data of a recording as CSV or Parquet",
@@ -315,9 +343,12 @@ def build_parser() -> Parser:
         help="write to this file (default: stdout; Parquet needs one)",
     )
 
+
+def _index(sub: Any) -> None:
+    """``tokmon index``."""
     ix = sub.add_parser(
         "index",
-        help="write a recording's columnar companions (a long recording's report in seconds)",
+        help="write a recording's columnar companions (read instead of its JSON lines)",
         description="Beside each part of the recording, its requests as columns "
         "(PART.cols.parquet), as the recorder writes them when a part of 100,000 requests "
         "or more closes. A report or replay then reads the columns, not the JSON; the "
@@ -327,6 +358,9 @@ def build_parser() -> Parser:
     )
     ix.add_argument("file")
 
+
+def _sim(sub: Any) -> None:
+    """``tokmon sim``."""
     sim = sub.add_parser(
         "sim",
         help="serve the built-in simulated OpenAI-compatible server",
@@ -471,7 +505,6 @@ def build_parser() -> Parser:
         default=0.0,
         help="share of greedy outputs this server changes (output-check tests)",
     )
-    return top
 
 
 def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:

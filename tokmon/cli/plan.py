@@ -157,19 +157,18 @@ class RunPlan:
     exits: ExitPlan
 
 
-def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> RunPlan:
-    """Check every option against the others and against what its files hold."""
-    from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
-    from tokmon.model.config import RunConfig, Timeouts, redact_header
-    from tokmon.model.workload import LengthDist, WorkloadError, parse_mix
+@dataclass(frozen=True)
+class _Load:
+    """How the load is offered: a ladder or a capacity search (its first step sets the
+    streams or the rate), streams or a rate, or a trace."""
 
-    qshare = quality_share(o.quality_probes)
-    check_quality(o, qshare)
-    check_trace(o)
-    check_conversations(o)
-    web = parse_listen("--web", o.web, o.web_allow_remote)
-    prometheus = parse_listen("--prometheus", o.prometheus, o.prometheus_allow_remote)
-    linger = dur("--prometheus-linger", o.prometheus_linger) or 0.0
+    ladder: Ladder | CapacityPlan | None
+    mode: str
+    conc: int
+    rate: float | None
+
+
+def _load(o: RunOptions, given: Given) -> _Load:
     concurrency, rate = o.concurrency, o.rate
     ladder: Ladder | CapacityPlan | None = None
     if o.ladder:
@@ -217,6 +216,29 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         raise UsageError(
             f"--rate must be a positive number of requests/s (at most 1e6), got {rate}"
         )
+    return _Load(ladder, mode, conc, rate)
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """What each request asks: its lengths, kinds, conversations and shared prefix, and
+    the warm-up before anything counts."""
+
+    duration: float | None
+    warm_req: int
+    warm_s: float
+    ptoks: Any
+    mtoks: Any
+    conversations: Any
+    shared: Any
+    mix: tuple[tuple[str, float], ...]
+    extra: dict[str, Any]
+
+
+def _workload(o: RunOptions, given: Given, mode: str) -> _Workload:
+    from tokmon.model.workload import LengthDist, WorkloadError, parse_mix
+
+    trace = given.trace
     duration = dur("--duration", o.duration, allow_zero=False)
     warm_req, warm_s = 0, 0.0
     w = str(o.warmup).strip()
@@ -274,6 +296,29 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
             raise UsageError(f"--extra-body is not valid JSON: {e}") from None
         if not isinstance(extra, dict):
             raise UsageError("--extra-body must be a JSON object")
+    return _Workload(duration, warm_req, warm_s, ptoks, mtoks, conversations, shared, mix, extra)
+
+
+@dataclass(frozen=True)
+class _Arms:
+    """The arms and how each is reached: the target, the headers and key (every secret
+    in them scrubbed from every output), who sends what share of the requests."""
+
+    arms: list[Any]
+    url: str | None
+    headers: dict[str, str]
+    key: str | None
+    shown: tuple[str, ...]
+    shown_args: tuple[str, ...]
+    assign: str
+    budget: int | None
+    qshare: float
+
+
+def _arms(o: RunOptions, given: Given, file_arms: list[Any], qshare: float) -> _Arms:
+    from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
+    from tokmon.model.config import redact_header
+
     shown = tuple(str(x) for x in o.show_header)
     url, headers, key = credentials(o.header, shown, given.api_key, given.url)
     arms: list[Arm] = list(file_arms)
@@ -318,6 +363,31 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         raise UsageError(
             "no target: give --url (e.g. http://127.0.0.1:8000/v1), or url= in every --arm"
         )
+    return _Arms(arms, url, headers, key, shown, shown_args, assign, budget, qshare)
+
+
+def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> RunPlan:
+    """Check every option against the others and against what its files hold: the load,
+    the workload, the arms, then the rest, each group on its own."""
+    from tokmon.model.arms import Arm
+    from tokmon.model.config import RunConfig, Timeouts
+
+    qshare = quality_share(o.quality_probes)
+    check_quality(o, qshare)
+    check_trace(o)
+    check_conversations(o)
+    web = parse_listen("--web", o.web, o.web_allow_remote)
+    prometheus = parse_listen("--prometheus", o.prometheus, o.prometheus_allow_remote)
+    linger = dur("--prometheus-linger", o.prometheus_linger) or 0.0
+    load = _load(o, given)
+    ladder, mode, conc, rate = load.ladder, load.mode, load.conc, load.rate
+    trace = given.trace
+    wl = _workload(o, given, mode)
+    way = _arms(o, given, file_arms, qshare)
+    arms, url, headers, key = way.arms, way.url, way.headers, way.key
+    shown, shown_args, assign, budget, qshare = (
+        way.shown, way.shown_args, way.assign, way.budget, way.qshare
+    )  # fmt: skip
     auth: dict[str, str] = {"authorization": f"Bearer {key}"} if key else {}
     managed = any(a.serve for a in arms)
     if o.ray and managed:
@@ -353,28 +423,28 @@ def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> 
         arrival=o.arrival,
         burstiness=o.burstiness,
         max_concurrency=o.max_concurrency,
-        duration_s=duration,
+        duration_s=wl.duration,
         requests=budget,
         trace=trace,
         record_prompts=o.record_prompts,
         quality_share=qshare,
         quality_items=given.quality_items,
-        prompt_tokens=ptoks,
-        shared_prefix=shared,
-        conversations=conversations,
-        max_tokens=mtoks,
+        prompt_tokens=wl.ptoks,
+        shared_prefix=wl.shared,
+        conversations=wl.conversations,
+        max_tokens=wl.mtoks,
         prompts=given.prompts,
-        mix=mix,
+        mix=wl.mix,
         ignore_eos=o.ignore_eos,
         image_sizes=image_sizes(o.image_size),
         temperature=o.temperature,
         top_p=o.top_p,
         seed=o.seed,
-        extra_body=extra,
+        extra_body=wl.extra,
         headers=headers,
         api_key=key,
-        warmup_requests=warm_req,
-        warmup_s=warm_s,
+        warmup_requests=wl.warm_req,
+        warmup_s=wl.warm_s,
         settle_s=dur("--settle", o.settle) or 0.0,
         assign=assign,
         alternate_s=alternate,
