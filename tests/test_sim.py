@@ -47,13 +47,16 @@ def test_prompt_kinds():
 
 
 def test_batch_slows_each_stream(make_sim):
-    # step = 10 + 2 × running ms (time scale 2): 1 stream ≈ 12 ms/token, 8 streams ≈ 26 ms.
+    # step = 10 + 2 × running ms: 1 stream ≈ 12 ms/token, 8 streams ≈ 26 ms. (At time
+    # scale 1: the simulator's timers are late by up to a millisecond a step on a loaded
+    # machine, 6% of a 12-ms step; at scale 2 the same lateness was twice that share, and
+    # a loaded run measured 13.5 ms.)
     prof = parse_profile("zero", "step_base_ms=10,step_per_seq_ms=2,max_batch=64")
-    sim = make_sim(profile=prof, time_scale=2.0)
+    sim = make_sim(profile=prof, time_scale=1.0)
     one = records(sim.url, concurrency=1, requests=2, max_tokens=LengthDist("fixed", 30))
     eight = records(sim.url, concurrency=8, requests=8, max_tokens=LengthDist("fixed", 30))
-    t1 = np.median([r.tpot_ms for r in one]) * 2
-    t8 = np.median([r.tpot_ms for r in eight]) * 2
+    t1 = np.median([r.tpot_ms for r in one])
+    t8 = np.median([r.tpot_ms for r in eight])
     assert t1 == pytest.approx(12, rel=0.12)
     assert t8 == pytest.approx(26, rel=0.12)
 

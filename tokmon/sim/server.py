@@ -22,103 +22,18 @@ from typing import Any
 
 from tokmon import __version__
 from tokmon.model.quality import solve, wrong
+from tokmon.sim import wire
 from tokmon.sim.config import SimConfig
 from tokmon.sim.metrics import Metrics
 from tokmon.sim.model import ALPHA, classify_prompt
 from tokmon.sim.prefix import PrefixCache
+from tokmon.sim.seq import Seq
 from tokmon.sim.structured import image_tokens_of, pieces, structured_script
 from tokmon.sim.tokenizer import BOS_ID, count_prompt, token_ids
 from tokmon.sim.vocab import TOKENS
 
 MAX_HEADER = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
-
-
-class Seq:
-    """One request inside the simulated engine."""
-
-    __slots__ = (
-        "rid",
-        "request_id",
-        "proto",
-        "chat",
-        "model",
-        "created",
-        "max_tokens",
-        "prompt_tokens",
-        "cached",
-        "kind",
-        "alpha",
-        "spec",
-        "include_usage",
-        "continuous",
-        "stream",
-        "produced",
-        "t_arrival",
-        "t_received",
-        "t_sched",
-        "t_first",
-        "t_last",
-        "fault",
-        "fault_at",
-        "rng",
-        "parts",
-        "done",
-        "stall_until",
-        "kv_need",
-        "cid",
-        "role_sent",
-        "steps",
-        "drafted",
-        "accepted",
-        "future",
-        "acc_rng",
-        "script",
-        "shape",
-        "tool",
-        "image_tokens",
-    )
-    rid: int
-    proto: HttpProtocol
-    chat: bool
-    model: str
-    created: int
-    max_tokens: int
-    prompt_tokens: int
-    kind: str
-    alpha: float
-    spec: bool
-    include_usage: bool
-    continuous: bool
-    stream: bool
-    t_arrival: float  # reached the engine's queue
-    t_received: float  # reached the API server (its front end starts)
-    fault: str | None
-    fault_at: int
-    rng: random.Random  # the text: greedy output depends on the prompt only
-    acc_rng: random.Random  # acceptance draws: apart, so speculation never changes the text
-    script: list[str]  # the first tokens, as said (a quality probe's answer); [] none
-    shape: str  # an answer under a JSON schema, or a tool call's arguments, as JSON ("" none)
-    tool: str  # the tool called ("" none)
-    image_tokens: int  # of its prompt tokens, its images'
-    kv_need: int
-    cid: str
-
-    def __init__(self) -> None:
-        self.request_id = ""
-        self.cached = 0
-        self.produced = 0
-        self.t_sched = 0.0  # admitted to the batch (vLLM: scheduled)
-        self.t_first = 0.0
-        self.t_last = 0.0
-        self.parts: list[str] = []
-        self.done = False
-        self.stall_until = 0.0
-        self.role_sent = False
-        self.steps = 0
-        self.drafted = 0
-        self.accepted = 0
-        self.future: asyncio.Future[Any] | None = None
 
 
 class SimServer:
@@ -441,15 +356,15 @@ class SimServer:
             return
         out = []
         if first and s.chat:
-            out.append(self._chunk(s, role=True))
-        thinks = s.chat and not s.shape and self._thinking(start)
+            out.append(wire.chunk(s, role=True))
+        thinks = s.chat and not s.shape and wire.thinking(self.cfg, start)
         end = ("tool_calls" if s.tool else "stop") if s.shape else "length"
-        out.append(self._chunk(s, text=text, finish=end if last else None, think=thinks,
+        out.append(wire.chunk(s, text=text, finish=end if last else None, think=thinks,
                                call=s.tool if s.shape and s.tool else "", first=start == 0))  # fmt: skip
         if last:
             s.done = True
             if s.include_usage:
-                out.append(self._usage_chunk(s))
+                out.append(wire.usage_chunk(self.cfg, s))
             out.append(b"data: [DONE]\n\n")
             self._observe_end(s, now)
         if s.request_id and self.cfg.schedule is not None and len(self.write_log) < 1_000_000:
@@ -484,111 +399,6 @@ class SimServer:
             s.proto.write_chunk(b"data: " + b"x" * (5 * 1024 * 1024), end=False)
             s.proto.write_chunk(b"\n\ndata: [DONE]\n\n", end=True)
 
-    def _thinking(self, start: int) -> bool:
-        """Whether the token at ``start`` is in the reasoning phase."""
-        r = self.cfg.reasoning
-        return r < 0 or start < r
-
-    def _reasoning_tokens(self, s: Seq) -> int:
-        r = self.cfg.reasoning
-        if not s.chat or r == 0:
-            return 0
-        return s.produced if r < 0 else min(r, s.produced)
-
-    def _chunk(
-        self,
-        s: Seq,
-        text: str = "",
-        role: bool = False,
-        finish: str | None = None,
-        think: bool = False,
-        call: str = "",
-        first: bool = False,
-    ) -> bytes:
-        fr = "null" if finish is None else f'"{finish}"'
-        if s.chat:
-            field = "reasoning_content" if think else "content"
-            if call and not role:  # a tool call's delta: its name first, then its arguments
-                fn: dict[str, Any] = {"arguments": text}
-                tc: dict[str, Any] = {"index": 0, "function": fn}
-                if first:
-                    tc.update(id=f"call_{s.rid:08x}", type="function")
-                    fn["name"] = call
-                delta = json.dumps({"tool_calls": [tc]})
-            else:
-                delta = '{"role":"assistant","content":""}' if role else json.dumps({field: text})
-            choice = f'{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{fr}}}'
-            obj = "chat.completion.chunk"
-        else:
-            choice = f'{{"index":0,"text":{json.dumps(text)},"logprobs":null,"finish_reason":{fr}}}'
-            obj = "text_completion"
-        usage = ""
-        if s.continuous and not role:
-            usage = (
-                f',"usage":{{"prompt_tokens":{s.prompt_tokens},"total_tokens":'
-                f'{s.prompt_tokens + s.produced},"completion_tokens":{s.produced}}}'
-            )
-        return (
-            f'data: {{"id":"{s.cid}","object":"{obj}","created":{s.created},'
-            f'"model":"{s.model}","choices":[{choice}]{usage}}}\n\n'
-        ).encode()
-
-    def _usage_chunk(self, s: Seq) -> bytes:
-        obj = "chat.completion.chunk" if s.chat else "text_completion"
-        d: dict[str, Any] = {
-            "id": s.cid,
-            "object": obj,
-            "created": s.created,
-            "model": s.model,
-            "choices": [],
-            "usage": {
-                "prompt_tokens": s.prompt_tokens,
-                "total_tokens": s.prompt_tokens + s.produced,
-                "completion_tokens": s.produced,
-                "prompt_tokens_details": {"cached_tokens": s.cached},
-            },
-        }
-        if self._reasoning_tokens(s):
-            d["usage"]["completion_tokens_details"] = {
-                "reasoning_tokens": self._reasoning_tokens(s)
-            }
-        metrics: dict[str, Any] = {}
-        if self.cfg.request_metrics:
-            metrics.update(self._timing(s))
-        if s.steps:
-            # As vLLM with --per-request-spec-decode-metrics summary.
-            metrics.update(
-                {
-                    "speculative_decoding": {
-                        "num_spec_steps": s.steps,
-                        "num_draft_tokens": s.drafted,
-                        "num_accepted_draft_tokens": s.accepted,
-                        "draft_acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
-                        "mean_acceptance_length": 1 + s.accepted / s.steps,
-                    }
-                }
-            )
-        if metrics:
-            d["metrics"] = metrics
-        return b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n"
-
-    def _timing(self, s: Seq) -> dict[str, float]:
-        """vLLM's per-request timing (--enable-per-request-metrics), in ms of the wall
-        clock (as its histograms): queued → scheduled, scheduled → first token, first →
-        last token."""
-        k = 1000.0
-        gen = (s.t_last - s.t_first) * k
-        out = {
-            "queue_time_ms": (s.t_sched - s.t_arrival) * k,
-            "time_to_first_token_ms": (s.t_first - s.t_sched) * k,
-            "generation_time_ms": gen,
-        }
-        if s.produced > 1:
-            out["mean_itl_ms"] = gen / (s.produced - 1)
-        if s.t_last > s.t_sched:
-            out["tokens_per_second"] = s.produced / ((s.t_last - s.t_sched) * k / 1000.0)
-        return out
-
     def _finish_plain(self, s: Seq, now: float) -> None:
         s.done = True
         text = "".join(s.parts)
@@ -614,7 +424,7 @@ class SimServer:
             },
         }
         if self.cfg.request_metrics:
-            d["metrics"] = self._timing(s)  # (vLLM: at the top level when not streamed)
+            d["metrics"] = wire.timing(s)  # (vLLM: at the top level when not streamed)
         self._observe_end(s, now)
         s.proto.respond_json(200, d)
 
