@@ -299,42 +299,46 @@ class DashboardApp(App[None]):
     BINDINGS = [
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit_tokmon", "quit"),
-        Binding("s", "switch_arm", "arm"),
-        Binding("p", "pause", "pause"),
-        Binding("plus,equals_sign", "level(1)", "+load", key_display="+"),
-        Binding("minus", "level(-1)", "-load", key_display="-"),
+        Binding("s", "send('switch')", "arm"),
+        Binding("p", "send('pause')", "pause"),
+        Binding("plus,equals_sign", "send('level', 1)", "+load", key_display="+"),
+        Binding("minus", "send('level', -1)", "-load", key_display="-"),
         Binding("m", "marker", "mark"),
-        Binding("r", "record", "rec"),
+        Binding("r", "send('record')", "rec"),
         Binding("z", "zoom", "view"),
         Binding("b", "panels", "panels"),
         Binding("w", "time_split", "split"),
-        Binding("o", "check_outputs", "check"),
-        Binding("space", "play", "play/pause"),
-        Binding("left", "seek(-10)", "-10s", key_display="←"),
-        Binding("right", "seek(10)", "+10s", key_display="→"),
-        Binding("left_square_bracket", "jump(-1)", "prev event", key_display="["),
-        Binding("right_square_bracket", "jump(1)", "next event", key_display="]"),
-        Binding("less_than_sign", "speed(-1)", "slower", key_display="<"),
-        Binding("greater_than_sign", "speed(1)", "faster", key_display=">"),
-        Binding("e", "end", "end"),
+        Binding("o", "send('check')", "check"),
+        Binding("space", "send('play')", "play/pause"),
+        Binding("left", "send('seek', -10)", "-10s", key_display="←"),
+        Binding("right", "send('seek', 10)", "+10s", key_display="→"),
+        Binding("left_square_bracket", "send('jump', -1)", "prev event", key_display="["),
+        Binding("right_square_bracket", "send('jump', 1)", "next event", key_display="]"),
+        Binding("less_than_sign", "send('speed', -1)", "slower", key_display="<"),
+        Binding("greater_than_sign", "send('speed', 1)", "faster", key_display=">"),
+        Binding("e", "send('end')", "end"),
         # One rule for an interrupt, as in a headless run: the first Ctrl-C drains the
         # in-flight requests, a second stops now (they end as cancelled), exit 130.
         # Ctrl-Q (Textual's own quit) is the same interrupt, never a silent abort.
         Binding("ctrl+c,ctrl+q", "interrupt", show=False, priority=True),
     ]
     # Each key maps to a source command; keys whose command the source lacks are hidden.
-    ACTION_COMMANDS = {
-        "switch_arm": Switch.name,
-        "pause": TogglePause.name,
-        "level": ChangeLevel.name,
-        "marker": Marker.name,
-        "record": ToggleRecord.name,
-        "check_outputs": Check.name,
-        "play": Play.name,
-        "seek": Seek.name,
-        "jump": Jump.name,
-        "speed": Speed.name,
-        "end": End.name,
+    # what a key sends (``send(name, *args)`` in a binding): one action for them all, and
+    # a key whose command the source does not take is not shown (``check_action``)
+    KEY_COMMANDS: dict[str, type[Command]] = {
+        c.name: c
+        for c in (
+            Switch,
+            TogglePause,
+            ChangeLevel,
+            ToggleRecord,
+            Check,
+            Play,
+            Seek,
+            Jump,
+            Speed,
+            End,
+        )
     }
 
     def __init__(self, source: Source, *, theme: str | None = None, fps: float = 4.0) -> None:
@@ -395,25 +399,38 @@ class DashboardApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand(
-            "Switch arm", "Send new requests to the next arm (s)", self.action_switch_arm
-        )
-        yield SystemCommand("Pause / resume", "Stop or restart sending (p)", self.action_pause)
-        yield SystemCommand(
-            "More load", "One step more concurrency or rate (+)", lambda: self.action_level(1)
+            "Switch arm",
+            "Send new requests to the next arm (s)",
+            lambda: self.action_send("switch"),
         )
         yield SystemCommand(
-            "Less load", "One step less concurrency or rate (-)", lambda: self.action_level(-1)
+            "Pause / resume", "Stop or restart sending (p)", lambda: self.action_send("pause")
+        )
+        yield SystemCommand(
+            "More load",
+            "One step more concurrency or rate (+)",
+            lambda: self.action_send("level", 1),
+        )
+        yield SystemCommand(
+            "Less load",
+            "One step less concurrency or rate (-)",
+            lambda: self.action_send("level", -1),
         )
         yield SystemCommand("Add marker", "Mark this moment with a note (m)", self.action_marker)
-        yield SystemCommand("Recording on / off", "Start or stop recording (r)", self.action_record)
+        yield SystemCommand(
+            "Recording on / off", "Start or stop recording (r)", lambda: self.action_send("record")
+        )
         yield SystemCommand(
             "Time view", "Recent minutes, the last hour, the last day or the whole run (z)",
             self.action_zoom,
         )  # fmt: skip
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        cmd = self.ACTION_COMMANDS.get(action)
-        return cmd is None or cmd in self.source.commands
+        if action == "send" and parameters:
+            return parameters[0] in self.source.commands
+        if action == "marker":
+            return Marker.name in self.source.commands
+        return True
 
     def notify(
         self,
@@ -444,20 +461,11 @@ class DashboardApp(App[None]):
             line.set_classes(n[1])
 
     # ------------------------------------------------------------------ actions
-    def action_play(self) -> None:
-        self._cmd(Play())
-
-    def action_seek(self, seconds: int) -> None:
-        self._cmd(Seek(seconds))
-
-    def action_jump(self, direction: int) -> None:
-        self._cmd(Jump(direction))
-
-    def action_speed(self, step: int) -> None:
-        self._cmd(Speed(step))
-
-    def action_end(self) -> None:
-        self._cmd(End())
+    def action_send(self, name: str, *args: object) -> None:
+        """A key's command to the source (``KEY_COMMANDS``)."""
+        cmd = self.KEY_COMMANDS.get(name)
+        if cmd is not None:
+            self._cmd(cmd(*args))
 
     def _cmd(self, cmd: Command) -> None:
         if cmd.name not in self.source.commands:
@@ -471,21 +479,6 @@ class DashboardApp(App[None]):
         if msg:
             self.notice = msg
             self.notify(msg, timeout=3)
-
-    def action_switch_arm(self) -> None:
-        self._cmd(Switch())
-
-    def action_pause(self) -> None:
-        self._cmd(TogglePause())
-
-    def action_level(self, sign: int) -> None:
-        self._cmd(ChangeLevel(sign))
-
-    def action_check_outputs(self) -> None:
-        self._cmd(Check())
-
-    def action_record(self) -> None:
-        self._cmd(ToggleRecord())
 
     def action_marker(self) -> None:
         def done(note: str | None) -> None:
