@@ -4,6 +4,7 @@ import pytest
 from fakes import FakeSource
 
 from tokmon.ui.app import ConfirmQuit, DashboardApp, HelpScreen, MarkerScreen
+from tokmon.ui.panels import chart_columns
 from tokmon.ui.widgets import MarkerRow, MetricSpark, spark_rows
 
 
@@ -132,7 +133,7 @@ def test_whole_run_view_stretches_a_short_run_to_the_width():
     app.view = "whole"
     snap = src.snapshot()
     n = len(snap.whole)
-    pts, per_col = app._series(snap, n * 3 + 1)
+    pts, per_col = chart_columns(snap, app.view, n * 3 + 1)
     assert len(pts) == n * 3  # every point over three columns
     assert per_col == snap.whole[0].span / 3  # and the axis says so
     assert [p.t for p in pts[::3]] == [p.t for p in snap.whole]

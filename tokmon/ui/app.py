@@ -8,7 +8,6 @@ to the source; the app never measures anything and never blocks the engine.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -38,7 +37,6 @@ from tokmon.model.commands import (
     TogglePause,
     ToggleRecord,
 )
-from tokmon.model.history import Point, merge_all
 from tokmon.model.snapshot import Snapshot, Source
 from tokmon.textsafe import clean_text
 from tokmon.ui.header import header_text
@@ -47,12 +45,12 @@ from tokmon.ui.panels import (
     VIEWS,
     Block,
     axis_label,
+    chart_columns,
     chart_labels,
     compare_blocks,
     events_text,
     fit_blocks,
     split_blocks,
-    view_points,
 )
 from tokmon.ui.themes import DEFAULT, ThemeError, builtin_themes, load_theme_file
 from tokmon.ui.widgets import InfoPanel, KeyBar, MarkerRow, MetricSpark, drawable
@@ -591,32 +589,12 @@ class DashboardApp(App[None]):
                 return s
         return None
 
-    def _series(self, snap: Snapshot, width: int) -> tuple[list[Point], float]:
-        """The points to draw, one a column, and the seconds each column stands for."""
-        pts = view_points(snap, self.view, width)
-        span = pts[0].span if pts else 1.0
-        if 0 < len(pts) < width and width > 0:
-            # a short run fills the width: each point drawn over as many columns as fit
-            # (its marks on the first), so a wide chart is never mostly empty; the axis
-            # label says how long is shown
-            k = width // len(pts)
-            if k >= 2:
-                quiet = [dataclasses.replace(p, marks=()) for p in pts]
-                return [
-                    q for p, blank in zip(pts, quiet, strict=True) for q in (p, *[blank] * (k - 1))
-                ], span / k
-            return pts, span
-        if len(pts) <= width or width <= 0:
-            return pts, span
-        group = -(-len(pts) // width)
-        return [merge_all(pts[i : i + group]) for i in range(0, len(pts), group)], span * group
-
     def _draw(self, screen: Dashboard, snap: Snapshot) -> None:
         header = screen.query_one("#header", InfoPanel)
         header.show(header_text(snap, screen.size.width))
         charts = list(screen.query(MetricSpark))
         width = max(10, (charts[0].spark.size.width if charts else 60) or 60)
-        pts, per_col = self._series(snap, width)
+        pts, per_col = chart_columns(snap, self.view, width)
         w = snap.window
         col = {c.key: [c.column(p) for p in pts] for c in CHARTS}
         labels = chart_labels(snap)

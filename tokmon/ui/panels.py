@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from tokmon.model.history import Point
+from tokmon.model.history import Point, merge_all
 from tokmon.model.records import EngineStatus
 from tokmon.model.snapshot import Snapshot
 from tokmon.model.words import hms
@@ -464,6 +464,28 @@ def view_points(snap: Snapshot, view: str, width: int) -> list[Point]:
         end = pts[-1].t + pts[-1].span
         pts = [p for p in pts if p.t + p.span > end - DAY_S]
     return pts
+
+
+def chart_columns(snap: Snapshot, view: str, width: int) -> tuple[list[Point], float]:
+    """The points to draw in ``view``, one a column, and the seconds each column stands
+    for."""
+    pts = view_points(snap, view, width)
+    span = pts[0].span if pts else 1.0
+    if 0 < len(pts) < width and width > 0:
+        # a short run fills the width: each point drawn over as many columns as fit
+        # (its marks on the first), so a wide chart is never mostly empty; the axis
+        # label says how long is shown
+        k = width // len(pts)
+        if k >= 2:
+            quiet = [dataclasses.replace(p, marks=()) for p in pts]
+            return [
+                q for p, blank in zip(pts, quiet, strict=True) for q in (p, *[blank] * (k - 1))
+            ], span / k
+        return pts, span
+    if len(pts) <= width or width <= 0:
+        return pts, span
+    group = -(-len(pts) // width)
+    return [merge_all(pts[i : i + group]) for i in range(0, len(pts), group)], span * group
 
 
 def axis_label(view: str, pts: list[Point], per_col: float, wall_start: float) -> str:
