@@ -274,3 +274,18 @@ def test_a_crafted_companion_is_bounded_and_any_damage_is_one_line(tmp_path, cap
         else:
             errs = got.err.strip().splitlines()
             assert len(errs) == 1 and "delete it" in errs[0], got.err
+
+
+def test_a_window_of_a_rotated_run_reports_the_same_by_either_path(tmp_path):
+    """``report --from/--to`` reads the part in force at its start (its carried state)
+    and the parts after it: from their companions, the same report."""
+    from tokmon.recording.window import Window
+
+    path = str(tmp_path / "run.jsonl.gz")
+    _write(path, rotate_s=1e-9)
+    t_end = sorted(r.t_end for r in varied(900, seed=5))
+    w = Window(t_end[300], t_end[700])
+    before = {fmt: render_file(path, fmt, window=w)[0] for fmt in ("text", "json")}
+    _index(path)
+    assert {fmt: render_file(path, fmt, window=w)[0] for fmt in ("text", "json")} == before
+    assert "window" in before["json"]
