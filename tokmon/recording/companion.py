@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,15 +239,41 @@ def _table(buf: bytes, n: int, vocab: dict[str, list[Any]]) -> RequestTable:
         raise NotIndexed("a damaged request line: it reads line by line") from None
 
 
-# A column held as its difference from another (both integers on one scale): the send
-# time from the schedule, the schedule from the end, the first chunk from the first token
-# (most often equal), the chunks from the tokens. In the order they are undone.
-BASES = {
-    "t_sched": "t_end",
-    "t_send": "t_sched",
-    "ttfc_ms": "ttft_ms",
-    "chunks": "output_tokens",
+# A column held as its difference from a prediction made of others (integers): the send
+# time from the end less the end-to-end time, the schedule from the send less the send's
+# lag (each then a rounding of a microsecond, not a number of nanoseconds since the
+# start), the first chunk from the first token (most often equal), the chunks from the
+# tokens, the decode speed from 1000 / TPOT (a rounding apart). Each term: (column,
+# sign, "same" units, an "ms" column in ns, or "inv": 1000 over the column). In the order
+# they are undone.
+PREDICT: dict[str, tuple[tuple[str, int, str], ...]] = {
+    "t_send": (("t_end", 1, "same"), ("e2e_ms", -1, "ms")),
+    "t_sched": (("t_send", 1, "same"), ("send_lag_ms", -1, "ms")),
+    "ttfc_ms": (("ttft_ms", 1, "same"),),
+    "chunks": (("output_tokens", 1, "same"),),
+    "decode_tps": (("tpot_ms", 1, "inv"),),
 }
+
+
+def _predict(
+    terms: list[list[Any]],
+    n: int,
+    ints_of: Callable[[str], np.ndarray],
+    floats_of: Callable[[str], np.ndarray],
+) -> np.ndarray:
+    """A column's prediction (integers) from its terms: the one computation the writer
+    and the reader both make, so that what one subtracts the other adds back."""
+    pred = np.zeros(n, np.int64)
+    for base, k, kind in terms:
+        if kind == "lin":
+            pred += k * ints_of(base)
+            continue
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            q = np.round(k / floats_of(base))
+        pred += np.where(np.isfinite(q) & (np.abs(q) < _EXACT), q, 0.0).astype(np.int64)
+    return pred
+
+
 SCALES = (1, 1000, 1_000_000)  # a float column as integers: ms with 3 or 6 decimals
 _EXACT = float(2**53)
 
@@ -308,13 +334,27 @@ class _Codec:
         typ = COLUMNS[name][1]
         return typ in ("i", "k", "t") or (typ in ("f", "n") and self.scales.get(name) is not None)
 
-    def bases(self) -> dict[str, str]:
-        out = {}
-        for name, base in BASES.items():
-            if self.is_int(name) and self.is_int(base):
-                if COLUMNS[name][1] in ("f", "n") and self.scales[name] != self.scales[base]:
+    def bases(self) -> dict[str, list[list[Any]]]:
+        """Each predicted column's terms, as the scales allow them: [[column, factor,
+        "lin" or "inv"]]."""
+        out: dict[str, list[list[Any]]] = {}
+        for name, terms in PREDICT.items():
+            if not self.is_int(name):
+                continue
+            got: list[list[Any]] = []
+            for base, sign, unit in terms:
+                scale = self.scales.get(base) or 1
+                if unit == "inv":  # (a float column, held as integers or not)
+                    got.append([base, 1000.0 * (self.scales.get(name) or 1), "inv"])
+                elif not self.is_int(base):
                     continue
-                out[name] = base
+                elif unit == "ms":  # (a float column's integers, in ns)
+                    if 10**6 % scale == 0:
+                        got.append([base, sign * (10**6 // scale), "lin"])
+                elif COLUMNS[name][1] not in ("f", "n") or self.scales[name] == scale:
+                    got.append([base, sign, "lin"])
+            if got:
+                out[name] = got
         return out
 
     def schema(self) -> Any:
@@ -359,8 +399,9 @@ class _Codec:
     def encode(self, tb: RequestTable, schema: Any) -> Any:
         ints = self.ints(tb)
         held = {n: v for n, (v, _none) in ints.items()}
-        for name, base in self.bases().items():
-            held[name] = ints[name][0] - ints[base][0]
+        for name, terms in self.bases().items():
+            pred = _predict(terms, tb.n, lambda b: ints[b][0], lambda b: tb.cols[b])
+            held[name] = ints[name][0] - pred
         arrays = []
         for fl in schema:
             name = fl.name
@@ -439,8 +480,20 @@ class Companion:
                     nones[name] = col.is_null().to_numpy(zero_copy_only=False)
                     col = pc.fill_null(col, 0)
                 ints[name] = col.to_numpy().astype(np.int64)
-        for name, base in codec.bases().items():  # (in the order they are undone)
-            ints[name] = ints[name] + ints[base]
+        n = tb.num_rows
+
+        def floats_of(name: str) -> np.ndarray:
+            if name not in ints:
+                return tb.column(name).to_numpy(zero_copy_only=False)
+            v = ints[name] / float(codec.scales[name] or 1)
+            if name in nones:
+                v[nones[name]] = np.nan
+            return v
+
+        for name, terms in codec.bases().items():  # (in the order they are undone)
+            ints[name] = ints[name] + _predict(terms, n, ints.__getitem__, floats_of)
+            if name in nones:  # (a value that is not there is 0 as a term, as written)
+                ints[name][nones[name]] = 0
         numbers: dict[str, np.ndarray] = {}
         strings: dict[str, tuple[list[Any], np.ndarray]] = {}
         for name, (_short, typ, _default) in COLUMNS.items():
@@ -449,10 +502,7 @@ class Companion:
             elif name not in ints:
                 numbers[name] = tb.column(name).to_numpy(zero_copy_only=False)
             elif typ in ("f", "n"):
-                v = ints[name] / float(codec.scales[name] or 1)
-                if name in nones:
-                    v[nones[name]] = np.nan
-                numbers[name] = v
+                numbers[name] = floats_of(name)
             elif typ == "t":
                 v = ints[name]
                 if name in nones:
