@@ -13,10 +13,10 @@ import sys
 import pytest
 
 from tests.test_scan_ahead import _items
+from tests.test_scan_ahead import _write as write_varied
 from tests.test_table import varied
 from tokmon.cli.commands import main
 from tokmon.model.facts import Tick
-from tokmon.model.records import Event
 from tokmon.recording import companion
 from tokmon.recording.parts import part_numbers, part_path
 from tokmon.recording.writer import Recorder
@@ -28,19 +28,8 @@ DATA = os.path.join(os.path.dirname(__file__), "data", "rec")
 
 
 def _write(path: str, n: int = 900, rotate_s: float | None = None, seed: int = 5) -> None:
-    w = Recorder(path, rotate_s=rotate_s)
-    w.index_from = 0  # (the test indexes in this process)
-    w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}, {"name": "third"}]}}, 0)
-    recs = sorted(varied(n, seed=seed), key=lambda r: r.t_end)
-    for i in range(0, len(recs), 50):
-        part = recs[i : i + 50]
-        w.records(part)
-        t = part[-1].t_end + 1
-        if i % 150 == 0:
-            w.fact(Event(t=t, kind="marker", message=f"m{i}", data={}, wall=0.0))
-        w.fact(Tick(t))
-    w.end(recs[-1].t_end + 2)
-    w.close()
+    """A finished run of three arms (the recorder writes no companion: too small)."""
+    write_varied(path, 1, rotate_s, n=n, arms=("plain", "spec", "third"), end=True, seed=seed)
 
 
 def _parts(path: str) -> list[str]:

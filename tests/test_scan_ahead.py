@@ -17,11 +17,21 @@ from tokmon.recording.reader import scan
 from tokmon.recording.writer import Recorder
 
 
-def _write(path: str, sessions: int, rotate_s: float | None = None) -> None:
+def _write(
+    path: str,
+    sessions: int,
+    rotate_s: float | None = None,
+    n: int = 400,
+    arms: tuple[str, ...] = ("plain", "spec"),
+    end: bool = False,
+    seed: int = 5,
+) -> None:
+    """``sessions`` runs of ``n`` varied requests in one file (``end``: each ends as a
+    finished run does), a tick after every 50 and a marker after every 150."""
     for s in range(sessions):
         w = Recorder(path, rotate_s=rotate_s)
-        w.open({"settings": {"arms": [{"name": "plain"}, {"name": "spec"}]}}, 0)
-        recs = [dataclasses.replace(r, rid=1000 * s + r.rid) for r in varied(400, seed=s + 5)]
+        w.open({"settings": {"arms": [{"name": a} for a in arms]}}, 0)
+        recs = [dataclasses.replace(r, rid=1000 * s + r.rid) for r in varied(n, seed=s + seed)]
         recs.sort(key=lambda r: r.t_end)
         for i in range(0, len(recs), 50):
             part = recs[i : i + 50]
@@ -30,6 +40,8 @@ def _write(path: str, sessions: int, rotate_s: float | None = None) -> None:
             if i % 150 == 0:
                 w.fact(Event(t=t, kind="marker", message=f"m{i}", data={}, wall=0.0))
             w.fact(Tick(t))
+        if end:
+            w.end(recs[-1].t_end + 2)
         w.close()
 
 

@@ -370,16 +370,11 @@ class _Scan:
                 k = obj.get("k")
                 if first and (self.rec is None or self.cont is None):
                     first = False
-                    try:
-                        item = self._header(obj, path, number)
-                    except _Foreign as e:
-                        assert self.rec is not None
-                        self.rec.missing.append(f"{path} ({e})")
-                        return
+                    item, stop = self._opening(obj, path, number)
                     if item is not None:
                         yield item
-                        if self.from_part > 1 and self.part == 1:
-                            return  # (a window from a later part: the first gives its header)
+                    if stop:
+                        return
                     continue
                 first = False
                 if k == "header" and self.cont is None:
@@ -430,16 +425,11 @@ class _Scan:
             head = None
         if not isinstance(head, dict):
             raise RecordingError(f"{comp.path}: damaged (its header); delete it to read the JSON")
-        try:
-            item = self._header(head, path, number)
-        except _Foreign as e:
-            assert self.rec is not None
-            self.rec.missing.append(f"{path} ({e})")
-            return
+        item, stop = self._opening(head, path, number)
         if item is not None:
             yield item
-            if self.from_part > 1 and self.part == 1:
-                return  # (a window from a later part: the first gives its header)
+        if stop:
+            return
         rec = self.rec
         assert rec is not None
         rows = comp.ident.rows
@@ -477,6 +467,18 @@ class _Scan:
         assert self.rec is not None
         pre = functools.partial(comp.batch, group) if n else None
         return _Batch(b"", n, held, self.rec, self.vocab, self.keys, pre)
+
+    def _opening(self, obj: dict[str, Any], path: str, number: int) -> tuple[Session | None, bool]:
+        """A file's first line: the session it opens (None: a later part of the run), and
+        whether the file is read no further (the part of another run, named as missing;
+        or, for a window from a later part, the first part, read for its header only)."""
+        try:
+            item = self._header(obj, path, number)
+        except _Foreign as e:
+            assert self.rec is not None
+            self.rec.missing.append(f"{path} ({e})")
+            return None, True
+        return item, item is not None and self.from_part > 1 and self.part == 1
 
     def _header(self, obj: dict[str, Any], path: str, k: int = 0) -> Session | None:
         """A file's first line: the run's header, or the header of part ``k`` (raises
