@@ -314,8 +314,11 @@ async def test_replay_through_pilot(recorded):
             snap = src.snapshot()
             assert snap.done and snap.ok == sum(a["requests"]["ok"] for a in live["arms"].values())
             assert snap.comparison is not None
-            # The live-only keys are not offered for a recording.
-            assert app.check_action("switch_arm", ()) is False
+            # The live-only keys are not offered for a recording (every command key is
+            # the one action ``send``, named by its command), the replay's keys are.
+            assert app.check_action("send", ("switch",)) is False
+            assert app.check_action("send", ("level", 1)) is False
+            assert app.check_action("send", ("seek", 10)) is True
     finally:
         src.close()
     assert src.summary() == live
