@@ -356,23 +356,25 @@ def main() -> None:
                 whole = timed("-")
             rows.append([name + label, f"{n:,}", f"{size / 2**20:.0f} MiB", f"{whole[0]} s",
                          f"{whole[1]} MiB"])  # fmt: skip
-    if a.window:
-        lo, hi = (parse_duration(x) for x in a.window.split("-"))
-        part = timed(f"{lo}:{hi}")
-        rows.append([f"  --from {a.window.replace('-', ' --to ')}", f"{int((hi - lo) * a.rate):,}",
-                     "", f"{part[0]} s", f"{part[1]} MiB"])  # fmt: skip
-    if a.replay_from:
-        span = [parse_duration(x) for x in a.replay_from.split("-")]
-        first = timed(":".join(map(str, span)), REPLAY)
-        rows.append([f"  replay --from {a.replay_from.replace('-', ' --to ')}: first frame", f"{int(first[2]):,} held",
-                     "", f"{first[0]} s", f"{first[1]} MiB"])  # fmt: skip
-    if a.replay_seek:
-        at = parse_duration(a.replay_seek)
-        r = timed(str(at), REPLAY_DAY)
-        rows.append(["  replay: first frame", "", "", f"{r[0]} s", f"{r[3]} MiB"])
-        rows.append([f"  replay: seek to {a.replay_seek} (figures from {float(r[4]):g} h)", "",
-                     "", f"{r[1]} s", ""])  # fmt: skip
-        rows.append(["  replay: then a minute on", "", "", f"{r[2]} s", ""])
+    # the window and the replays: with the companions unless they are off (then aside)
+    with _companions_aside(path, a.companions == "off"):
+        if a.window:
+            lo, hi = (parse_duration(x) for x in a.window.split("-"))
+            part = timed(f"{lo}:{hi}")
+            rows.append([f"  --from {a.window.replace('-', ' --to ')}", f"{int((hi - lo) * a.rate):,}",
+                         "", f"{part[0]} s", f"{part[1]} MiB"])  # fmt: skip
+        if a.replay_from:
+            span = [parse_duration(x) for x in a.replay_from.split("-")]
+            first = timed(":".join(map(str, span)), REPLAY)
+            rows.append([f"  replay --from {a.replay_from.replace('-', ' --to ')}: first frame", f"{int(first[2]):,} held",
+                         "", f"{first[0]} s", f"{first[1]} MiB"])  # fmt: skip
+        if a.replay_seek:
+            at = parse_duration(a.replay_seek)
+            r = timed(str(at), REPLAY_DAY)
+            rows.append(["  replay: first frame", "", "", f"{r[0]} s", f"{r[3]} MiB"])
+            rows.append([f"  replay: seek to {a.replay_seek} (figures from {float(r[4]):g} h)", "",
+                         "", f"{r[1]} s", ""])  # fmt: skip
+            rows.append(["  replay: then a minute on", "", "", f"{r[2]} s", ""])
     print(f"a {a.hours:g}-hour recording at {a.rate} req/s · {machine()}")
     print(table(rows))
     if index_note:
