@@ -278,3 +278,22 @@ def test_a_window_of_a_rotated_run_reports_the_same_by_either_path(tmp_path):
     _index(path)
     assert {fmt: render_file(path, fmt, window=w)[0] for fmt in ("text", "json")} == before
     assert "window" in before["json"]
+
+
+def test_index_leaves_a_good_companion_and_writes_a_stale_one_again(tmp_path, capsys):
+    """What the recorder wrote and still matches its part is not written again; one
+    that no longer matches is."""
+    path = str(tmp_path / "run.jsonl.gz")
+    _write(path, rotate_s=1e-9)
+    assert main(["index", path]) == 0
+    capsys.readouterr()
+    first, second = (companion.companion_path(p) for p in _parts(path)[:2])
+    before = os.stat(first).st_mtime_ns, os.stat(second).st_mtime_ns
+    with open(second, "wb") as f:
+        f.write(b"stale")
+    assert main(["index", path]) == 0
+    err = capsys.readouterr().err
+    assert f"{first} is up to date" in err and f"wrote {second}" in err
+    assert os.stat(first).st_mtime_ns == before[0]
+    comp, why = companion.load(_parts(path)[1])
+    assert comp is not None and why is None

@@ -496,6 +496,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     parts = [path, *(part_path(path, k) for k in sorted(part_numbers(path)))]
     made = 0
     for part in parts:
+        good, _why = companion.load(part)
+        if good is not None:  # (the recorder's, still true to its part: not written again)
+            made += 1
+            say(f"tokmon index: {good.path} is up to date", err=True)
+            continue
         try:
             out = companion.build(part)
         except companion.NotIndexed as e:
