@@ -392,14 +392,7 @@ class _Scan:
                     batch.append(line)  # (keys in another order: parsed with its batch)
                     nb += 1
                     continue
-                if obj.get("carried") and self.part > max(1, self.from_part):
-                    continue  # a part's repeat of the run's state: the parts before said it
-                fact = self._fact(obj, k)
-                if fact is not None:
-                    held.append((nb, fact))
-                    t = getattr(fact, "t", None)
-                    if isinstance(t, int) and self.rec is not None:
-                        self._seen(self.rec, t)
+                self._hold(obj, nb, held)
         cut = bool(lines.tail) and self.cont is None  # (following, a half line is normal)
         if self.rec is None:
             raise RecordingError(f"{path} is empty or not a tokmon recording")
@@ -446,20 +439,26 @@ class _Scan:
             if not isinstance(obj, dict):
                 self._corrupt(rec, 1)
                 continue
-            if obj.get("carried") and self.part > max(1, self.from_part):
-                continue
-            fact = self._fact(obj, obj.get("k"))
-            if fact is not None:
-                held.append((at - lo, fact))
-                t = getattr(fact, "t", None)
-                if isinstance(t, int):
-                    self._seen(rec, t)
+            self._hold(obj, at - lo, held)
         while lo + jsonl.BATCH <= rows:
             yield self._indexed_batch(comp, group, jsonl.BATCH, held)
             group, lo, held = group + 1, lo + jsonl.BATCH, []
         yield self._indexed_batch(comp, group, rows - lo, held)
         rec.lines += comp.ident.lines
         rec.offset = None if comp.ident.gzip or self.part > 1 else comp.ident.size
+
+    def _hold(self, obj: dict[str, Any], at: int, held: list[tuple[int, Fact]]) -> None:
+        """A line other than a request's, read the same from the JSON or a companion: its
+        fact held in its place (``at`` request lines into the batch), a part's repeat of
+        the run's state skipped (the parts before said it)."""
+        if obj.get("carried") and self.part > max(1, self.from_part):
+            return
+        fact = self._fact(obj, obj.get("k"))
+        if fact is not None:
+            held.append((at, fact))
+            t = getattr(fact, "t", None)
+            if isinstance(t, int) and self.rec is not None:
+                self._seen(self.rec, t)
 
     def _indexed_batch(
         self, comp: companion.Companion, group: int, n: int, held: list[tuple[int, Fact]]
