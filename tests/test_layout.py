@@ -145,3 +145,34 @@ def test_no_import_cycle():
 def test_no_private_name_crosses_a_module():
     _, private = _graph()
     assert not private, private
+
+
+MAX_METHODS = 20  # a class with more holds more than one thing
+MAX_LINES = 150  # a function longer than this does more than one thing
+
+
+def _is_record(cls: ast.ClassDef) -> bool:
+    """A record (a dataclass or a NamedTuple): its methods are views of its fields."""
+    decos = {ast.unparse(d).split("(")[0] for d in cls.decorator_list}
+    return bool(decos & {"dataclass", "dataclasses.dataclass"}) or any(
+        ast.unparse(b) == "NamedTuple" for b in cls.bases
+    )
+
+
+def test_no_class_holds_too_much_and_no_function_is_too_long():
+    """The census of #60: no class in tokmon over 20 methods (records aside), no
+    function over 150 lines."""
+    big, long = [], []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        name = path.relative_to(ROOT.parent)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and not _is_record(node):
+                n = sum(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) for b in node.body)
+                if n > MAX_METHODS:
+                    big.append(f"{name}:{node.name} has {n} methods")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_LINES:
+                    long.append(f"{name}:{node.name} is {lines} lines")
+    assert not big and not long, big + long

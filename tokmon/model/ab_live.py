@@ -44,12 +44,14 @@ class LiveComparison:
     def update(
         self,
         now: int,
+        force: bool,
         totals: dict[str, ArmTotals],
         turns: Turns,
         split: TimeSplitReducer,
         ladder: Steps,
     ) -> None:
-        if self.pair is None:
+        """The comparison again, when it is due (``due``)."""
+        if self.pair is None or not self.due(now, force):
             return
         self._next = now + EVERY_NS
         a, b = self.pair

@@ -22,18 +22,18 @@ import numpy as np
 
 import tokmon.model.judgments  # noqa: F401  (registers every judgment)
 from tokmon.model.ab_live import LiveComparison
-from tokmon.model.active import ArmTokens, Segment, Turns, seconds
-from tokmon.model.alerts import AlertEngine, cost_figures, kind_cost_figures
+from tokmon.model.active import ArmTokens, Segment, Turns
+from tokmon.model.alerts import AlertEngine
 from tokmon.model.capacity import CapacityReducer, capacity_summary
 from tokmon.model.changepoint import ChangePoint, StepWatch
 from tokmon.model.coerce import integer, number
+from tokmon.model.costs import Costs
 from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.model.derived import Derivations, Raised, change_alert
 from tokmon.model.environment import ServerEnv
 from tokmon.model.eventlog import REGIME_KINDS, EventLog, listed_events
 from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.history import History, Point
-from tokmon.model.ladder import StepTotals
 from tokmon.model.managed import ManagedServers
 from tokmon.model.probe_state import ProbeState
 from tokmon.model.quality import QualityReducer
@@ -41,7 +41,6 @@ from tokmon.model.records import EngineStatus, Event
 from tokmon.model.registry import Context, Judgments
 from tokmon.model.samples import HostSample, ServerSample
 from tokmon.model.samples import read as read_sample
-from tokmon.model.sketch import Quantiles
 from tokmon.model.slo import slo_verdict
 from tokmon.model.snapshot import ArmView, Snapshot
 from tokmon.model.stats import ArmTotals, Slo, TokenWindow, window_stats
@@ -50,10 +49,8 @@ from tokmon.model.storage import StorageReducer
 from tokmon.model.structured import GUIDED, GUIDED_FREE
 from tokmon.model.summary import alerts_from_events, build_summary, slo_counted
 from tokmon.model.table import RequestTable, distinct
-from tokmon.model.timesplit import TimeSplit, TimeSplitReducer
-from tokmon.model.views import ArmCost, Cost, Price, RestartView
-
-SPLIT_EVERY_NS = 2_000_000_000  # the time split: medians over the run, not every tick
+from tokmon.model.timesplit import TimeSplitReducer
+from tokmon.model.views import Price, RestartView
 
 
 class Pace(Enum):
@@ -179,6 +176,8 @@ class Fold:
         self.quality = QualityReducer()  # quality probes' answers, per arm and task
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
         self.storage = StorageReducer()  # tokmon's memory, the recording, the disk left
+        # each arm's cost and energy per token, from the reducers that hold its parts
+        self.costs = Costs(s.gpu_hour_price, self.probes, self.turns, self.arm_tokens, self.totals)
         # the registered judgments (``model/registry.py``), each its own piece of the run
         self.judgments = Judgments(Context(settings, tuple(self.arm_names)))
         self.output_check: dict[str, Any] | None = None
@@ -189,8 +188,6 @@ class Fold:
         self.ab = LiveComparison(
             self.arm_names, dict(settings.kind_weights) if settings.kind_weights else None
         )
-        self._split_view: tuple[TimeSplit, ...] = ()
-        self._split_next = 0
         self._last_errors = 0
         self.snapshot: Snapshot | None = None
 
@@ -204,10 +201,6 @@ class Fold:
         return self.turns.segments
 
     @property
-    def steps(self) -> list[StepTotals]:
-        return self.ladder.steps
-
-    @property
     def events(self) -> deque[Event]:
         return self.log.recent
 
@@ -219,16 +212,14 @@ class Fold:
     def down_since(self) -> dict[str, int]:
         return self.derived.down_since
 
-    def next_segment(self) -> int:
-        """The id the next arm switch gives its segment (the engines tag requests with it)."""
-        return self.turns.next_segment()
-
     # ------------------------------------------------------------------ the fold
     def apply(self, fact: Fact) -> list[Event]:
         """Fold one fact in; returns the events it derived (live only), already folded."""
         out: list[Event] = []
         if isinstance(fact, Requests):
-            self._requests(fact.table, out)
+            if fact.table.n:
+                self.arrive(fact.table)
+                self.count(fact.table, out)
         elif isinstance(fact, Tokens):
             for b in fact.buckets:
                 self._tokens(b.t, b.arm, b.tokens)
@@ -252,44 +243,16 @@ class Fold:
             for arm, cp, _ in self.watch.close(t / 1e9):
                 self.change_points.append((arm, cp))
         elif pace is Pace.SETTLE:
-            self._settle(t)
+            if self.snapshot is None:
+                return out
+            self.ab.update(t, True, self.totals, self.turns, self.split, self.ladder)
+            if not self.snapshot.warming_up:
+                self.alerts.check()
+            self.snapshot = replace(
+                self.snapshot, comparison=self.ab.view(), trends=dict(self.alerts.trends)
+            )
         else:
             self._tick(t, pace is Pace.FINAL, out, quick=pace is Pace.SEEK)
-        return out
-
-    def _settle(self, t: int) -> None:
-        if self.snapshot is None:
-            return
-        self._compare(t, force=True)
-        if not self.snapshot.warming_up:
-            self.alerts.check()
-        self.snapshot = replace(
-            self.snapshot, comparison=self.ab.view(), trends=dict(self.alerts.trends)
-        )
-
-    def _compare(self, now: int, force: bool) -> None:
-        if self.ab.due(now, force):
-            self.ab.update(now, self.totals, self.turns, self.split, self.ladder)
-
-    def time_split(self) -> tuple[TimeSplit, ...]:
-        out = []
-        for a in self.arm_names:
-            t = self.totals.get(a)
-            ttft, tpot = (Quantiles(), Quantiles()) if t is None else (t.ttft, t.tpot)
-            out.append(self.split.view(a, self.probes.rtt_ms(a), ttft, tpot))
-        return tuple(out)
-
-    def time_split_by_kind(self, arm: str) -> dict[str, TimeSplit]:
-        """``arm``'s split per task kind (the client's figures of each kind picked from
-        the totals by their stratum); {} where the mix had one kind."""
-        t = self.totals.get(arm)
-        if t is None:
-            return {}
-        out = {}
-        for k in self.split.kind_names():
-            ids = [sid for (kind, _), sid in t.strata.items() if kind == k]
-            ttft, tpot = t.by_ttft.merged(ids), t.by_tpot.merged(ids)
-            out[k] = self.split.view(arm, self.probes.rtt_ms(arm), ttft, tpot, kind=k)
         return out
 
     def _raise(self, out: list[Event], t: int, raised: Raised) -> None:
@@ -300,12 +263,6 @@ class Fold:
         out.append(ev)
 
     # ------------------------------------------------------------------ requests
-    def _requests(self, tb: RequestTable, out: list[Event]) -> None:
-        if tb.n == 0:
-            return
-        self.arrive(tb)
-        self.count(tb, out)
-
     def arrive(self, tb: RequestTable) -> None:
         """What depends on where a batch falls among the ticks and token buckets: the step
         detector leaves out a value whose second it already judged, and a token bucket is
@@ -393,7 +350,10 @@ class Fold:
         d = ev.data
         arm = d.get("arm")
         if ev.kind in REGIME_KINDS:
-            self._new_regime(ev.t)
+            # the user changed what runs: detectors and trends start again from here
+            self.watch.new_regime(ev.t / 1e9)
+            self.alerts.new_regime(ev.t / 1e9)
+            self.regimes.append(ev.t / 1e9)
         if ev.kind == "arm":
             if isinstance(arm, str) and arm in self.arm_names and arm != self.arm:
                 self.turns.switch(arm, ev.t)
@@ -436,12 +396,6 @@ class Fold:
             # tick derived (a quality verdict reached on the last requests) is shown in
             # the last snapshot, live and in a replay alike (both fold it here)
             self.snapshot = replace(self.snapshot, events=tuple(self.log.recent))
-
-    def _new_regime(self, t: int) -> None:
-        """The user changed what runs: detectors and trends start again from here."""
-        self.watch.new_regime(t / 1e9)
-        self.alerts.new_regime(t / 1e9)
-        self.regimes.append(t / 1e9)
 
     # ------------------------------------------------------------------ the tick
     def _trim(self, now: int) -> list[RequestTable]:
@@ -525,7 +479,7 @@ class Fold:
         )
         self.history.add(point)
         if not quick:
-            self._compare(now, final)
+            self.ab.update(now, final, self.totals, self.turns, self.split, self.ladder)
         warming = s.warmup and self.t_measure is None
         for arm, cp, basis in self.watch.close(now / 1e9):
             self.change_points.append((arm, cp))
@@ -536,7 +490,7 @@ class Fold:
                 self.alerts.note(point, rss)
             else:
                 later += self.derived.live(self.alerts.add(point, rss))
-        costs = _arm_costs(self, now, arm_views)
+        costs = self.costs.views(now, self.t_measure, self.arm_names)
         restarting = self.managed.restarting
         self.snapshot = Snapshot(
             t=now,
@@ -577,8 +531,10 @@ class Fold:
             else RestartView(restarting[0], restarting[1], (now - restarting[2]) / 1e9),
             costs=costs,
             price=None if s.gpu_hour_price is None else Price(s.gpu_hour_price, self.probes.gpus),
-            time_split=self._time_split_view(now, final),
-            capacity=self.capacity.views(self._probe_running()),
+            time_split=self.split.shown(
+                now, final, self.arm_names, self.totals, self.probes.rtt_ms
+            ),
+            capacity=self.capacity.views(self.ladder.running()),
             crossovers=self.ab.crossovers,
             scenario=s.scenario,
             causes=self.ab.causes,
@@ -601,46 +557,6 @@ class Fold:
         once it started: the settings hold the command as given, ``--port {port}``)."""
         return self.managed.shown(arm) or self.settings.server_of(arm)
 
-    def _probe_running(self) -> tuple[str, int, int] | None:
-        """The capacity probe under way: its arm, requests so far and how many met."""
-        steps = self.ladder.steps
-        if not self.capacity.searches or not steps or steps[-1].t1 is not None:
-            return None
-        st = steps[-1]
-        return st.arm, st.ok + st.failed, st.good
-
-    def _time_split_view(self, now: int, final: bool) -> tuple[TimeSplit, ...]:
-        # every 2 s of the run's clock (medians over the whole run), so a replay, ticking
-        # at the same times, shows the same split
-        if final or now >= self._split_next:
-            self._split_next = now + SPLIT_EVERY_NS
-            self._split_view = self.time_split()
-        return self._split_view
-
-    # ------------------------------------------------------------------ costs
-    def _power(self, arm: str, t_end: int) -> float | None:
-        """Mean GPU power while ``arm`` was active (after the warm-up)."""
-        return self.probes.mean_power(self.turns.of(arm), self.t_measure, t_end)
-
-    def _cost(
-        self, arm: str, tps: float | None, power_w: float | None
-    ) -> tuple[Cost, dict[str, Cost]]:
-        """An arm's cost and energy per token at ``tps``, and each task kind's (the one
-        cost the snapshot and the summary both show)."""
-        s = self.settings
-        c = cost_figures(
-            tps, gpu_hour_price=s.gpu_hour_price, gpus=self.probes.gpus, power_w=power_w
-        )
-        tot = self.totals.get(arm)
-        return c, (kind_cost_figures(c, tot.kinds) if tot is not None and tot.kinds else {})
-
-    def own_time(self, t: int) -> dict[str, tuple[float, float]]:
-        """Per arm, up to ``t``: the tokens that arrived in its own spans and their
-        seconds (warm-up, other arms' segments, drains, restarts and pauses left out of
-        both): the whole-run tokens/s of an arm is one over the other."""
-        spans = self.turns.spans(t, self.t_measure)
-        return {a: (self.arm_tokens.within(a, sp), seconds(sp)) for a, sp in spans.items()}
-
     # ------------------------------------------------------------------ the summary
     def server_spec(self) -> dict[str, dict[str, Any]]:
         """Acceptance per arm from its server's counters over the measured part of the run."""
@@ -650,7 +566,7 @@ class Fold:
         """The summary's projector: the run summary (the ``--summary-json`` object) at
         ``t_end``."""
         s = self.settings
-        own = self.own_time(t_end)
+        own = self.costs.own_time(t_end, self.t_measure)
         out = build_summary(
             started_at=s.started_at,
             duration_s=t_end / 1e9,
@@ -658,7 +574,7 @@ class Fold:
             totals=self.totals,
             active_s={a: secs for a, (_, secs) in own.items()},
             active_tokens={a: toks for a, (toks, _) in own.items()},
-            streams=self.level if s.mode == "concurrency" and not self.steps else None,
+            streams=self.level if s.mode == "concurrency" and not self.ladder.steps else None,
             alternations=self.turns.alternations,
             server_spec=self.server_spec(),
             slo=self.slo if self.slo.any else None,
@@ -681,19 +597,7 @@ class Fold:
         )
         if lad is not None:
             out["ladder"] = lad
-        for name, a in out["arms"].items():
-            # With two arms on separate servers, both share what the GPU probe sees; with
-            # one arm at a time, the power of each arm's own segments.
-            pw = self._power(name, t_end)
-            c, kc = self._cost(name, a["output_tokens_per_s"], pw)
-            a["mean_gpu_power_w"] = None if pw is None else round(pw, 3)
-            a["cost_per_million_tokens"] = c.cost_per_mtok
-            a["joules_per_token"] = c.joules_per_token
-            a["tokens_per_joule"] = c.tokens_per_joule
-            for k, v in (a.get("by_kind") or {}).items():
-                kk = kc.get(k, Cost())
-                v["cost_per_million_tokens"] = kk.cost_per_mtok
-                v["joules_per_token"] = kk.joules_per_token
+        self.costs.summarise(out["arms"], t_end, self.t_measure)
         if self.output_check is not None:
             out["output_check"] = self.output_check
         out["storage"] = self.storage.to_json()
@@ -706,43 +610,13 @@ class Fold:
         net = self.probes.network_summary(self.totals)
         if net:
             out["network"] = net
-        for sp in self.time_split():
-            if sp.arm in out["arms"]:
-                out["arms"][sp.arm]["time_split"] = sp.to_json()
-                bk = out["arms"][sp.arm].get("by_kind") or {}
-                for k, ksp in self.time_split_by_kind(sp.arm).items():
-                    if k in bk:
-                        bk[k]["time_split"] = ksp.to_json()
+        self.split.summarise(out, self.arm_names, self.totals, self.probes.rtt_ms)
         if self.quality.counts or self.quality.unjudged:
             out["quality"] = self.quality.to_json(list(self.arm_names))
         if self.capacity.searches:
             out["capacity_search"] = capacity_summary(
                 self.capacity.to_json(), (out.get("ladder") or {}).get("steps") or []
             )
-        cmp = out.get("comparison")
-        for pair in cmp if isinstance(cmp, list) else [cmp] if isinstance(cmp, dict) else []:
-            # each pair's decode speed-up as its causes (tokens per step × step speed)
-            causes = self.split.causes(str(pair.get("baseline")), str(pair.get("other")))
-            pair["causes"] = None if causes is None else causes.to_json()
-            for why in self.split.causes_by_kind(str(pair.get("baseline")), str(pair.get("other"))):
-                if why.kind in (pair.get("by_kind") or {}):
-                    pair["by_kind"][why.kind]["causes"] = why.to_json()
         if self.managed.servers:
             out["managed_servers"] = self.managed.to_json()
         return out
-
-
-def _arm_costs(f: Fold, now: int, arm_views: list[ArmView]) -> dict[str, ArmCost]:
-    """Cost per arm from its whole run so far (tokens over its own active time, power
-    over its own spans), as the summary computes it: a window would price the arm that is
-    not running from the tail of its last turn. "—" before 5 s of it."""
-    costs: dict[str, ArmCost] = {}
-    own = f.own_time(now)
-    for v in arm_views:
-        toks, secs = own.get(v.name, (0.0, 0.0))
-        tps = toks / secs if secs >= 5 else None
-        c, kinds = f._cost(v.name, tps, f._power(v.name, now) if tps is not None else None)
-        tot = f.totals.get(v.name)
-        shown = kinds if tot is not None and len(tot.kinds) > 1 else {}
-        costs[v.name] = ArmCost(c, tuple(shown.items()))
-    return costs

@@ -129,6 +129,14 @@ class Steps:
             stopped=self.stopped,
         )
 
+    def running(self) -> tuple[str, int, int] | None:
+        """The step under way (a capacity probe is one): its arm, requests so far and
+        how many met every SLO; None between steps."""
+        if not self.steps or self.steps[-1].t1 is not None:
+            return None
+        st = self.steps[-1]
+        return st.arm, st.ok + st.failed, st.good
+
     def kinds(self, weights: dict[str, float] | None = None) -> list[str]:
         """The task kinds of the workload the steps met (and the mix's, from
         ``weights``), quality probes aside; [] where there is one kind or none."""

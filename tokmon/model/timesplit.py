@@ -33,6 +33,7 @@ histograms' means against the client's.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +42,11 @@ import numpy as np
 from tokmon.model.quality import KIND_PREFIX
 from tokmon.model.samples import ServerSample
 from tokmon.model.sketch import Quantiles, RowSample, row_keys
-from tokmon.model.stats import GrowArray, ratio_ci_requests
+from tokmon.model.stats import ArmTotals, GrowArray, ratio_ci_requests
 from tokmon.model.table import RequestTable, distinct
+
+Rtt = Callable[[str], "float | None"]  # an arm's network round trip (ms), where measured
+SPLIT_EVERY_NS = 2_000_000_000  # the snapshot's split: medians over the run, not every tick
 
 # a remainder this far below zero is a mismatch, not rounding (nor a first chunk read a
 # little late on a busy client, which shortens the client's TPOT below the server's)
@@ -247,6 +251,9 @@ class TimeSplitReducer:
         self.arms: dict[str, _Arm] = {}
         self.steps: dict[tuple[str, int], _Arm] = {}
         self.kinds: dict[tuple[str, str], _Arm] = {}
+        # the view the snapshot shows, made again every SPLIT_EVERY_NS of the run's clock
+        self._shown: tuple[TimeSplit, ...] = ()
+        self._next = 0
 
     def _arm(self, name: str) -> _Arm:
         a = self.arms.get(name)
@@ -377,6 +384,62 @@ class TimeSplitReducer:
         """The causes per task kind, for the kinds with enough requests in both arms."""
         out = (self.causes(base, other, k) for k in self.kind_names())
         return tuple(c for c in out if c is not None)
+
+    # ------------------------------------------------------------------ projections
+    def whole(
+        self, arms: list[str], totals: dict[str, ArmTotals], rtt: Rtt
+    ) -> tuple[TimeSplit, ...]:
+        """Each arm's split over the run, with the client's figures of its totals."""
+        out = []
+        for a in arms:
+            t = totals.get(a)
+            ttft, tpot = (Quantiles(), Quantiles()) if t is None else (t.ttft, t.tpot)
+            out.append(self.view(a, rtt(a), ttft, tpot))
+        return tuple(out)
+
+    def by_kind(self, arm: str, totals: dict[str, ArmTotals], rtt: Rtt) -> dict[str, TimeSplit]:
+        """``arm``'s split per task kind (the client's figures of each kind picked from
+        the totals by their stratum); {} where the mix had one kind."""
+        t = totals.get(arm)
+        if t is None:
+            return {}
+        out = {}
+        for k in self.kind_names():
+            ids = [sid for (kind, _), sid in t.strata.items() if kind == k]
+            ttft, tpot = t.by_ttft.merged(ids), t.by_tpot.merged(ids)
+            out[k] = self.view(arm, rtt(arm), ttft, tpot, kind=k)
+        return out
+
+    def shown(
+        self, now: int, final: bool, arms: list[str], totals: dict[str, ArmTotals], rtt: Rtt
+    ) -> tuple[TimeSplit, ...]:
+        """The snapshot's split: made again every 2 s of the run's clock (medians over the
+        whole run), so a replay, ticking at the same times, shows the same split."""
+        if final or now >= self._next:
+            self._next = now + SPLIT_EVERY_NS
+            self._shown = self.whole(arms, totals, rtt)
+        return self._shown
+
+    def summarise(
+        self, out: dict[str, Any], arms: list[str], totals: dict[str, ArmTotals], rtt: Rtt
+    ) -> None:
+        """The summary's splits (each arm's and each kind's) and each compared pair's
+        decode speed-up as its causes (tokens per step × step speed), overall and by kind."""
+        for sp in self.whole(arms, totals, rtt):
+            if sp.arm in out["arms"]:
+                out["arms"][sp.arm]["time_split"] = sp.to_json()
+                bk = out["arms"][sp.arm].get("by_kind") or {}
+                for k, ksp in self.by_kind(sp.arm, totals, rtt).items():
+                    if k in bk:
+                        bk[k]["time_split"] = ksp.to_json()
+        cmp = out.get("comparison")
+        for pair in cmp if isinstance(cmp, list) else [cmp] if isinstance(cmp, dict) else []:
+            base, other = str(pair.get("baseline")), str(pair.get("other"))
+            causes = self.causes(base, other)
+            pair["causes"] = None if causes is None else causes.to_json()
+            for why in self.causes_by_kind(base, other):
+                if why.kind in (pair.get("by_kind") or {}):
+                    pair["by_kind"][why.kind]["causes"] = why.to_json()
 
 
 def _add(a: _Arm, tb: RequestTable, rows: np.ndarray) -> None:

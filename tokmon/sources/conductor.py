@@ -103,7 +103,7 @@ def run_ladder(s: Stage, lad: Ladder) -> None:
                 return
         with s.lock:
             now = perf_counter_ns() - s.t_start
-            figs = [st.figures(now) for st in s.fold.steps if st.step == i]
+            figs = [st.figures(now) for st in s.fold.ladder.steps if st.step == i]
         for f in figs:
             reason = stop_reason(lad, f)
             if reason and i + 1 < n:
@@ -120,7 +120,7 @@ def end(s: Stage, message: str, reason: str | None) -> None:
 
 
 def _step_of(s: Stage, i: int, arm: str | None) -> StepTotals | None:
-    for st in reversed(s.fold.steps):
+    for st in reversed(s.fold.ladder.steps):
         if st.step == i and (arm is None or st.arm == arm):
             return st
     return None

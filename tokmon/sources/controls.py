@@ -77,7 +77,7 @@ class Controls:
 
     def switch_to(self, arm: str, now: int) -> None:
         """Tell the engines, then fold the switch in through its event."""
-        seg = self.s.fold.next_segment()
+        seg = self.s.fold.turns.next_segment()
         self.s.send(SwitchArm(arm, seg, now))
         self.s.event("arm", f"arm → {arm}", {"arm": arm, "segment": seg}, t=now)
 

@@ -195,7 +195,7 @@ class Servers:
                 return
             with s.lock:
                 now = perf_counter_ns()
-                seg = s.fold.next_segment()
+                seg = s.fold.turns.next_segment()
                 s.send(SwitchArm(new, seg, now, model=model))
                 s.event("arm", f"arm → {new}", {"arm": new, "segment": seg}, t=now)
                 s.segments_begun += 1
