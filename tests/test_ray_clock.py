@@ -38,6 +38,7 @@ def test_each_load_generator_shows_its_host_streams_lag_and_cpu():
 
     from tokmon.model.arms import Arm
     from tokmon.model.config import RunConfig
+    from tokmon.model.workload import LengthDist
     from tokmon.sim.process import SimProcess
     from tokmon.sim.server import SimConfig
     from tokmon.sources.live import LiveSession
@@ -45,8 +46,10 @@ def test_each_load_generator_shows_its_host_streams_lag_and_cpu():
     from tokmon.ui.panels import fit_blocks, worker_line
 
     with SimProcess(SimConfig(schedule=(20.0, 5.0, 1), seed=3)) as sim:
+        # (short answers: the test is of the workers' status lines, not of a long run)
         cfg = RunConfig(arms=(Arm("a", url=sim.url, model="sim-27b"),), concurrency=4,
-                        requests=40, workers=2)  # fmt: skip
+                        requests=40, workers=2,
+                        max_tokens=LengthDist("fixed", 32))  # fmt: skip
         s = LiveSession(cfg, target=sim.url, model="sim-27b")
         s.start()
         assert s.wait(60)

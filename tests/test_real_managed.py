@@ -43,7 +43,7 @@ def test_vllm_plain_and_ngram_take_turns_on_one_port(tmp_path):
     }
     p = tokmon(
         "run", "--arm", f"plain:serve={base}", "--arm", f"spec:serve={spec}",
-        "--alternate", "15s", "--cycles", "2", "-c", "2", "--max-tokens", "48",
+        "--alternate", "8s", "--cycles", "2", "-c", "2", "--max-tokens", "48",
         "--ignore-eos", "--temperature", "0", "--prompts", str(prompts),
         "--endpoint", "completions", "--headless", "--no-gpu", "--status-interval", "1h",
         "--record", str(rec), "--summary-json", str(summ), env=env, timeout=900,
