@@ -36,10 +36,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
-import tokmon.model.changepoint as cp  # noqa: E402
-from tokmon.model.arms import Arm  # noqa: E402
-from tokmon.model.config import RunConfig  # noqa: E402
-from tokmon.model.workload import LengthDist  # noqa: E402
+import tokmon.model.judge.changepoint as cp  # noqa: E402
+from tokmon.model.workloads.arms import Arm  # noqa: E402
+from tokmon.model.workloads.config import RunConfig  # noqa: E402
+from tokmon.model.workloads.workload import LengthDist  # noqa: E402
 from tokmon.recording.play import fold_report, held  # noqa: E402
 from tokmon.recording.reader import read_recording  # noqa: E402
 from tokmon.recording.writer import Recorder  # noqa: E402

@@ -205,7 +205,7 @@ src.close()
 # state), then a minute on from there (folded on the way).
 REPLAY_DAY = r"""
 import sys, time
-from tokmon.model.commands import Seek
+from tokmon.model.data.commands import Seek
 from tokmon.sources.replay import ReplaySource
 t0 = time.perf_counter()
 src = ReplaySource(sys.argv[1])
@@ -324,7 +324,7 @@ def main() -> None:
         "written first by `tokmon index`, timed), or both, side by side",
     )
     a = ap.parse_args()
-    from tokmon.model.workload import parse_duration
+    from tokmon.model.workloads.workload import parse_duration
 
     rotate_s = int(parse_duration(a.rotate)) if a.rotate not in ("0", "off") else 0
     d = a.keep or tempfile.mkdtemp(prefix="tokmon-day-")

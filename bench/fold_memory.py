@@ -21,9 +21,9 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from _common import machine, table  # noqa: E402
 
-from tokmon.model.facts import Requests, Sample, Tick, Tokens  # noqa: E402
-from tokmon.model.fold import Fold, FoldSettings  # noqa: E402
-from tokmon.model.records import TokenTick  # noqa: E402
+from tokmon.model.data.facts import Requests, Sample, Tick, Tokens  # noqa: E402
+from tokmon.model.data.records import TokenTick  # noqa: E402
+from tokmon.model.folding.fold import Fold, FoldSettings  # noqa: E402
 from tokmon.sim.requests import synthetic_batch  # noqa: E402
 
 

@@ -16,9 +16,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import psutil  # noqa: E402
 from _common import machine, table  # noqa: E402
 
-from tokmon.model.arms import Arm  # noqa: E402
-from tokmon.model.config import RunConfig  # noqa: E402
-from tokmon.model.workload import LengthDist  # noqa: E402
+from tokmon.model.workloads.arms import Arm  # noqa: E402
+from tokmon.model.workloads.config import RunConfig  # noqa: E402
+from tokmon.model.workloads.workload import LengthDist  # noqa: E402
 from tokmon.sim.model import PROFILES  # noqa: E402
 from tokmon.sim.process import SimProcess  # noqa: E402
 from tokmon.sim.server import SimConfig  # noqa: E402

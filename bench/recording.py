@@ -21,8 +21,8 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
-from tokmon.model.facts import Sample, Tick, Tokens  # noqa: E402
-from tokmon.model.records import (
+from tokmon.model.data.facts import Sample, Tick, Tokens  # noqa: E402
+from tokmon.model.data.records import (
     RequestRecord,  # noqa: E402
     TokenTick,  # noqa: E402
 )
@@ -121,7 +121,7 @@ print(f"{t1 - t0:.2f} {t2 - t1:.2f} {peak:.0f}")
 REPLAY = r"""
 import sys, time
 t0 = time.perf_counter()
-from tokmon.model.commands import End
+from tokmon.model.data.commands import End
 from tokmon.sources.replay import ReplaySource
 src = ReplaySource(sys.argv[1])
 src.start()

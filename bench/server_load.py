@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
-from tokmon.model.workload import WORDS  # noqa: E402
+from tokmon.model.workloads.workload import WORDS  # noqa: E402
 from tokmon.probes.server import flatten  # noqa: E402
 
 CACHE = os.environ.get("TOKMON_ENGINES_CACHE", os.path.expanduser("~/.cache/tokmon-engines"))

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokmon.model.facts import Requests, Tick
-from tokmon.model.fold import Fold, FoldSettings
-from tokmon.model.records import Event, RequestRecord
-from tokmon.model.table import RequestTable
+from tokmon.model.data.facts import Requests, Tick
+from tokmon.model.data.records import Event, RequestRecord
+from tokmon.model.data.table import RequestTable
+from tokmon.model.folding.fold import Fold, FoldSettings
 from tokmon.sim.model import ALPHA, PROFILES
 
 PROFILE = PROFILES["27b-h100"]

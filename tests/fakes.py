@@ -6,13 +6,13 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from tokmon.model.commands import Command
-from tokmon.model.history import Point
-from tokmon.model.records import Event
-from tokmon.model.snapshot import ArmView, Snapshot
-from tokmon.model.stats import WindowStats
-from tokmon.model.timesplit import SpeedupCauses, TimeSplit, TpotSplit, TtftSplit
-from tokmon.model.views import ComparisonView, ProbeView, RatioView
+from tokmon.model.contract.history import Point
+from tokmon.model.contract.views import ComparisonView, ProbeView, RatioView
+from tokmon.model.data.commands import Command
+from tokmon.model.data.records import Event
+from tokmon.model.folding.snapshot import ArmView, Snapshot
+from tokmon.model.judge.timesplit import SpeedupCauses, TimeSplit, TpotSplit, TtftSplit
+from tokmon.model.statistics.stats import WindowStats
 
 
 def window(arm: str = "", tok: float = 1200.0, ttft: float | None = 85.0) -> WindowStats:

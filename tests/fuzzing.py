@@ -29,10 +29,11 @@ from hypothesis import strategies as st
 from tokmon.engine.chunks import MAX_COUNT, MAX_MS, ProtocolError
 from tokmon.engine.client import StreamSink, Tick, _finish
 from tokmon.engine.sse import SSEError
-from tokmon.model.quality import CHECKS, judge
-from tokmon.model.records import RequestRecord
-from tokmon.model.table import RequestTable, record_to_line
-from tokmon.model.timesplit import TOL_MS, TPOT_TOL_SHARE, TimeSplitReducer
+from tokmon.model.data.records import RequestRecord
+from tokmon.model.data.table import RequestTable, record_to_line
+from tokmon.model.judge.quality import judge
+from tokmon.model.judge.timesplit import TOL_MS, TPOT_TOL_SHARE, TimeSplitReducer
+from tokmon.model.workloads.questions import CHECKS
 from tokmon.recording import RecordingError
 from tokmon.sources import frames
 from tokmon.textsafe import dumps

@@ -4,11 +4,11 @@ import abtick
 import numpy as np
 import pytest
 
-from tokmon.model.records import RequestRecord
-from tokmon.model.stats import ArmTotals
-from tokmon.model.summary import compare
-from tokmon.model.table import RequestTable
-from tokmon.model.views import ComparisonView
+from tokmon.model.contract.views import ComparisonView
+from tokmon.model.data.records import RequestRecord
+from tokmon.model.data.table import RequestTable
+from tokmon.model.judge.summary import compare
+from tokmon.model.statistics.stats import ArmTotals
 
 
 def _totals(arm: str, counts: dict[str, int], speed: dict[str, float], seed: int) -> ArmTotals:
@@ -98,10 +98,10 @@ def test_the_header_names_the_server_of_the_arm_in_force():
     """`--arm plain:url=…:18001/v1 --arm spec:url=…:18000/v1`: the header shows the arm in
     force and its own server (it showed the first arm's server for both), the summary
     names each arm's server, and a managed arm is named by its command, redacted."""
-    from tokmon.model.arms import parse_arm
-    from tokmon.model.facts import Tick
-    from tokmon.model.fold import Fold, FoldSettings
-    from tokmon.model.records import Event
+    from tokmon.model.data.facts import Tick
+    from tokmon.model.data.records import Event
+    from tokmon.model.folding.fold import Fold, FoldSettings
+    from tokmon.model.workloads.arms import parse_arm
     from tokmon.report.summary_text import summary_table
     from tokmon.ui.header import header_text
 

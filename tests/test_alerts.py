@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from fake_nvml import make
 
-from tokmon.model.alerts import AlertEngine, cost_figures
-from tokmon.model.history import Point
-from tokmon.model.trend import sen_slope
-from tokmon.model.views import Cost
+from tokmon.model.contract.history import Point
+from tokmon.model.contract.views import Cost
+from tokmon.model.judge.alerts import AlertEngine, cost_figures
+from tokmon.model.statistics.trend import sen_slope
 
 
 def soak(values, seconds, engine=None, **extra):
@@ -70,9 +70,9 @@ def test_cost_arithmetic():
 
 
 def test_energy_and_cost_from_fake_nvml(make_sim):
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.probes.gpu import NvmlProbe
     from tokmon.sources.live import LiveSession
 
@@ -98,9 +98,9 @@ def test_energy_and_cost_from_fake_nvml(make_sim):
 @pytest.mark.slow
 def test_sim_drift_detected_in_compressed_time(make_sim):
     """The simulator's 2%/h drift at 720× time: TPOT grows 0.4% per wall second."""
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.sim.faults import Faults
     from tokmon.sim.model import parse_profile
     from tokmon.sources.live import LiveSession
@@ -149,9 +149,9 @@ def _sim_session(sim, cfg, *, window_s=2.0, **kw):
 @pytest.mark.slow
 def test_saturation_flagged_only_past_the_simulators_capacity(make_sim):
     """Open-loop load below, then above, what a 4-sequence batch can serve."""
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.sim.model import parse_profile
 
     # 20 tokens at 10 ms a step, 4 at a time: capacity ≈ 4 / 0.205 s ≈ 19 requests/s.
@@ -189,7 +189,7 @@ def test_saturation_flagged_only_past_the_simulators_capacity(make_sim):
 def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
     from types import SimpleNamespace as K
 
-    from tokmon.model.alerts import kind_cost_figures
+    from tokmon.model.judge.alerts import kind_cost_figures
 
     arm = Cost(cost_per_mtok=2.0, joules_per_token=0.5)
     # code: 1,000 tokens in 10 s of streams; chat: 1,000 tokens in 30 s
@@ -212,9 +212,9 @@ def test_cost_per_kind_splits_the_arms_cost_by_stream_time():
 @pytest.mark.slow
 def test_cost_per_kind_live_and_in_summary(make_sim):
     """With speculative decoding, code (α 0.82) costs less per token than creative (α 0.3)."""
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.sources.live import LiveSession
 
     sim = make_sim(spec=True, seed=5, time_scale=4.0)
@@ -233,7 +233,7 @@ def test_cost_per_kind_live_and_in_summary(make_sim):
     snap = s.snapshot()
     live = dict(snap.costs["a"].by_kind)
     s.close()
-    from tokmon.model.views import Price
+    from tokmon.model.contract.views import Price
     from tokmon.ui.app import DashboardApp, fit_blocks
 
     assert snap.price == Price(2.5, 1)

@@ -1,14 +1,14 @@
-"""The report's analyses as reducers (``tokmon.model.analyses``): fed batch by batch they
+"""The report's analyses as reducers (``tokmon.model.judge.analyses``): fed batch by batch they
 give what the whole table gives, and a figure from a sample or a late request says so."""
 
 import numpy as np
 import pytest
 
-from tokmon.model import analyses
-from tokmon.model.analyses import Analyses, DriftFigures, SegmentFigures
-from tokmon.model.records import Event
-from tokmon.model.table import RequestTable
-from tokmon.model.trend import drift
+from tokmon.model.data.records import Event
+from tokmon.model.data.table import RequestTable
+from tokmon.model.judge import analyses
+from tokmon.model.judge.analyses import Analyses, DriftFigures, SegmentFigures
+from tokmon.model.statistics.trend import drift
 from tokmon.sim.requests import synthetic_batch
 
 S = 1_000_000_000

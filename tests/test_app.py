@@ -206,7 +206,7 @@ async def test_time_views_in_clock_time():
 def test_the_last_day_is_the_whole_runs_last_day():
     import dataclasses
 
-    from tokmon.model.history import Point
+    from tokmon.model.contract.history import Point
     from tokmon.ui.panels import axis_label, view_points
 
     pts = tuple(Point(t=float(i * 600), span=600.0, tok_s=1.0) for i in range(3 * 144))  # 3 days
@@ -225,8 +225,8 @@ def test_the_header_shows_a_busy_tokmon_whole_at_any_width(width, cpu):
     ('host 5…', seen in CI on a loaded machine)."""
     from dataclasses import replace
 
-    from tokmon.model.storage import StorageView
-    from tokmon.model.views import ProbeView
+    from tokmon.model.contract.views import ProbeView
+    from tokmon.model.judge.storage import StorageView
     from tokmon.ui.header import header_text
 
     snap = replace(

@@ -7,7 +7,7 @@ import pytest
 from helpers import PY, tokmon, wait_running
 
 from tokmon.engine.outputcheck import check_outputs, first_divergence
-from tokmon.model.arms import Arm, ArmError, parse_arm
+from tokmon.model.workloads.arms import Arm, ArmError, parse_arm
 from tokmon.sim.model import parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -198,7 +198,7 @@ def test_failing_arm_does_not_stop_the_other(tmp_path):
 
 
 async def test_switch_in_dashboard_with_live_session(two_speeds):
-    from tokmon.model.config import RunConfig
+    from tokmon.model.workloads.config import RunConfig
     from tokmon.sources.live import LiveSession
     from tokmon.ui.app import DashboardApp
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from test_table import varied
 
-from tokmon.model.table import RequestTable
+from tokmon.model.data.table import RequestTable
 from tokmon.recording import arrow_lines
 from tokmon.recording import reader as reader_mod
 from tokmon.recording.writer import Recorder

@@ -20,9 +20,9 @@ from tokmon import stamps
 from tokmon.engine import h1
 from tokmon.engine.clock import WallToMono
 from tokmon.engine.measure import StreamMeter
-from tokmon.model.records import CLOCK_PREFIX
-from tokmon.model.table import RequestTable
-from tokmon.model.workload import LengthDist
+from tokmon.model.data.records import CLOCK_PREFIX
+from tokmon.model.data.table import RequestTable
+from tokmon.model.workloads.workload import LengthDist
 
 PY = sys.executable
 TTFT_MS = 120.0
@@ -156,9 +156,9 @@ def test_an_impossible_timeline_is_flagged_not_clamped():
 
 
 def test_clock_excluded_counted_in_the_summary():
-    from tokmon.model.records import RequestRecord
-    from tokmon.model.stats import ArmTotals
-    from tokmon.model.summary import arm_summary
+    from tokmon.model.data.records import RequestRecord
+    from tokmon.model.judge.summary import arm_summary
+    from tokmon.model.statistics.stats import ArmTotals
 
     recs = [
         RequestRecord(rid=1, arm="a", outcome="ok", t_sched=0, t_end=5, ttft_ms=3.0, e2e_ms=4.0),
@@ -186,8 +186,8 @@ async def test_a_whole_answer_in_one_read_has_no_tpot_and_is_counted():
     import asyncio
 
     from tokmon.engine.client import Tick, stream_request
-    from tokmon.model.stats import ArmTotals
-    from tokmon.model.summary import arm_summary
+    from tokmon.model.judge.summary import arm_summary
+    from tokmon.model.statistics.stats import ArmTotals
 
     body = (
         b"".join(

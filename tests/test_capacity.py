@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import tokmon
 
-from tokmon.model.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
+from tokmon.model.judge.capacity import CapacityPlan, CapacitySearch, Probe, judge, wilson
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording
 from tokmon.sim.process import SimProcess
@@ -62,7 +62,7 @@ def test_two_arms_capacities_give_their_ratio_with_the_bracket_left_open():
     """Plain holds 8 streams (9 fails), spec 12 (13 fails): ×1.5, and since each true
     capacity lies in [capacity, fails_at), the ratio lies in [12/9, 13/8]; what each
     serves there comes from its probe's step."""
-    from tokmon.model.capacity import capacity_summary
+    from tokmon.model.judge.capacity import capacity_summary
     from tokmon.report.summary_text import capacity_lines
 
     searches = {
@@ -226,7 +226,7 @@ def test_a_probe_is_sized_by_evidence_not_by_the_clock():
     what that budget takes at the requests' measured duration; while doubling, a probe
     whose first requests all met the SLOs passes as a scout, and the capacity found is
     confirmed with the full test."""
-    from tokmon.model.capacity import time_limit
+    from tokmon.model.judge.capacity import time_limit
 
     plan = CapacityPlan("concurrency", goodput=0.95, min_s=2)
     # at 95% a clear pass needs 73 requests that all met it: a budget of 93

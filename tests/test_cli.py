@@ -118,7 +118,7 @@ def test_config_file(sim, tmp_path):
 
 def test_core_never_imports_ui():
     code = (
-        "import sys, tokmon.sources.live, tokmon.engine.worker, tokmon.model.summary, "
+        "import sys, tokmon.sources.live, tokmon.engine.worker, tokmon.model.judge.summary, "
         "tokmon.engine.client, tokmon.sim.server; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')]; "
         "print(bad); sys.exit(1 if bad else 0)"
@@ -243,8 +243,8 @@ def test_bad_config_files(tmp_path, content, needle):
 def test_summary_is_handed_over_when_the_run_ends_not_when_the_dashboard_closes(sim):
     """A dashboard run that ended by --duration writes --summary-json at once: the SSH
     session may close before anyone presses q."""
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
     from tokmon.sources.live import LiveSession
 
     got: list[dict] = []

@@ -5,9 +5,9 @@ import asyncio
 import numpy as np
 
 from tokmon.engine.worker import Engine, request_id
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig
-from tokmon.model.workload import LengthDist
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import LengthDist
 from tokmon.sim.faults import Faults
 from tokmon.sim.model import PROFILES
 
@@ -95,7 +95,7 @@ def test_every_fault_class_accounted(make_sim):
 
 
 def test_idle_timeout_ends_a_stalled_stream(make_sim):
-    from tokmon.model.config import Timeouts
+    from tokmon.model.workloads.config import Timeouts
 
     sim = make_sim(schedule=(5.0, 5.0, 1), faults=Faults(stall=1.0, stall_s=5.0))
     recs, _, _ = run_engine(

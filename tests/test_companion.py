@@ -16,7 +16,7 @@ from tests.test_scan_ahead import _items
 from tests.test_scan_ahead import _write as write_varied
 from tests.test_table import varied
 from tokmon.cli.commands import main
-from tokmon.model.facts import Tick
+from tokmon.model.data.facts import Tick
 from tokmon.recording import companion
 from tokmon.recording.parts import part_numbers, part_path
 from tokmon.recording.writer import Recorder

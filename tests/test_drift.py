@@ -5,8 +5,8 @@ change the user made."""
 import numpy as np
 import pytest
 
-from tokmon.model.changepoint import GUARD_S, MIN_REF, StepDetector, StepWatch
-from tokmon.model.trend import drift
+from tokmon.model.judge.changepoint import GUARD_S, MIN_REF, StepDetector, StepWatch
+from tokmon.model.statistics.trend import drift
 
 
 def run(x, metric="decode"):
@@ -98,10 +98,10 @@ def test_drift_slope_within_interval():
 def _fold_run(levels, regime_events: bool):
     """A fold fed a second at a time: requests whose decode speed follows ``levels`` (one
     per 60 s), with or without the ladder's step events at the boundaries."""
-    from tokmon.model.facts import Requests, Tick, Tokens
-    from tokmon.model.fold import Fold, FoldSettings
-    from tokmon.model.records import Event, RequestRecord, TokenTick
-    from tokmon.model.table import RequestTable
+    from tokmon.model.data.facts import Requests, Tick, Tokens
+    from tokmon.model.data.records import Event, RequestRecord, TokenTick
+    from tokmon.model.data.table import RequestTable
+    from tokmon.model.folding.fold import Fold, FoldSettings
 
     fold = Fold(FoldSettings(arms=("a",)), derive=True)
     rng = np.random.default_rng(7)
@@ -128,7 +128,7 @@ def _fold_run(levels, regime_events: bool):
 
 
 def _line(r):
-    from tokmon.model.table import record_to_line
+    from tokmon.model.data.table import record_to_line
 
     return record_to_line(r, 0)
 
@@ -144,7 +144,7 @@ def test_a_ladders_step_boundaries_are_not_change_points():
 def test_a_short_run_reports_no_drift_figure(tmp_path):
     """A 20-second run cannot bound a drift of a few %/h: the report says so, and gives no
     figure (it once printed ±100 %/h); its change points are "not watched", not "none"."""
-    from tokmon.model.records import RequestRecord
+    from tokmon.model.data.records import RequestRecord
     from tokmon.recording.reader import read_recording
     from tokmon.recording.writer import Recorder
     from tokmon.report.render import render
@@ -186,7 +186,7 @@ def test_a_slow_wander_is_read_as_noise_not_as_steps():
     takes each wander for a step; with the long-run noise (``long_run_noise``: the
     persistence and the 5-20 s block spreads) it raises many times fewer. Measured: 82
     against 2 alarms in 10 hours."""
-    import tokmon.model.changepoint as cpm
+    import tokmon.model.judge.changepoint as cpm
 
     class PerSecond(StepDetector):
         def _ref_level(self):
@@ -217,7 +217,7 @@ def test_a_wandering_server_is_quiet_while_its_noise_is_learned(monkeypatch):
     noise raised several alarms each. With the persistence (an AR(1) fitted robustly,
     raised by what a short reference cannot show) one at most. Measured: 0 against 90 in
     60 ten-minute runs."""
-    import tokmon.model.changepoint as cpm
+    import tokmon.model.judge.changepoint as cpm
 
     rng = np.random.default_rng(6)
     runs = [wander(rng, 600, level=200, phi=0.9, sd=0.15, jitter=0.03) for _ in range(60)]

@@ -11,7 +11,7 @@ import pkgutil
 import tokmon.engines as engines
 from tokmon.engine import chunks
 from tokmon.engines.base import Engine, EngineMap, SpecPath, TimingPath
-from tokmon.model.environment import parse_config
+from tokmon.model.env.environment import parse_config
 from tokmon.probes.server import detect
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import tokmon
 
-from tokmon.model.environment import (
+from tokmon.model.env.environment import (
     NetPath,
     Security,
     ServerEnv,

@@ -8,9 +8,9 @@ import json
 
 from helpers import tokmon
 
-from tokmon.model.errors_judgment import KEEP, Errors
-from tokmon.model.registry import Context
-from tokmon.model.table import RequestTable
+from tokmon.model.contract.registry import Context
+from tokmon.model.data.table import RequestTable
+from tokmon.model.judge.errors_judgment import KEEP, Errors
 from tokmon.sim.faults import Faults
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig

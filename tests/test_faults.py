@@ -13,9 +13,9 @@ import pytest
 from helpers import wait_running
 
 from tokmon.engine.worker import Engine
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig, Timeouts
-from tokmon.model.workload import LengthDist
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig, Timeouts
+from tokmon.model.workloads.workload import LengthDist
 from tokmon.recording.reader import read_recording
 from tokmon.sim.faults import Faults
 from tokmon.sim.process import SimProcess

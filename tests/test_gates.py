@@ -16,9 +16,9 @@ from hostile import Hostile, sse_events, text_event, usage_event
 from tokmon import gate
 from tokmon.engine.chunks import ChunkInfo, ProtocolError, interpret
 from tokmon.engine.measure import CUT_PREFIX, StreamMeter
-from tokmon.model.quality import CHECK_CHARS, first_json_object, is_correct, judge
-from tokmon.model.table import RequestTable
-from tokmon.model.timesplit import TimeSplitReducer
+from tokmon.model.data.table import RequestTable
+from tokmon.model.judge.quality import CHECK_CHARS, first_json_object, is_correct, judge
+from tokmon.model.judge.timesplit import TimeSplitReducer
 from tokmon.recording.reader import read_recording
 from tokmon.report.split_text import arm_lines
 
@@ -316,7 +316,7 @@ async def test_an_attached_views_frame_draws_no_escape(size):
 def test_secrets_the_keyword_rule_missed_are_redacted():
     """Secrets in serve= commands that the keyword rule missed were written verbatim to
     recordings, summaries and server logs."""
-    from tokmon.model.redact import redact_argv, secrets_in
+    from tokmon.model.env.redact import redact_argv, secrets_in
 
     argv = ["srv", "-H", "X-Api-Key: hk-111111", "--header", "X-Session-Token: st-222222",
             "-H", "Cookie: ck-333333", "--jwt", "jw-444444", "--session-cookie", "sc-555555",
@@ -360,7 +360,7 @@ def test_a_streamed_trace_cut_while_read_is_named(tmp_path):
     """A streamed trace truncated at a line boundary mid-run sent half its requests and
     exited 0 with no notice: the engine that reads past its end names it."""
     from tokmon.inputs import load_mooncake, read_share
-    from tokmon.model.workload import WorkloadError
+    from tokmon.model.workloads.workload import WorkloadError
 
     p = tmp_path / "t.jsonl"
     lines = [json.dumps({"timestamp": i, "input_length": 5, "output_length": 2}) + "\n"
@@ -504,7 +504,7 @@ def test_a_run_whose_server_died_is_not_compared():
     """A run whose server died mid-way was counted in "reproduces within ±1.1% over 3
     runs": a managed server that failed, or requests that could not reach their server,
     leave the run out of the figures over runs (and say why)."""
-    from tokmon.model.runs import not_whole
+    from tokmon.model.judge.runs import not_whole
 
     whole = {"arms": {"a": {"requests": {"by_outcome": {"ok": 90, "http_5xx": 2}}}}}
     assert not_whole(whole) == ""

@@ -23,8 +23,8 @@ import pytest
 from helpers import tokmon
 from hostile import ESC_MODEL, Hostile, sse_events, text_event, usage_event
 
-from tokmon.model.facts import Sample
-from tokmon.model.fold import Fold, FoldSettings
+from tokmon.model.data.facts import Sample
+from tokmon.model.folding.fold import Fold, FoldSettings
 from tokmon.probes.server import ServerMetricsProbe
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -170,7 +170,7 @@ class FlakyFile:
 
 
 def _req(i: int) -> Any:
-    from tokmon.model.records import RequestRecord
+    from tokmon.model.data.records import RequestRecord
 
     return RequestRecord(rid=i, arm="a", outcome="ok", t_sched=i * 1000, t_end=i * 1000 + 500,
                          ttft_ms=1.0, e2e_ms=2.0, output_tokens=3)  # fmt: skip
@@ -252,8 +252,8 @@ def test_record_refuses_an_existing_file_and_r_continues_the_session(tmp_path):
 
 
 def test_engine_death_is_an_error_with_one_line():
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
     from tokmon.sources.live import LiveSession
 
     cfg = RunConfig(arms=(Arm("a", url="not a url", model="m"),), requests=2)
@@ -519,7 +519,7 @@ async def test_ctrl_c_in_the_dashboard_drains_then_stops():
 
 
 def test_headless_status_never_repeats_a_snapshot(capsys, monkeypatch):
-    from tokmon.model.records import Event
+    from tokmon.model.data.records import Event
     from tokmon.ui import headless as cli
 
     class Snap:

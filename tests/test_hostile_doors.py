@@ -13,7 +13,7 @@ import pytest
 from helpers import tokmon
 from hostile import Hostile, sse_events, text_event, usage_event
 
-from tokmon.model.redact import redact_argv, secrets_in
+from tokmon.model.env.redact import redact_argv, secrets_in
 
 PY = sys.executable
 
@@ -217,7 +217,7 @@ def test_crafted_input_files_are_one_line_and_cheap(tmp_path):
         trace.write_text(json.dumps({**line, **extra}) + "\n")
         p = _rss_limited("run", "--url", url, "--trace", str(trace), "--headless")
         assert p.returncode == 2 and says in p.stderr, (says, p.stderr)
-    from tokmon.model.records import RequestRecord
+    from tokmon.model.data.records import RequestRecord
     from tokmon.recording.writer import Recorder
 
     rec = tmp_path / "r.jsonl"

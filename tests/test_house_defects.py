@@ -1,13 +1,13 @@
 """Defects found while reading the house (each failed before its fix): frames redrawn
 while recording, a second SLO share."""
 
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig
-from tokmon.model.facts import Tick
-from tokmon.model.records import RequestRecord
-from tokmon.model.stats import ArmTotals, Slo
-from tokmon.model.summary import build_summary, slo_share
-from tokmon.model.table import RequestTable
+from tokmon.model.data.facts import Tick
+from tokmon.model.data.records import RequestRecord
+from tokmon.model.data.table import RequestTable
+from tokmon.model.judge.summary import build_summary, slo_share
+from tokmon.model.statistics.stats import ArmTotals, Slo
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
 from tokmon.recording.writer import Recorder
 from tokmon.sources.live import LiveSession
 
@@ -51,9 +51,9 @@ def test_the_windows_last_bucket_is_complete_for_a_run_started_off_a_boundary():
     a run that started 100 ms past such a multiple has its buckets at 150, 400, 650…
     ms of its own clock. The window ends at the last bucket surely complete on that
     grid (it was aligned on the run's clock, and took a bucket still being filled)."""
-    from tokmon.model.facts import Tokens
-    from tokmon.model.fold import Fold, FoldSettings
-    from tokmon.model.records import TokenTick
+    from tokmon.model.data.facts import Tokens
+    from tokmon.model.data.records import TokenTick
+    from tokmon.model.folding.fold import Fold, FoldSettings
 
     phase = 100_000_000  # the run began 100 ms past a bucket boundary
     fold = Fold(FoldSettings(arms=("a",), window_s=2.0))  # the grid: from the buckets
@@ -73,7 +73,7 @@ def test_the_windows_last_bucket_is_complete_for_a_run_started_off_a_boundary():
 def test_an_arms_token_count_is_exact_and_bounded():
     """Tokens are counted in an arm's spans pro rata of each bucket's width, and a
     crafted bucket a year away costs one block of storage, not a year of them."""
-    from tokmon.model.active import ArmTokens
+    from tokmon.model.judge.active import ArmTokens
 
     a = ArmTokens(250)
     for t in range(-150, 1000, 250):  # the grid 150 ms off the run's clock
@@ -89,8 +89,8 @@ def test_a_defect_in_the_fold_neither_stops_the_run_nor_loses_a_request(make_sim
     """A fact the fold cannot take (a defect in tokmon) is recorded all the same, the run
     goes on to its end, and it ends non-zero saying why; before, the reader thread died
     and the run hung until it was killed."""
-    from tokmon.model.facts import Requests
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.data.facts import Requests
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.recording.reader import read_recording
 
     sim = make_sim(schedule=(5.0, 2.0, 1))

@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import tokmon
 
-from tokmon.model.images import SIZES, data_url, png, png_size
+from tokmon.model.workloads.images import SIZES, data_url, png, png_size
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
 

@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from tokmon.model.facts import Requests
-from tokmon.model.fold import Fold, FoldSettings
-from tokmon.model.ladder import knee
-from tokmon.model.records import Event, RequestRecord
-from tokmon.model.table import RequestTable
-from tokmon.model.views import StepFigures
+from tokmon.model.contract.views import StepFigures
+from tokmon.model.data.facts import Requests
+from tokmon.model.data.records import Event, RequestRecord
+from tokmon.model.data.table import RequestTable
+from tokmon.model.folding.fold import Fold, FoldSettings
+from tokmon.model.judge.ladder import knee
 
 S = 1_000_000_000
 
@@ -119,9 +119,9 @@ def test_the_slo_verdict_is_said_wherever_figures_are():
     JSON's ``slo_fraction``). Now the verdict is in words, with its interval and the
     target: in the summary (whole run and per arm), the closing text and the reports'
     text, a scenario's headline, and the dashboard's panel, live."""
-    from tokmon.model.facts import Tick
-    from tokmon.model.slo import slo_verdict
-    from tokmon.model.stats import Slo
+    from tokmon.model.data.facts import Tick
+    from tokmon.model.judge.slo import slo_verdict
+    from tokmon.model.statistics.stats import Slo
     from tokmon.ui.headless import summary_text
     from tokmon.ui.panels import compare_blocks
 
@@ -197,7 +197,7 @@ def test_the_quality_line_is_whole_at_every_width():
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from fakes import FakeSource
 
-    from tokmon.model.quality import Accuracy
+    from tokmon.model.judge.quality import Accuracy
     from tokmon.ui.panels import compare_blocks
 
     snap = dataclasses.replace(
@@ -220,8 +220,8 @@ def test_a_host_too_busy_to_measure_is_said():
     in the header and no warning in the closing summary. The summary now says for which
     share of the run the host was saturated, what that may have inflated, and that the
     server shares the host."""
-    from tokmon.model.facts import Sample, Status, Tick
-    from tokmon.model.records import EngineStatus
+    from tokmon.model.data.facts import Sample, Status, Tick
+    from tokmon.model.data.records import EngineStatus
     from tokmon.ui.headless import summary_text
 
     f = Fold(FoldSettings(arms=("a",), target="http://127.0.0.1:8000/v1"))
@@ -276,7 +276,7 @@ def test_the_smaller_things_a_new_user_met():
 
 
 async def test_at_80x24_the_events_panel_shows_an_event_not_its_title_alone():
-    from tokmon.model.commands import End
+    from tokmon.model.data.commands import End
     from tokmon.sources.replay import ReplaySource
     from tokmon.ui.app import DashboardApp
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers import tokmon
 
-from tokmon.model.commands import End
+from tokmon.model.data.commands import End
 from tokmon.sim.model import ALPHA, parse_profile
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig

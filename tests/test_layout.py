@@ -176,3 +176,24 @@ def test_no_class_holds_too_much_and_no_function_is_too_long():
                 if lines > MAX_LINES:
                     long.append(f"{name}:{node.name} is {lines} lines")
     assert not big and not long, big + long
+
+
+# The model's rooms, lowest first: each may import only the rooms before it (the facts
+# lean on nothing; the fold, at the top, on every room). docs/ARCHITECTURE.md shows them.
+ROOMS = ("data", "statistics", "env", "workloads", "contract", "judge", "folding")
+
+
+def test_the_models_rooms_are_layered():
+    model = ROOT / "model"
+    assert sorted(p.name for p in model.iterdir() if (p / "__init__.py").exists()) == sorted(ROOMS)
+    assert [p.name for p in model.glob("*.py")] == ["__init__.py"]  # every module in a room
+    wrong = []
+    for room in ROOMS:
+        below = set(ROOMS[: ROOMS.index(room)])
+        for path in sorted((model / room).rglob("*.py")):
+            for name in imports(path):
+                parts = name.split(".")
+                inside = parts[:2] == ["tokmon", "model"] and len(parts) > 2
+                if inside and parts[2] != room and parts[2] not in below:
+                    wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, wrong

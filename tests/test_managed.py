@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from helpers import tokmon
 
-from tokmon.model.arms import Arm, ArmError, parse_arm
-from tokmon.model.commands import StopRun
-from tokmon.model.config import RunConfig
-from tokmon.model.records import Pause
-from tokmon.model.workload import LengthDist
+from tokmon.model.data.commands import StopRun
+from tokmon.model.data.records import Pause
+from tokmon.model.workloads.arms import Arm, ArmError, parse_arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import LengthDist
 from tokmon.recording.writer import Recorder
 from tokmon.sim.model import PROFILES
 from tokmon.sources.live import LiveSession
@@ -234,7 +234,7 @@ def test_a_failing_server_is_retried_once_then_stops_the_run(tmp_path):
 
 
 def test_serve_commands_are_written_without_secrets():
-    from tokmon.model.redact import redact_argv as redact_command
+    from tokmon.model.env.redact import redact_argv as redact_command
     from tokmon.sources.managed import gpu_memory_settled
 
     argv = ["vllm", "serve", "m", "--api-key", "sk-1", "--hf-token=hf_x", "HF_TOKEN=abc", "-p"]

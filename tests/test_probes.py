@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 from fake_nvml import make
 
-from tokmon.model.facts import Sample
-from tokmon.model.fold import Fold, FoldSettings
+from tokmon.model.data.facts import Sample
+from tokmon.model.folding.fold import Fold, FoldSettings
 from tokmon.probes.base import Sampler
 from tokmon.probes.gpu import DcgmProbe, NvmlProbe, dcgm_devices
 from tokmon.probes.server import ServerMetricsProbe, metrics_url_for, neutral

@@ -134,9 +134,9 @@ def test_the_kinds_a_scrape_names_are_capped():
     and 1.5 s a scrape)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from tokmon.model.facts import Requests
-    from tokmon.model.records import RequestRecord
-    from tokmon.model.table import RequestTable
+    from tokmon.model.data.facts import Requests
+    from tokmon.model.data.records import RequestRecord
+    from tokmon.model.data.table import RequestTable
     from tokmon.sources.prometheus import MAX_KINDS, TokmonCollector
 
     col = TokmonCollector()

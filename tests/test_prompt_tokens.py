@@ -10,9 +10,9 @@ import pytest
 from helpers import tokmon
 
 from tokmon.engine.calibrate import calibrate
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig
-from tokmon.model.workload import HEAD_WORDS, synthetic_prompt
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import HEAD_WORDS, synthetic_prompt
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
 from tokmon.sim.tokenizer import count_prompt, count_text
@@ -151,7 +151,7 @@ def test_a_shared_prefix_is_hit_as_built_and_nothing_else_is(model_sim, tmp_path
 
 
 def test_a_pool_of_prefixes_is_that_many_prefixes():
-    from tokmon.model.workload import SharedPrefix
+    from tokmon.model.workloads.workload import SharedPrefix
 
     rng = np.random.default_rng(5)
     sp = SharedPrefix(64, pool=3)
@@ -241,7 +241,7 @@ def word_tokenizer(path, words) -> str:
 def test_a_local_tokenizer_makes_lengths_exact_without_tokenize(sim_without_tokenize, tmp_path):
     """A server with no /tokenize, and the model's tokenizer.json given: the lengths are
     exact again (the file picks the one-token words, the server's usage the rest)."""
-    from tokmon.model.workload import WORDS
+    from tokmon.model.workloads.workload import WORDS
 
     path = word_tokenizer(tmp_path / "tokenizer.json", [w for w in WORDS if len(w) <= 6])
     s = run_summary(sim_without_tokenize.url, tmp_path, "-n", "12", "--prompt-tokens", "2k",
@@ -253,7 +253,7 @@ def test_a_local_tokenizer_makes_lengths_exact_without_tokenize(sim_without_toke
 def test_a_tokenizer_that_is_not_the_servers_is_caught(sim_without_tokenize, tmp_path):
     """A tokenizer.json that counts a word as one token where the server counts two: the
     probe requests disagree with it, and the lengths are said to be near, not exact."""
-    from tokmon.model.workload import WORDS
+    from tokmon.model.workloads.workload import WORDS
 
     path = word_tokenizer(tmp_path / "tokenizer.json", WORDS)  # "latency" is two tokens there
     s = run_summary(sim_without_tokenize.url, tmp_path, "-n", "8", "--prompt-tokens", "1k",

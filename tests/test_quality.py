@@ -10,16 +10,13 @@ import random
 import numpy as np
 from helpers import tokmon
 
-from tokmon.model.commands import Check
-from tokmon.model.quality import (
+from tokmon.model.data.commands import Check
+from tokmon.model.judge.quality import first_json_object, is_correct, newcombe, read_number
+from tokmon.model.workloads.questions import (
     QUALITY_PASS,
     TASKS,
     builtin_items,
-    first_json_object,
-    is_correct,
-    newcombe,
     parse_items,
-    read_number,
     solve,
     wrong,
 )
@@ -223,9 +220,9 @@ def test_a_quality_pass_on_demand():
     """`o` on the dashboard (the session's "check" command): the next QUALITY_PASS
     requests of the arm receiving load are probes, in a run that had none; the output
     check needs a second arm and is not started with one."""
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.sources.live import LiveSession
 
     with SimProcess(SimConfig(seed=3, schedule=(10.0, 1.0, 1), time_scale=8)) as sim:
@@ -247,10 +244,10 @@ def test_a_quality_pass_asks_every_arm_when_the_arms_take_turns():
     nothing for spec). The arm in force is asked now, the other when its turn comes."""
     import time
 
-    from tokmon.model.arms import Arm
-    from tokmon.model.commands import Switch
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.data.commands import Switch
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.sources.live import LiveSession
 
     sched = SimConfig(seed=3, schedule=(10.0, 1.0, 1), time_scale=8)
@@ -281,10 +278,10 @@ def test_an_alert_raised_at_the_last_tick_is_in_the_last_snapshot():
     """A quality verdict reached on the run's last requests is raised at its last tick,
     after that tick's snapshot was made: it is still shown (the headless lines, the last
     frame), live and when the same facts are folded again, as a replay folds them."""
-    from tokmon.model.facts import Requests, Tick
-    from tokmon.model.fold import Fold, FoldSettings
-    from tokmon.model.records import RequestRecord
-    from tokmon.model.table import RequestTable, record_to_line
+    from tokmon.model.data.facts import Requests, Tick
+    from tokmon.model.data.records import RequestRecord
+    from tokmon.model.data.table import RequestTable, record_to_line
+    from tokmon.model.folding.fold import Fold, FoldSettings
 
     def fold_of(events_from: list | None) -> Fold:
         fold = Fold(FoldSettings(arms=("plain", "quant")), derive=events_from is None)

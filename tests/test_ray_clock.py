@@ -4,7 +4,7 @@ flight ended as cancelled (no Ray needed)."""
 
 from dataclasses import replace
 
-from tokmon.model.records import EngineBatch, EngineStatus, Event, RequestRecord
+from tokmon.model.data.records import EngineBatch, EngineStatus, Event, RequestRecord
 from tokmon.sources.ray_workers import lost_records, shift_batch
 
 
@@ -36,9 +36,9 @@ def test_each_load_generator_shows_its_host_streams_lag_and_cpu():
 
     from rich.text import Text
 
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import LengthDist
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import LengthDist
     from tokmon.sim.process import SimProcess
     from tokmon.sim.server import SimConfig
     from tokmon.sources.live import LiveSession

@@ -334,7 +334,7 @@ def test_tokmons_load_costs_the_server_no_more_than_a_plain_loop(plain, tmp_path
     streaming loop sending vLLM's own bench's body; five rounds, medians compared."""
     import random
 
-    from tokmon.model.workload import WORDS
+    from tokmon.model.workloads.workload import WORDS
 
     rng = random.Random(3)
     words = WORDS
@@ -627,9 +627,9 @@ def test_llama_cpp_gets_near_the_prompt_tokens_asked(llama, tmp_path):
     import numpy as np
 
     from tokmon.engine.calibrate import calibrate, prompt_tokens
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig
-    from tokmon.model.workload import synthetic_prompt
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import synthetic_prompt
 
     cfg = RunConfig(arms=(Arm("a", url=llama + "/v1", model="tiny"),), temperature=0.0)
     shape = calibrate(cfg, cfg.arms[0], ("chat",))
@@ -663,7 +663,7 @@ def test_vllm_answers_the_quality_probes_end_to_end(plain, tmp_path):
     """The built-in questions against a tiny model with random weights: every one asked,
     answered and read (each task), none counted correct (accuracy 0, its Wilson interval
     [0, 24%] over 12), no crash; the answers are only ever read."""
-    from tokmon.model.quality import TASKS
+    from tokmon.model.workloads.questions import TASKS
 
     s, rec = run(tmp_path, plain, "--quality", "12", "-c", "4", name="quality")
     q = s["quality"]["arms"]["default"]

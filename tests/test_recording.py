@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 import pytest
 from helpers import PY, tokmon
 
-from tokmon.model.records import Event, RequestRecord
+from tokmon.model.data.records import Event, RequestRecord
 from tokmon.recording import RecordingError, jsonl
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from tokmon.model import registry
-from tokmon.model.arms import Arm
-from tokmon.model.commands import End, Marker
-from tokmon.model.config import RunConfig
-from tokmon.model.registry import Block, Judgment, register
-from tokmon.model.table import RequestTable
-from tokmon.model.workload import LengthDist
+from tokmon.model.contract import registry
+from tokmon.model.contract.registry import Block, Judgment, register
+from tokmon.model.data.commands import End, Marker
+from tokmon.model.data.table import RequestTable
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import LengthDist
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
 from tokmon.report.render import render
@@ -155,12 +155,12 @@ def test_an_attached_view_knows_every_judgment():
     import sys
 
     def registered(module: str) -> str:
-        code = (f"import {module}; from tokmon.model import registry; "
+        code = (f"import {module}; from tokmon.model.contract import registry; "
                 "print(','.join(sorted(registry.REGISTRY)))")  # fmt: skip
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         return r.stdout.strip()
 
-    made = registered("tokmon.model.fold")
+    made = registered("tokmon.model.folding.fold")
     assert made.count(",") >= 5, made
     assert registered("tokmon.sources.remote") == made

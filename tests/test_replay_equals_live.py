@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from fake_nvml import make
 
-from tokmon.model.arms import Arm
-from tokmon.model.capacity import CapacityPlan
-from tokmon.model.commands import Command, Marker, TogglePause
-from tokmon.model.config import RunConfig
-from tokmon.model.ladder import parse_ladder
-from tokmon.model.snapshot import Snapshot
-from tokmon.model.stats import Slo
-from tokmon.model.workload import LengthDist
+from tokmon.model.data.commands import Command, Marker, TogglePause
+from tokmon.model.folding.snapshot import Snapshot
+from tokmon.model.judge.capacity import CapacityPlan
+from tokmon.model.judge.ladder import parse_ladder
+from tokmon.model.statistics.stats import Slo
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import LengthDist
 from tokmon.probes.gpu import NvmlProbe
 from tokmon.probes.host import HostProbe
 from tokmon.probes.server import ServerMetricsProbe, metrics_url_for

@@ -7,8 +7,8 @@ import json
 
 from helpers import tokmon
 
-from tokmon.model.facts import Tick
-from tokmon.model.records import Event, RequestRecord
+from tokmon.model.data.facts import Tick
+from tokmon.model.data.records import Event, RequestRecord
 from tokmon.recording.writer import Recorder
 
 EVENTS = [

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
-from tokmon.model.commands import End, Jump, Seek
-from tokmon.model.facts import Requests
+from tokmon.model.data.commands import End, Jump, Seek
+from tokmon.model.data.facts import Requests
 from tokmon.recording.parts import part_numbers, part_path, run_bytes
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import Session, _part_at, part_start, read_recording, scan
@@ -279,8 +279,8 @@ def test_a_replay_of_a_window_opens_at_its_start_and_ends_as_its_report(rotated)
 def test_windowed_cuts_facts_by_their_own_times():
     """The state before the window arrives at its start; a tick's token buckets are cut
     each by its time, even when they come before any other fact of the window."""
-    from tokmon.model.facts import Tick, Tokens
-    from tokmon.model.records import Event, TokenTick
+    from tokmon.model.data.facts import Tick, Tokens
+    from tokmon.model.data.records import Event, TokenTick
     from tokmon.recording.window import windowed
 
     s = 1_000_000_000

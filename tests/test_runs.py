@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
-from tokmon.model.runs import group_ratio, spread
+from tokmon.model.judge.runs import group_ratio, spread
 from tokmon.sim.model import PROFILES
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -126,9 +126,9 @@ def test_reproduces_is_judged_against_the_runs_own_noise():
     check the environment`` — a spread that 8 requests' own sampling explains. Each
     run's median now comes with its own 95% interval, and the runs disagree only beyond
     it (Cochran's Q at 95%)."""
-    from tokmon.model.runs import between_runs
-    from tokmon.model.sketch import Quantiles
-    from tokmon.model.stats import median_ci, pct_summary
+    from tokmon.model.judge.runs import between_runs
+    from tokmon.model.statistics.sketch import Quantiles
+    from tokmon.model.statistics.stats import median_ci, pct_summary
 
     rng = np.random.default_rng(5)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tokmon.model.facts import Sample, Tick
-from tokmon.model.fold import Fold, FoldSettings
-from tokmon.model.samples import (
+from tokmon.model.data.facts import Sample, Tick
+from tokmon.model.data.samples import (
     CounterDelta,
     GpuSample,
     HostSample,
@@ -15,6 +14,7 @@ from tokmon.model.samples import (
     ServerSample,
     read,
 )
+from tokmon.model.folding.fold import Fold, FoldSettings
 from tokmon.probes.gpu import aggregate
 from tokmon.probes.server import ServerMetricsProbe
 

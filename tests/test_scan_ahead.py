@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.test_table import varied
-from tokmon.model.facts import Requests, Tick
-from tokmon.model.records import Event
+from tokmon.model.data.facts import Requests, Tick
+from tokmon.model.data.records import Event
 from tokmon.recording.prefetch import read_ahead
 from tokmon.recording.reader import scan
 from tokmon.recording.writer import Recorder

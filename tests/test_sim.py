@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tokmon.engine.worker import Engine
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig
-from tokmon.model.workload import LengthDist
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import LengthDist
 from tokmon.probes.server import neutral
 from tokmon.sim.faults import REQUEST_FAULTS, Faults
 from tokmon.sim.model import (

@@ -8,10 +8,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tokmon.model.facts import Requests, Tick, Tokens
-from tokmon.model.fold import Fold, FoldSettings
-from tokmon.model.records import TokenTick
-from tokmon.model.sketch import ALPHA, EXACT, Quantiles, RowSample, row_keys
+from tokmon.model.data.facts import Requests, Tick, Tokens
+from tokmon.model.data.records import TokenTick
+from tokmon.model.folding.fold import Fold, FoldSettings
+from tokmon.model.statistics.sketch import ALPHA, EXACT, Quantiles, RowSample, row_keys
 from tokmon.sim.requests import synthetic_batch
 
 QS = [1, 5, 25, 50, 75, 90, 95, 99, 99.9]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeSource
 
-from tokmon.model.commands import End
+from tokmon.model.data.commands import End
 from tokmon.sources.replay import ReplaySource
 from tokmon.ui.app import HELP, DashboardApp
 

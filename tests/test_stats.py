@@ -3,11 +3,12 @@ import math
 import numpy as np
 import pytest
 
-from tokmon.model import stats
-from tokmon.model.history import History, Point
-from tokmon.model.records import RequestRecord
-from tokmon.model.sketch import Quantiles
-from tokmon.model.stats import (
+from tokmon.model.contract.history import History, Point
+from tokmon.model.data.records import RequestRecord
+from tokmon.model.data.table import RequestTable
+from tokmon.model.statistics import stats
+from tokmon.model.statistics.sketch import Quantiles
+from tokmon.model.statistics.stats import (
     ArmTotals,
     Slo,
     Stratum,
@@ -17,7 +18,6 @@ from tokmon.model.stats import (
     ratio_ci_stratified,
     window_stats,
 )
-from tokmon.model.table import RequestTable
 
 
 def rec(i, outcome="ok", ttft=100.0, tpot=10.0, arm="a", seg=0, warm=False, toks=50):
@@ -128,8 +128,8 @@ def test_history_bounded_and_compressed():
 
 def _mix_totals(seed: int, factors: dict[str, float], share_code: float = 0.5):
     """Two arms' totals of a code/creative mix whose per-kind speed-ups are known."""
-    from tokmon.model.records import RequestRecord
-    from tokmon.model.stats import ArmTotals
+    from tokmon.model.data.records import RequestRecord
+    from tokmon.model.statistics.stats import ArmTotals
 
     rng = np.random.default_rng(seed)
     base_speed = {"code": 40.0, "creative": 55.0}
@@ -154,7 +154,7 @@ def _mix_totals(seed: int, factors: dict[str, float], share_code: float = 0.5):
 def test_stratified_ratio_lands_on_the_weighted_truth_of_a_mix():
     """A half-code, half-creative mix with spec ×2.5 on code and ×1.03 on creative: the
     headline is the kinds' ratios combined with the workload's weights, in every run."""
-    from tokmon.model.summary import compare
+    from tokmon.model.judge.summary import compare
 
     factors = {"code": 2.5, "creative": 1.03}
     truth = math.exp(0.5 * math.log(2.5) + 0.5 * math.log(1.03))
@@ -183,7 +183,7 @@ def test_the_stratified_interval_is_calibrated():
     in 90–99% of them (measured: 188 of 200, 94%): neither too narrow to trust nor so wide
     that it covers every run (a correct 95% interval covers ten runs in ten only 60% of
     the time), and the point lands within 5% of the truth in every run."""
-    from tokmon.model.summary import compare
+    from tokmon.model.judge.summary import compare
 
     factors = {"code": 2.5, "creative": 1.03}
     truth = math.exp(0.5 * math.log(2.5) + 0.5 * math.log(1.03))
@@ -201,7 +201,7 @@ def test_per_second_points_kept_at_decreasing_resolution():
     """Two days of a point a second: every one of the last hour, one per 10 s of the
     last day, one per minute before that -- 13,321 points, not 172,800; the alerts'
     trends read them as one series in time order."""
-    from tokmon.model.history import Thinned
+    from tokmon.model.contract.history import Thinned
 
     th: Thinned[float] = Thinned(lambda t: t)
     for t in range(2 * 86400):

@@ -8,11 +8,11 @@ import shutil
 
 from helpers import tokmon
 
-from tokmon.model.facts import Sample, Tick
-from tokmon.model.fold import Fold, FoldSettings
-from tokmon.model.samples import HostSample
-from tokmon.model.snapshot import Snapshot
-from tokmon.model.storage import GROWTH_WINDOW_NS, StorageReducer, human_bytes
+from tokmon.model.data.facts import Sample, Tick
+from tokmon.model.data.samples import HostSample
+from tokmon.model.folding.fold import Fold, FoldSettings
+from tokmon.model.folding.snapshot import Snapshot
+from tokmon.model.judge.storage import GROWTH_WINDOW_NS, StorageReducer, human_bytes
 from tokmon.probes.host import HostProbe
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig

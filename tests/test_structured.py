@@ -8,7 +8,7 @@ import json
 
 from helpers import tokmon
 
-from tokmon.model.structured import SCHEMA, TOOL, check_call, check_json, validate
+from tokmon.model.workloads.structured import SCHEMA, TOOL, check_call, check_json, validate
 from tokmon.recording.reader import read_recording
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -69,7 +69,7 @@ def test_a_greedy_answer_under_a_schema_depends_on_the_prompt_only(make_sim):
     is answered otherwise."""
     import httpx
 
-    from tokmon.model.structured import guided_body, tools_body
+    from tokmon.model.workloads.structured import guided_body, tools_body
 
     sim = make_sim(seed=5)
 

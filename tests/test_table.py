@@ -6,11 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from tokmon.model.facts import Requests, Tick
-from tokmon.model.fold import Fold, FoldSettings
-from tokmon.model.records import OUTCOMES, RequestRecord
-from tokmon.model.stats import Slo
-from tokmon.model.table import RequestTable, distinct_pairs, record_to_line
+from tokmon.model.data.facts import Requests, Tick
+from tokmon.model.data.records import OUTCOMES, RequestRecord
+from tokmon.model.data.table import RequestTable, distinct_pairs, record_to_line
+from tokmon.model.folding.fold import Fold, FoldSettings
+from tokmon.model.statistics.stats import Slo
 from tokmon.recording.play import summary_of
 from tokmon.recording.reader import read_recording
 from tokmon.recording.writer import Recorder
@@ -211,7 +211,7 @@ def test_replay_follows_a_file_still_being_written(tmp_path, name):
 def test_a_long_line_wraps_on_words_at_the_terminal_width():
     """The closing summary at 80 columns: the terminal used to cut `exac` / `t in 100%`;
     wrapped here, every word is whole, every line fits, and the words are the same."""
-    from tokmon.model.words import count
+    from tokmon.model.statistics.words import count
     from tokmon.textsafe import fit_lines
 
     text = (
@@ -236,7 +236,7 @@ def test_a_report_of_an_appended_file_counts_the_last_session_only(tmp_path, mon
     """Requests of an earlier session still waiting to be counted (a report counts them
     a stretch at a time) do not leak into the session after it."""
     import tokmon.recording.jsonl as recording
-    from tokmon.model.facts import Tick
+    from tokmon.model.data.facts import Tick
     from tokmon.recording.play import stream_report
 
     monkeypatch.setattr(recording, "BATCH", 64)  # the first session's requests handed over

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from helpers import tokmon
 
-from tokmon.model.table import RequestTable
-from tokmon.model.timesplit import TimeSplitReducer
+from tokmon.model.data.table import RequestTable
+from tokmon.model.judge.timesplit import TimeSplitReducer
 from tokmon.recording.reader import read_recording
 from tokmon.report.render import render
 from tokmon.report.split_text import mismatch_note, ttft_bar, ttft_parts

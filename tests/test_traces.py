@@ -9,8 +9,8 @@ import pytest
 from helpers import tokmon
 
 from tokmon.inputs import STREAM_OVER, load_conversations, load_mooncake, read_share
-from tokmon.model.trace import TraceEntry, trace_prompt
-from tokmon.model.workload import WorkloadError
+from tokmon.model.workloads.trace import TraceEntry, trace_prompt
+from tokmon.model.workloads.workload import WorkloadError
 from tokmon.recording.reader import read_recording
 from tokmon.sim.process import SimProcess
 from tokmon.sim.server import SimConfig
@@ -347,7 +347,7 @@ def test_sharegpt_conversations_keep_their_replies(tmp_path):
 
 
 def test_the_load_is_written_down_in_one_line():
-    from tokmon.model.workload import describe_load, load_text
+    from tokmon.model.workloads.workload import describe_load, load_text
 
     assert load_text("trace", 2.0) == "trace 2×" and load_text("rate", 4) == "4 req/s"
     st = {"mode": "rate", "rate": 4.0, "arrival": "gamma", "burstiness": 0.5,

@@ -54,8 +54,8 @@ def test_the_dashboard_says_only_what_tells_and_wraps_it_whole():
     """On the dashboard a prefix cache that never hit, no early stop and connections kept
     alive are left out (the report says them); connections opened by a fifth of the
     requests are shown, wrapped between words at the panel's width, never cut."""
-    from tokmon.model.connection_judgment import ArmWay, ConnectionView
-    from tokmon.model.usage_judgment import ArmUsage, UsageView
+    from tokmon.model.judge.connection_judgment import ArmWay, ConnectionView
+    from tokmon.model.judge.usage_judgment import ArmUsage, UsageView
 
     quiet = ArmUsage("a", 70, 0.0, 0, None, None, None, (0, 0, 0), 70, 0, 1.0)
     assert UsageView((quiet,)).panel_lines() == ()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeSource
 
-from tokmon.model.commands import Switch
+from tokmon.model.data.commands import Switch
 from tokmon.sources.remote import RemoteSource, ViewServer
 from tokmon.ui.app import DashboardApp
 
@@ -399,7 +399,7 @@ def test_every_type_a_snapshot_can_hold_is_one_a_frame_can_carry():
     import dataclasses
     import typing
 
-    from tokmon.model.snapshot import Snapshot
+    from tokmon.model.folding.snapshot import Snapshot
     from tokmon.sources import frames
 
     seen: set[type] = set()
@@ -426,7 +426,7 @@ def test_a_view_with_control_acts_through_typed_commands_and_a_crafted_one_is_re
     line (it reaches no handler), and the run goes on."""
     import struct
 
-    from tokmon.model.commands import ChangeLevel, CommandError, Seek, checked
+    from tokmon.model.data.commands import ChangeLevel, CommandError, Seek, checked
     from tokmon.sources import frames
 
     src = FakeSource()

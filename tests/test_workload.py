@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tokmon.inputs import load_prompt_file
-from tokmon.model.workload import (
+from tokmon.model.workloads.workload import (
     Arrivals,
     LengthDist,
     WorkloadError,

@@ -14,8 +14,8 @@ import stat
 from collections.abc import Generator
 from typing import IO
 
-from tokmon.model.quality import QualityItem, parse_items
-from tokmon.model.trace import (
+from tokmon.model.workloads.questions import QualityItem, parse_items
+from tokmon.model.workloads.trace import (
     IN_ORDER,
     MAX_TRACE,
     MOONCAKE_BLOCK,
@@ -28,7 +28,7 @@ from tokmon.model.trace import (
     source_of,
     stream_share,
 )
-from tokmon.model.workload import (
+from tokmon.model.workloads.workload import (
     Prompt,
     Script,
     WorkloadError,
@@ -99,7 +99,7 @@ def read_input_bytes(path: str, what: str, cap: int | None = None) -> bytes:
 
 
 # ---------------------------------------------------------------- the workload's files
-# Read here, parsed by the pure model (tokmon.model.workload, tokmon.model.trace).
+# Read here, parsed by the pure model (tokmon.model.workloads.workload, tokmon.model.workloads.trace).
 
 
 def load_prompt_file(path: str) -> list[Prompt]:
@@ -112,7 +112,7 @@ def load_prompt_file(path: str) -> list[Prompt]:
 
 
 def load_quality_file(path: str) -> tuple[QualityItem, ...]:
-    """A user's own questions with their answers (model/quality.py parse_items)."""
+    """A user's own questions with their answers (model/workloads/questions.py parse_items)."""
     try:
         return parse_items(read_input(path, "--quality-file", CAPS["--quality-file"]),
                            f"--quality-file: {path}")  # fmt: skip

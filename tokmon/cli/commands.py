@@ -22,7 +22,7 @@ from tokmon.cli.parser import (
 from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
 from tokmon.cli.shutdown import SHUTDOWN, run_dashboard
-from tokmon.model.words import count
+from tokmon.model.statistics.words import count
 from tokmon.textsafe import clean_text, open_private, say, write_out, write_text
 
 if TYPE_CHECKING:
@@ -97,8 +97,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def wrong_rates(text: str | None) -> dict[str, float]:
     """``--wrong arith=0.1,json=0.05``: the answer model's error rate per task."""
-    from tokmon.model.quality import TASKS
-    from tokmon.model.workload import WorkloadError, key_numbers
+    from tokmon.model.workloads.questions import TASKS
+    from tokmon.model.workloads.workload import WorkloadError, key_numbers
 
     try:
         return key_numbers(text or "", "--wrong", TASKS, "task", "rate", hi=1.0)
@@ -336,7 +336,7 @@ def _instant(value: str, head: dict[str, Any], opt: str) -> int:
     (the header's ``started_at``)."""
     from datetime import datetime
 
-    from tokmon.model.workload import WorkloadError, parse_duration
+    from tokmon.model.workloads.workload import WorkloadError, parse_duration
 
     try:
         return int(round(parse_duration(value) * 1e9))
@@ -387,7 +387,7 @@ def _notes(rec: Any, path: str) -> None:
 def _report_runs(args: argparse.Namespace, files: list[str], others: list[str]) -> int:
     """Several recordings of the same load: the figures over runs; with --compare, two
     groups of runs against each other, over runs."""
-    from tokmon.model.runs import between_groups, between_runs
+    from tokmon.model.judge.runs import between_groups, between_runs
     from tokmon.recording.play import summary_of
     from tokmon.recording.reader import read_recording
     from tokmon.report.runs_text import groups_text, runs_text

@@ -20,7 +20,7 @@ from tokmon.cli.plan import Given, check_conversations, check_quality, check_tra
 def read_given(o: RunOptions, environ: Mapping[str, str] = os.environ) -> Given:
     """Read what the options name. Raises UsageError with one line."""
     from tokmon import inputs
-    from tokmon.model.workload import WorkloadError
+    from tokmon.model.workloads.workload import WorkloadError
 
     check_quality(o, quality_share(o.quality_probes))
     check_trace(o)

@@ -29,7 +29,7 @@ def parse_listen(name: str, text: str | None, allow_remote: bool) -> tuple[str, 
     host = host.strip("[]") or "127.0.0.1"
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise UsageError(f"{name}: expected HOST:PORT (e.g. 127.0.0.1:9464), got {text!r}")
-    from tokmon.model.environment import is_loopback
+    from tokmon.model.env.environment import is_loopback
 
     if not is_loopback(host) and not allow_remote:
         raise UsageError(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
+from tokmon.model.workloads.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 
 
 def number(lo: float, hi: float, integer: bool = False, lo_open: bool = False) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from tokmon import __version__
 from tokmon.cli.options import CONFIG_KEYS, TEXT_KEYS, add_display_options, add_run_options, number
-from tokmon.model.coerce import json_value
+from tokmon.model.data.coerce import json_value
 from tokmon.textsafe import say
 
 EXIT_USAGE = 2
@@ -509,7 +509,7 @@ def _sim(sub: Any) -> None:
 
 def load_config(path: str) -> tuple[dict[str, Any], list[Any]]:
     from tokmon.inputs import InputError, read_input_bytes
-    from tokmon.model.arms import ArmError, arm_from_mapping
+    from tokmon.model.workloads.arms import ArmError, arm_from_mapping
 
     try:
         data = tomllib.loads(read_input_bytes(path, "--config").decode("utf-8"))

@@ -21,22 +21,22 @@ from typing import TYPE_CHECKING, Any
 from tokmon.cli.listen import parse_listen
 from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import UsageError
-from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
-from tokmon.model.redact import secrets_in
+from tokmon.model.env.redact import secrets_in
+from tokmon.model.workloads.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 from tokmon.textsafe import add_secret
 
 if TYPE_CHECKING:
-    from tokmon.model.capacity import CapacityPlan
-    from tokmon.model.config import RunConfig
-    from tokmon.model.ladder import Ladder
-    from tokmon.model.quality import QualityItem
-    from tokmon.model.stats import Slo
-    from tokmon.model.trace import Trace
-    from tokmon.model.workload import Prompt, Script
+    from tokmon.model.judge.capacity import CapacityPlan
+    from tokmon.model.judge.ladder import Ladder
+    from tokmon.model.statistics.stats import Slo
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.questions import QualityItem
+    from tokmon.model.workloads.trace import Trace
+    from tokmon.model.workloads.workload import Prompt, Script
 
 
 def dur(name: str, text: str | None, allow_zero: bool = True) -> float | None:
-    from tokmon.model.workload import WorkloadError, parse_duration
+    from tokmon.model.workloads.workload import WorkloadError, parse_duration
 
     if text is None:
         return None
@@ -172,7 +172,7 @@ def _load(o: RunOptions, given: Given) -> _Load:
     concurrency, rate = o.concurrency, o.rate
     ladder: Ladder | CapacityPlan | None = None
     if o.ladder:
-        from tokmon.model.ladder import LadderError, parse_ladder
+        from tokmon.model.judge.ladder import LadderError, parse_ladder
 
         try:
             ladder = parse_ladder(
@@ -236,7 +236,7 @@ class _Workload:
 
 
 def _workload(o: RunOptions, given: Given, mode: str) -> _Workload:
-    from tokmon.model.workload import LengthDist, WorkloadError, parse_mix
+    from tokmon.model.workloads.workload import LengthDist, WorkloadError, parse_mix
 
     trace = given.trace
     duration = dur("--duration", o.duration, allow_zero=False)
@@ -256,7 +256,7 @@ def _workload(o: RunOptions, given: Given, mode: str) -> _Workload:
         raise UsageError(f"--max-tokens: {e}") from None
     conversations = None
     if o.turns or o.conversations:
-        from tokmon.model.workload import Conversations
+        from tokmon.model.workloads.workload import Conversations
 
         flag = "--turns" if o.turns else "--conversations"
         if mode != "concurrency":
@@ -269,7 +269,7 @@ def _workload(o: RunOptions, given: Given, mode: str) -> _Workload:
         conversations = Conversations(turns, think, o.followup_tokens, given.conversations)
     shared = None
     if o.shared_prefix:
-        from tokmon.model.workload import SharedPrefix, parse_count
+        from tokmon.model.workloads.workload import SharedPrefix, parse_count
 
         try:
             n = parse_count(o.shared_prefix)
@@ -316,8 +316,8 @@ class _Arms:
 
 
 def _arms(o: RunOptions, given: Given, file_arms: list[Any], qshare: float) -> _Arms:
-    from tokmon.model.arms import Arm, ArmError, check_unique, parse_arm
-    from tokmon.model.config import redact_header
+    from tokmon.model.workloads.arms import Arm, ArmError, check_unique, parse_arm
+    from tokmon.model.workloads.config import redact_header
 
     shown = tuple(str(x) for x in o.show_header)
     url, headers, key = credentials(o.header, shown, given.api_key, given.url)
@@ -369,8 +369,8 @@ def _arms(o: RunOptions, given: Given, file_arms: list[Any], qshare: float) -> _
 def plan_run(o: RunOptions, given: Given, file_arms: list[Any], run_id: str) -> RunPlan:
     """Check every option against the others and against what its files hold: the load,
     the workload, the arms, then the rest, each group on its own."""
-    from tokmon.model.arms import Arm
-    from tokmon.model.config import RunConfig, Timeouts
+    from tokmon.model.workloads.arms import Arm
+    from tokmon.model.workloads.config import RunConfig, Timeouts
 
     qshare = quality_share(o.quality_probes)
     check_quality(o, qshare)
@@ -597,7 +597,7 @@ def quality_run(o: RunOptions, arms: list[Any]) -> tuple[int, str]:
 
 def image_sizes(text: str) -> tuple[int, ...]:
     """``512`` or ``256,512,1024``: each a size the image kind can make, each once."""
-    from tokmon.model.images import SIZES
+    from tokmon.model.workloads.images import SIZES
 
     out: list[int] = []
     for part in str(text).split(","):
@@ -616,7 +616,7 @@ def image_sizes(text: str) -> tuple[int, ...]:
 
 
 def parse_slo(text: str | None, target: float = 0.95) -> Slo:
-    from tokmon.model.stats import Slo
+    from tokmon.model.statistics.stats import Slo
 
     got: dict[str, float] = {}
     if not text:
@@ -672,7 +672,7 @@ def ray_options(o: RunOptions) -> dict[str, Any]:
 
 def capacity_plan(o: RunOptions, ladder: Any) -> CapacityPlan:
     """``--find-capacity``: the search's plan (its start: --concurrency or --rate, else 1)."""
-    from tokmon.model.capacity import CapacityPlan
+    from tokmon.model.judge.capacity import CapacityPlan
 
     param = str(o.find_capacity)
     if ladder is not None:
@@ -809,7 +809,7 @@ def credentials(
     """The --header values, the API key and the URL without its userinfo (which becomes
     Basic authentication): (url, headers, key). Every secret among them is registered with
     the sanitiser, so no output carries it from now on."""
-    from tokmon.model.config import redact_header
+    from tokmon.model.workloads.config import redact_header
 
     headers: dict[str, str] = {}
     for h in header_args:

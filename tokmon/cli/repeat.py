@@ -1,5 +1,5 @@
 """``tokmon run --repeat N``: the same load N times, each a run of its own, then the
-figures over runs (the unit of replication is the run: ``model/runs.py``).
+figures over runs (the unit of replication is the run: ``model/judge/runs.py``).
 
 Each run is whole: it starts its own managed servers (``serve=`` arms), warms up, and
 writes its own files — ``--record r.jsonl`` becomes ``r-1.jsonl`` … ``r-N.jsonl`` (each
@@ -23,7 +23,7 @@ from tokmon.cli.plan import dur
 from tokmon.cli.run import build_run, run_session
 from tokmon.cli.shutdown import SHUTDOWN
 from tokmon.engine.preflight import PreflightError
-from tokmon.model.words import count
+from tokmon.model.statistics.words import count
 from tokmon.textsafe import dumps, say, write_text
 
 RUN = "{run}"  # in a serve command: the run's number (1…N)
@@ -61,7 +61,7 @@ def _ends_by_itself(o: RunOptions) -> bool:
 
 
 def run_repeated(args: RunOptions, file_arms: list[Any]) -> int:
-    from tokmon.model.runs import between_runs, not_whole
+    from tokmon.model.judge.runs import between_runs, not_whole
     from tokmon.report.runs_text import runs_text
 
     n = args.repeat or 1

@@ -20,15 +20,15 @@ from tokmon.cli.options import RunOptions
 from tokmon.cli.parser import RunFailed, UsageError
 from tokmon.cli.plan import ExitPlan, ProbePlan, RecordPlan, RunPlan, ServerPlan, plan_run
 from tokmon.cli.shutdown import SHUTDOWN, run_dashboard
-from tokmon.model.commands import StopRun
-from tokmon.model.redact import redact_argv
-from tokmon.model.words import count
+from tokmon.model.data.commands import StopRun
+from tokmon.model.env.redact import redact_argv
+from tokmon.model.statistics.words import count
 from tokmon.textsafe import dumps, open_private, say, share_with_group, write_text
 
 if TYPE_CHECKING:
-    from tokmon.model.config import RunConfig
-    from tokmon.model.stats import Slo
-    from tokmon.model.workload import PromptShape
+    from tokmon.model.statistics.stats import Slo
+    from tokmon.model.workloads.config import RunConfig
+    from tokmon.model.workloads.workload import PromptShape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -464,7 +464,7 @@ def make_recorder(run: Prepared, probes: list[Any]) -> tuple[Any, dict[str, Any]
     rec = run.plan.record
     if rec is None:
         return None, {}
-    from tokmon.model.config import redact_header
+    from tokmon.model.workloads.config import redact_header
     from tokmon.recording.writer import Recorder, environment
 
     cfg = run.cfg
@@ -517,8 +517,8 @@ def _redact_argv(
 ) -> list[str]:
     """The command line as it may be written down: URL credentials and the values of
     headers (``--header K:V``) replaced, unless a header is named by --show-header, and
-    every secret of a serve= command (``tokmon.model.redact``)."""
-    from tokmon.model.config import redact_header
+    every secret of a serve= command (``tokmon.model.env.redact``)."""
+    from tokmon.model.workloads.config import redact_header
 
     out: list[str] = []
     header_next = False

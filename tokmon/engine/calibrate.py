@@ -31,9 +31,16 @@ from tokmon.engine.worker import build_body, endpoint_url, request_headers
 from tokmon.engines import TOKENIZE_FORMS
 from tokmon.gate import loads
 from tokmon.inputs import InputError, check_input
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig
-from tokmon.model.workload import HEAD_WORDS, WORDS, Prompt, PromptShape, compose, prefix_text
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.workload import (
+    HEAD_WORDS,
+    WORDS,
+    Prompt,
+    PromptShape,
+    compose,
+    prefix_text,
+)
 
 LEADS_SAMPLE = 8  # filler words of the short probe
 LEADS_LONG = 40  # of the long one

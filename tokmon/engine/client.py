@@ -19,7 +19,7 @@ from tokmon.engine.measure import NS_PER_MS, StreamMeter
 from tokmon.engine.sse import SSEError, SSEParser
 from tokmon.engine.target import Target, request_bytes
 from tokmon.gate import loads
-from tokmon.model.records import CLOCK_PREFIX, RequestRecord
+from tokmon.model.data.records import CLOCK_PREFIX, RequestRecord
 from tokmon.textsafe import clean_text
 
 ERROR_BODY_LIMIT = 4096

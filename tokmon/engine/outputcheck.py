@@ -13,8 +13,8 @@ import numpy as np
 
 from tokmon.bodies import fetch
 from tokmon.gate import loads
-from tokmon.model.arms import Arm
-from tokmon.model.workload import TEXT_KINDS, synthetic_prompt
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.workload import TEXT_KINDS, synthetic_prompt
 from tokmon.textsafe import clean_text
 
 

@@ -27,17 +27,7 @@ from tokmon.engine.client import Tick, ssl_context, stream_request
 from tokmon.engine.measure import KEEP_CHARS, NS_PER_MS
 from tokmon.engine.target import prepare
 from tokmon.inputs import read_share
-from tokmon.model.arms import Arm
-from tokmon.model.config import RunConfig
-from tokmon.model.images import IMAGE
-from tokmon.model.quality import (
-    CHECK_CHARS,
-    QUALITY_MAX_TOKENS,
-    QUALITY_SET,
-    builtin_items,
-    judge,
-)
-from tokmon.model.records import (
+from tokmon.model.data.records import (
     Abort,
     BeginStep,
     Command,
@@ -54,9 +44,14 @@ from tokmon.model.records import (
     Stop,
     SwitchArm,
 )
-from tokmon.model.structured import GUIDED, GUIDED_FREE, TOOLS, check_call, check_json
-from tokmon.model.trace import trace_prompt
-from tokmon.model.workload import (
+from tokmon.model.judge.quality import CHECK_CHARS, judge
+from tokmon.model.workloads.arms import Arm
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.images import IMAGE
+from tokmon.model.workloads.questions import QUALITY_MAX_TOKENS, QUALITY_SET, builtin_items
+from tokmon.model.workloads.structured import GUIDED, GUIDED_FREE, TOOLS, check_call, check_json
+from tokmon.model.workloads.trace import trace_prompt
+from tokmon.model.workloads.workload import (
     Arrivals,
     LengthDist,
     Prompt,
@@ -338,7 +333,7 @@ class Engine:
             prompt, max_tokens = self._pick_prompt() if chat is None else chat.next_prompt(self)
         if prompt.kind == GUIDED:
             # every other guided request is the same kind of prompt without the schema:
-            # the control that says what the grammar costs (model/structured.py)
+            # the control that says what the grammar costs (model/workloads/structured.py)
             self.guided_n += 1
             if self.guided_n % 2 == 0:
                 prompt = prompt.without_extra(GUIDED_FREE)
@@ -405,7 +400,7 @@ class Engine:
                 rec = replace(rec, valid=0.0 if why else 1.0,
                               error=rec.error or (f"invalid: {why}" if why else ""))  # fmt: skip
             if item is not None and rec.outcome == "ok":
-                # read, never run: the answer is checked as text (model/quality.py), in
+                # read, never run: the answer is checked as text (model/judge/quality.py), in
                 # time linear in its length (CHECK_CHARS at most); one it cannot judge
                 # is counted as unjudged, never as wrong
                 ok, why = judge(item.check, item.answer, answer[0] if answer else "")

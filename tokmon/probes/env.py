@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tokmon.bodies import fetch
 from tokmon.gate import loads
-from tokmon.model.environment import (
+from tokmon.model.env.environment import (
     JSON_ENDPOINTS,
     MAX_TEXT,
     NetPath,
@@ -35,7 +35,7 @@ from tokmon.model.environment import (
     proxy_evidence,
     warnings_for,
 )
-from tokmon.model.redact import redact_tree
+from tokmon.model.env.redact import redact_tree
 from tokmon.probes.base import Sampler
 from tokmon.probes.server import MAX_BODY, MetricsTooLarge, detect, known_lines
 

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tokmon.engines import METRIC_MAPS
 from tokmon.engines.base import EngineMap
-from tokmon.model.defaults import WINDOW_S
-from tokmon.model.probe_state import INCONSISTENT
+from tokmon.model.judge.probe_state import INCONSISTENT
+from tokmon.model.workloads.defaults import WINDOW_S
 from tokmon.probes.base import Sampler
 
 COUNTERS = (

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.table import COLUMNS, DTYPES, MISSING, REQUIRED, RequestTable, string_column
+from tokmon.model.data.table import COLUMNS, DTYPES, MISSING, REQUIRED, RequestTable, string_column
 
 try:  # (an optional extra: ``pip install 'tokmon-live[fast]'``)
     import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]

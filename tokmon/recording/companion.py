@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tokmon.model.table import COLUMNS, DTYPES, NO_TIME, RequestTable
+from tokmon.model.data.table import COLUMNS, DTYPES, NO_TIME, RequestTable
 from tokmon.recording import RecordingError, arrow_lines, jsonl
 
 try:  # (an optional extra: ``pip install 'tokmon-live[fast]'``)

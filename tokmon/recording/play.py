@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tokmon.model.analyses import Analyses
-from tokmon.model.facts import Fact, Requests, Tick, time_of
-from tokmon.model.fold import Fold, FoldSettings, Pace
-from tokmon.model.records import Event
-from tokmon.model.table import RequestTable
+from tokmon.model.data.facts import Fact, Requests, Tick, time_of
+from tokmon.model.data.records import Event
+from tokmon.model.data.table import RequestTable
+from tokmon.model.folding.fold import Fold, FoldSettings, Pace
+from tokmon.model.judge.analyses import Analyses
 from tokmon.recording import RecordingError
 from tokmon.recording.prefetch import read_ahead
 from tokmon.recording.reader import (

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from tokmon import __version__
-from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
-from tokmon.model.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
-from tokmon.model.table import RequestTable
+from tokmon.model.data.facts import Fact, Requests, Sample, Status, Tick, Tokens
+from tokmon.model.data.records import EngineStatus, Event, RequestRecord, SentPrompt, TokenTick
+from tokmon.model.data.table import RequestTable
 from tokmon.recording import SCHEMA_VERSION, RecordingError, Window, arrow_lines, companion, jsonl
 from tokmon.recording.jsonl import (
     AHEAD,

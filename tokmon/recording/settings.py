@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokmon.model.coerce import number, text
-from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
-from tokmon.model.environment import ServerEnv
-from tokmon.model.fold import FoldSettings, mix_weights
-from tokmon.model.redact import short_command
-from tokmon.model.stats import SLO_TARGET, Slo
+from tokmon.model.data.coerce import number, text
+from tokmon.model.env.environment import ServerEnv
+from tokmon.model.env.redact import short_command
+from tokmon.model.folding.fold import FoldSettings, mix_weights
+from tokmon.model.statistics.stats import SLO_TARGET, Slo
+from tokmon.model.workloads.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
 
 
 def _share(v: Any) -> float:

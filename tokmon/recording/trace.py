@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokmon.model.trace import MAX_TOKENS, MOONCAKE_BLOCK, Trace, TraceEntry, make_trace
-from tokmon.model.workload import Prompt, WorkloadError
+from tokmon.model.workloads.trace import MAX_TOKENS, MOONCAKE_BLOCK, Trace, TraceEntry, make_trace
+from tokmon.model.workloads.workload import Prompt, WorkloadError
 from tokmon.recording import RecordingError
 from tokmon.recording.reader import read_recording
 

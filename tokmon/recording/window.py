@@ -24,9 +24,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from tokmon.model.facts import Requests, Tick, Tokens, time_of
-from tokmon.model.records import Event
-from tokmon.model.words import hms
+from tokmon.model.data.facts import Requests, Tick, Tokens, time_of
+from tokmon.model.data.records import Event
+from tokmon.model.statistics.words import hms
 from tokmon.recording import Window
 from tokmon.recording.parts import CARRIED, LATE_LINE_NS
 from tokmon.recording.reader import Item, Recording, Session, hold, no_gc, scan

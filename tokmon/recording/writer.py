@@ -12,9 +12,9 @@ import zlib
 from dataclasses import asdict
 from typing import IO, Any
 
-from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
-from tokmon.model.records import Event, RequestRecord, SentPrompt
-from tokmon.model.table import record_to_line
+from tokmon.model.data.facts import Fact, Requests, Sample, Status, Tick, Tokens
+from tokmon.model.data.records import Event, RequestRecord, SentPrompt
+from tokmon.model.data.table import record_to_line
 from tokmon.recording import SCHEMA_VERSION, RecordingError, companion
 from tokmon.recording.parts import CARRIED, part_path
 from tokmon.stamps import stamp_sources
@@ -290,7 +290,7 @@ class Recorder:
                 self._write({"k": "q", "id": p.rid, "t": p.text})
 
     def fact(self, f: Fact) -> None:
-        """Any other fact of the run (``tokmon.model.facts``), its time since the start."""
+        """Any other fact of the run (``tokmon.model.data.facts``), its time since the start."""
         if not self.active:
             return
         if isinstance(f, Event):

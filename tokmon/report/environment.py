@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from tokmon.model.environment import ServerEnv, differences, rows
+from tokmon.model.env.environment import ServerEnv, differences, rows
 from tokmon.textsafe import clean_text
 
 

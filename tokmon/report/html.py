@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.samples import GpuSample, ServerSample
-from tokmon.model.samples import read as read_sample
-from tokmon.model.timesplit import MISMATCH_SHARE
+from tokmon.model.data.samples import GpuSample, ServerSample
+from tokmon.model.data.samples import read as read_sample
+from tokmon.model.judge.timesplit import MISMATCH_SHARE
 from tokmon.recording.reader import Recording
 from tokmon.report.html_verdict import arm_colour, verdict_html
 from tokmon.report.text import escape, render_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokmon.model.runs import FIGURES
+from tokmon.model.judge.runs import FIGURES
 from tokmon.textsafe import clean_text
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tokmon.model.connection_judgment import CHURN_SHARE_INV
-from tokmon.model.timesplit import MISMATCH_SHARE
+from tokmon.model.judge.connection_judgment import CHURN_SHARE_INV
+from tokmon.model.judge.timesplit import MISMATCH_SHARE
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokmon.model.stats import MIN_SAMPLES
-from tokmon.model.storage import human_bytes
-from tokmon.model.summary import RATIO_KEYS, describe_output_check
-from tokmon.model.words import count, hms
+from tokmon.model.judge.storage import human_bytes
+from tokmon.model.judge.summary import RATIO_KEYS, describe_output_check
+from tokmon.model.statistics.stats import MIN_SAMPLES
+from tokmon.model.statistics.words import count, hms
 from tokmon.textsafe import clean_text
 
 
@@ -295,7 +295,7 @@ def ladder_lines(lad: dict[str, Any] | None, searched: dict[str, Any]) -> list[s
 
 
 def judgment_lines(summary: dict[str, Any]) -> list[str]:
-    """Every registered judgment's lines (``model/registry.py``: a summary block with a
+    """Every registered judgment's lines (``model/contract/registry.py``: a summary block with a
     title and its lines), in the summary's order."""
     out: list[str] = []
     for v in summary.values():

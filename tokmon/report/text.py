@@ -12,13 +12,13 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from tokmon.model.analyses import DRIFT_ROWS
-from tokmon.model.changepoint import SPEAKS_AFTER_S
-from tokmon.model.eventlog import listed_events
-from tokmon.model.fold import Fold
-from tokmon.model.table import REQUEST_KEYS
-from tokmon.model.words import count
-from tokmon.model.workload import describe_load
+from tokmon.model.contract.eventlog import listed_events
+from tokmon.model.data.table import REQUEST_KEYS
+from tokmon.model.folding.fold import Fold
+from tokmon.model.judge.analyses import DRIFT_ROWS
+from tokmon.model.judge.changepoint import SPEAKS_AFTER_S
+from tokmon.model.statistics.words import count
+from tokmon.model.workloads.workload import describe_load
 from tokmon.recording.play import (
     Folded,
     fold_report,
@@ -126,7 +126,7 @@ def arm_environments(rec: Recording, summary: dict[str, Any]) -> list[tuple[str,
     """Each arm's server as it ran: (arm, its server in words, its environment record or
     None). A managed server's record is the one surveyed when it started (each arm its
     own, spec off and spec on); an arm with a URL has the record of that URL's server."""
-    from tokmon.model.environment import ServerEnv
+    from tokmon.model.env.environment import ServerEnv
 
     by_url = {e.url: e for e in settings_of(rec).environment}
     managed = summary.get("managed_servers") or {}
@@ -510,7 +510,7 @@ def compare_recordings(
     """Two recordings side by side, arm by arm (``pair_arms``): each pair's ratios of
     medians B/A with their intervals, named by run and arm, and its servers'
     environments."""
-    from tokmon.model.summary import RATIO_KEYS, compare
+    from tokmon.model.judge.summary import RATIO_KEYS, compare
     from tokmon.report.environment import compare_lines, compare_rows, machine_rows
 
     pairs, how = pair_arms(list(a.arms), list(b.arms), mapping)

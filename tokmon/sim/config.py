@@ -22,7 +22,7 @@ class SimConfig:
     # batching model: a server with a known token schedule, for timing-fidelity tests.
     schedule: tuple[float, float, int] | None = None
     alter_outputs: float = 0.0  # share of greedy outputs changed (an arm that alters text)
-    # the answer model: quality probes (model/quality.py) are answered right, except at
+    # the answer model: quality probes (model/workloads/questions.py) are answered right, except at
     # this rate per task (a "quantised" arm: {"arith": 0.1})
     wrong: dict[str, float] = field(default_factory=dict)
     # Like vLLM's --api-key: /v1/* needs "Authorization: Bearer KEY"; /health, /version

@@ -124,7 +124,7 @@ PROFILES: dict[str, Profile] = {
     )
 }
 
-# Acceptance probability per task kind (see tokmon.model.workload.KINDS).
+# Acceptance probability per task kind (see tokmon.model.workloads.workload.KINDS).
 ALPHA = {"code": 0.82, "structured": 0.78, "summarize": 0.6, "chat": 0.5, "creative": 0.3}
 
 _KIND_PATTERNS = (

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tokmon.model.table import COLUMNS, RequestTable
+from tokmon.model.data.table import COLUMNS, RequestTable
 
 
 def synthetic_batch(

@@ -21,7 +21,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from tokmon import __version__
-from tokmon.model.quality import solve, wrong
+from tokmon.model.workloads.questions import solve, wrong
 from tokmon.sim import wire
 from tokmon.sim.config import SimConfig
 from tokmon.sim.metrics import Metrics

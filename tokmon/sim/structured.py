@@ -9,7 +9,7 @@ import json
 import random
 from typing import Any
 
-from tokmon.model.images import png_size
+from tokmon.model.workloads.images import png_size
 
 _WORDS = ("checkout", "latency", "search", "billing", "ingest", "gateway")
 

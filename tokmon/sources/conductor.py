@@ -5,8 +5,8 @@ measured), and when the arms take turns (every --alternate, for --cycles).
 It runs in its own thread beside the live session and acts only through the session's
 surface (``Stage``): an event that begins each step (so the fold, live and replayed,
 sees the same steps), the engines' commands, and the fold's figures read under the
-session's lock. The decisions themselves are the model's (``tokmon.model.ladder``,
-``tokmon.model.capacity``); this module only performs them.
+session's lock. The decisions themselves are the model's (``tokmon.model.judge.ladder``,
+``tokmon.model.judge.capacity``); this module only performs them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.model.capacity import (
+from tokmon.model.data.commands import AbortInFlight, StopRun, Switch, TogglePause
+from tokmon.model.data.records import BeginStep, SetLevel
+from tokmon.model.judge.capacity import (
     CapacityPlan,
     CapacitySearch,
     Probe,
@@ -22,9 +24,7 @@ from tokmon.model.capacity import (
     time_limit,
     wilson,
 )
-from tokmon.model.commands import AbortInFlight, StopRun, Switch, TogglePause
-from tokmon.model.ladder import Ladder, StepTotals, stop_reason
-from tokmon.model.records import BeginStep, SetLevel
+from tokmon.model.judge.ladder import Ladder, StepTotals, stop_reason
 from tokmon.sources.stage import Stage
 
 POLL_S = 0.25  # how often a running probe's counts are read

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from time import perf_counter_ns
 
-from tokmon.model.commands import (
+from tokmon.model.data.commands import (
     AbortInFlight,
     ChangeLevel,
     Check,
@@ -17,10 +17,10 @@ from tokmon.model.commands import (
     TogglePause,
     ToggleRecord,
 )
-from tokmon.model.commands import Command as UserCommand
-from tokmon.model.quality import QUALITY_PASS
-from tokmon.model.records import Abort, Pause, QualityPass, SetLevel, Stop, SwitchArm
-from tokmon.model.workload import load_text
+from tokmon.model.data.commands import Command as UserCommand
+from tokmon.model.data.records import Abort, Pause, QualityPass, SetLevel, Stop, SwitchArm
+from tokmon.model.workloads.questions import QUALITY_PASS
+from tokmon.model.workloads.workload import load_text
 from tokmon.sources.session import Session
 
 
@@ -152,7 +152,7 @@ class Controls:
 
         def run() -> None:
             from tokmon.engine.outputcheck import check_outputs
-            from tokmon.model.summary import describe_output_check
+            from tokmon.model.judge.summary import describe_output_check
 
             try:
                 hdr = dict(s.cfg.headers)

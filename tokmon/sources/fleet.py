@@ -19,9 +19,9 @@ from time import perf_counter_ns
 from typing import Any
 
 from tokmon.engine.worker import engine_main
-from tokmon.model.commands import StopRun
-from tokmon.model.config import RunConfig
-from tokmon.model.records import Command, Pause, SwitchArm
+from tokmon.model.data.commands import StopRun
+from tokmon.model.data.records import Command, Pause, SwitchArm
+from tokmon.model.workloads.config import RunConfig
 from tokmon.sources.stage import Stage
 
 DRAIN_POLL_S = 0.05  # how often the engines' in-flight counts are read while draining

@@ -20,24 +20,13 @@ from typing import Any
 # (every registered judgment, whose views a snapshot may hold: an attached view never
 # imports the fold, and knew one judgment of six — a snapshot holding the client verdict
 # could not be read, and the view went blank, its keys gone)
-import tokmon.model.judgments  # noqa: F401
+import tokmon.model.folding.judgments  # noqa: F401
 from tokmon.gate import GateError, loads
-from tokmon.model import (
-    alerts,
-    capacity,
-    commands,
-    crossover,
-    history,
-    quality,
-    records,
-    registry,
-    slo,
-    snapshot,
-    stats,
-    storage,
-    timesplit,
-    views,
-)
+from tokmon.model.contract import history, registry, views
+from tokmon.model.data import commands, records
+from tokmon.model.folding import snapshot
+from tokmon.model.judge import alerts, capacity, crossover, quality, slo, storage, timesplit
+from tokmon.model.statistics import stats
 
 # the modules whose dataclasses a frame may hold (what a Snapshot is made of)
 _MODULES = (
@@ -69,7 +58,7 @@ FRAME_LIMIT = 32 << 20  # a frame is ~30 kB; a session never sends one near this
 
 
 def _registered() -> dict[str, type]:
-    """The registered judgments' view types (``model/registry.py``), read as a frame
+    """The registered judgments' view types (``model/contract/registry.py``), read as a frame
     comes: a judgment registered after this module was imported is carried too."""
     return registry.view_types()
 

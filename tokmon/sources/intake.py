@@ -13,9 +13,9 @@ from multiprocessing.connection import wait
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.model.commands import StopRun
-from tokmon.model.facts import Fact, Requests, Sample, Status, Tick, Tokens
-from tokmon.model.records import (
+from tokmon.model.data.commands import StopRun
+from tokmon.model.data.facts import Fact, Requests, Sample, Status, Tick, Tokens
+from tokmon.model.data.records import (
     EngineBatch,
     EngineFailure,
     EngineStatus,
@@ -23,8 +23,8 @@ from tokmon.model.records import (
     StartTrace,
     TokenTick,
 )
-from tokmon.model.records import Stop as EngineStop
-from tokmon.model.table import RequestTable, record_to_line
+from tokmon.model.data.records import Stop as EngineStop
+from tokmon.model.data.table import RequestTable, record_to_line
 from tokmon.sources.session import Session
 from tokmon.textsafe import dumps
 

@@ -15,15 +15,15 @@ from datetime import UTC, datetime
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.model.commands import LIVE, StopRun
-from tokmon.model.commands import Command as UserCommand
-from tokmon.model.config import RunConfig
-from tokmon.model.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
-from tokmon.model.fold import Fold, FoldSettings, mix_weights
-from tokmon.model.records import Command
-from tokmon.model.snapshot import Snapshot
-from tokmon.model.stats import Slo
-from tokmon.model.workload import load_text
+from tokmon.model.data.commands import LIVE, StopRun
+from tokmon.model.data.commands import Command as UserCommand
+from tokmon.model.data.records import Command
+from tokmon.model.folding.fold import Fold, FoldSettings, mix_weights
+from tokmon.model.folding.snapshot import Snapshot
+from tokmon.model.statistics.stats import Slo
+from tokmon.model.workloads.config import RunConfig
+from tokmon.model.workloads.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
+from tokmon.model.workloads.workload import load_text
 from tokmon.sources.controls import Controls
 from tokmon.sources.fleet import Engines, Servers
 from tokmon.sources.intake import Intake

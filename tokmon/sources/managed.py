@@ -31,8 +31,8 @@ import httpx
 
 from tokmon.bodies import fetch
 from tokmon.gate import loads
-from tokmon.model.arms import PORT, Arm
-from tokmon.model.redact import redact_argv
+from tokmon.model.env.redact import redact_argv
+from tokmon.model.workloads.arms import PORT, Arm
 from tokmon.textsafe import open_private
 
 

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from tokmon.model.facts import Fact, Requests
-from tokmon.model.records import Event
+from tokmon.model.data.facts import Fact, Requests
+from tokmon.model.data.records import Event
 
 # Bucket bounds in seconds, fitted to LLM latencies (the first token in tens of ms to
 # tens of seconds under load; a token in ms; a whole answer in seconds to minutes).

@@ -31,8 +31,8 @@ from multiprocessing.connection import Connection
 from time import perf_counter_ns
 from typing import Any
 
-from tokmon.model.config import RunConfig
-from tokmon.model.records import EngineBatch, EngineFailure, EngineStatus, RequestRecord
+from tokmon.model.data.records import EngineBatch, EngineFailure, EngineStatus, RequestRecord
+from tokmon.model.workloads.config import RunConfig
 
 INSTALL = "--ray needs Ray: pip install 'tokmon-live[ray]'"
 RECHECK_S = 30.0

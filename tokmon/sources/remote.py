@@ -22,8 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tokmon.model.commands import Command, CommandError, StopRun, checked
-from tokmon.model.snapshot import Snapshot
+from tokmon.model.data.commands import Command, CommandError, StopRun, checked
+from tokmon.model.folding.snapshot import Snapshot
 from tokmon.sources import frames
 
 _LEN = struct.Struct("!I")

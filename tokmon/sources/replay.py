@@ -20,8 +20,8 @@ from bisect import bisect_right
 from dataclasses import replace
 from typing import Any
 
-from tokmon.model.commands import REPLAY, Command, End, Jump, Play, Seek, Speed
-from tokmon.model.snapshot import Snapshot
+from tokmon.model.data.commands import REPLAY, Command, End, Jump, Play, Seek, Speed
+from tokmon.model.folding.snapshot import Snapshot
 from tokmon.recording import Window
 from tokmon.recording.play import Player, StreamPlayer, summary_of
 from tokmon.recording.reader import (

@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from tokmon.model.commands import Command as UserCommand
-from tokmon.model.config import RunConfig
-from tokmon.model.fold import Fold
-from tokmon.model.records import Command
+from tokmon.model.data.commands import Command as UserCommand
+from tokmon.model.data.records import Command
+from tokmon.model.folding.fold import Fold
+from tokmon.model.workloads.config import RunConfig
 
 
 class Session(Protocol):

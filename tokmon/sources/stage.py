@@ -10,10 +10,10 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from tokmon.model.commands import Command as UserCommand
-from tokmon.model.config import RunConfig
-from tokmon.model.fold import Fold
-from tokmon.model.records import Command
+from tokmon.model.data.commands import Command as UserCommand
+from tokmon.model.data.records import Command
+from tokmon.model.folding.fold import Fold
+from tokmon.model.workloads.config import RunConfig
 from tokmon.sources.controls import Controls
 from tokmon.sources.intake import Intake
 from tokmon.sources.session import Session

@@ -22,7 +22,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label
 
-from tokmon.model.commands import (
+from tokmon.model.data.commands import (
     ChangeLevel,
     Check,
     Command,
@@ -37,7 +37,7 @@ from tokmon.model.commands import (
     TogglePause,
     ToggleRecord,
 )
-from tokmon.model.snapshot import Snapshot, Source
+from tokmon.model.folding.snapshot import Snapshot, Source
 from tokmon.textsafe import clean_text
 from tokmon.ui.header import header_text
 from tokmon.ui.panels import (

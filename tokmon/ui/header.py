@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from tokmon.model.snapshot import Snapshot
-from tokmon.model.storage import human_bytes
-from tokmon.model.words import hms
-from tokmon.model.workload import load_text
+from tokmon.model.folding.snapshot import Snapshot
+from tokmon.model.judge.storage import human_bytes
+from tokmon.model.statistics.words import hms
+from tokmon.model.workloads.workload import load_text
 from tokmon.textsafe import clean_text
 
 SEP = " · "

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tokmon.model.records import Event
-from tokmon.model.snapshot import Snapshot
+from tokmon.model.data.records import Event
+from tokmon.model.folding.snapshot import Snapshot
 from tokmon.textsafe import say
 
 

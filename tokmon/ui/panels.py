@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from tokmon.model.history import Point, merge_all
-from tokmon.model.records import EngineStatus
-from tokmon.model.snapshot import Snapshot
-from tokmon.model.words import hms
+from tokmon.model.contract.history import Point, merge_all
+from tokmon.model.data.records import EngineStatus
+from tokmon.model.folding.snapshot import Snapshot
+from tokmon.model.statistics.words import hms
 from tokmon.report.split_text import arm_lines, causes_parts, wrap
 from tokmon.report.summary_text import fmt_ms
 from tokmon.textsafe import clean_text

@@ -1,0 +1,1 @@
+"""The facts and the request table: what crosses into the model, typed and checked."""

@@ -1,0 +1,1 @@
+"""The environment: what a server says of itself, and the redaction rule."""

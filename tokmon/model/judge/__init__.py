@@ -1,0 +1,1 @@
+"""The judgments: each reducer that owns one piece of the run, one module each."""

@@ -1,0 +1,1 @@
+"""Statistics: windows, totals, intervals, sketches, trends, counts in words."""

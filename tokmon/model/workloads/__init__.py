@@ -1,0 +1,1 @@
+"""What is sent: workloads, traces, images, structured requests, arms and the run's configuration."""
