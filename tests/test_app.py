@@ -233,7 +233,7 @@ def test_the_header_shows_a_busy_tokmon_whole_at_any_width(width, cpu):
         FakeSource().snapshot(),
         ok=12_345, failed=0, in_flight=8, warming_up=True, recording=False,
         probes=ProbeView(self_cpu_pct=cpu, host_cpu_pct=55.0),
-        storage=StorageView(rss_mib=149.0),
+        judgments={"storage": StorageView(rss_mib=149.0)},
     )  # fmt: skip
     lines = header_text(snap, width).plain.split("\n")
     assert all(len(ln) <= width and not ln.endswith("…") for ln in lines), lines

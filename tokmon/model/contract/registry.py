@@ -74,6 +74,14 @@ class Judgment:
     def status(self, st: EngineStatus) -> None:
         """An engine's own status."""
 
+    # what it raises: events a live run records (a replay and a report read them back
+    # from the recording instead, never raising them twice)
+    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+        """The events it raises at the tick at ``now``: (kind, message, data) each, folded
+        after the tick's snapshot (a replay draws the tick as the live run did), in the
+        judgments' order."""
+        return []
+
     # projections
     def view(self, now: int, reads: dict[str, Any]) -> Any:
         """A frozen view for the snapshot at ``now`` (None: nothing to show yet);
@@ -207,6 +215,9 @@ class Judgments:
     def feed(self, call: Callable[[Judgment], None]) -> None:
         for j in self.items:
             call(j)
+
+    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+        return [raised for j in self.items for raised in j.derive(now)]
 
     def views(self, now: int) -> dict[str, Any]:
         got: dict[str, Any] = {}

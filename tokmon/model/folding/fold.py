@@ -28,7 +28,7 @@ from tokmon.model.contract.views import Price, RestartView
 from tokmon.model.data.coerce import integer, number
 from tokmon.model.data.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.data.records import EngineStatus, Event
-from tokmon.model.data.samples import HostSample, ServerSample
+from tokmon.model.data.samples import ServerSample
 from tokmon.model.data.samples import read as read_sample
 from tokmon.model.data.table import RequestTable, distinct
 from tokmon.model.env.environment import ServerEnv
@@ -45,7 +45,6 @@ from tokmon.model.judge.probe_state import ProbeState
 from tokmon.model.judge.quality import QualityReducer
 from tokmon.model.judge.slo import slo_verdict
 from tokmon.model.judge.steps import Steps
-from tokmon.model.judge.storage import StorageReducer
 from tokmon.model.judge.summary import alerts_from_events, build_summary, slo_counted
 from tokmon.model.judge.timesplit import TimeSplitReducer
 from tokmon.model.statistics.stats import ArmTotals, Slo, TokenWindow, window_stats
@@ -175,7 +174,6 @@ class Fold:
         self.split = TimeSplitReducer()  # where each arm's time goes
         self.quality = QualityReducer()  # quality probes' answers, per arm and task
         self.capacity = CapacityReducer()  # --find-capacity: each arm's search
-        self.storage = StorageReducer()  # tokmon's memory, the recording, the disk left
         # each arm's cost and energy per token, from the reducers that hold its parts
         self.costs = Costs(s.gpu_hour_price, self.probes, self.turns, self.arm_tokens, self.totals)
         # the registered judgments (``model/contract/registry.py``), each its own piece of the run
@@ -336,8 +334,6 @@ class Fold:
             if one is None and self.settings.assign == "switch" and self.arm in served:
                 one = self.arm  # arms take turns on this server: the one in force
             self.split.server(smp.t, one, served, r, self.ladder.current())
-        if isinstance(r, HostSample):
-            self.storage.sample(smp.t, r)
         self.ladder.sample(smp.t, r)
         self.judgments.feed(lambda j: j.sample(smp.t, r))
 
@@ -448,8 +444,8 @@ class Fold:
         # events derived at a tick are folded after its snapshot: the recording holds them
         # after the tick, and a replay must draw the tick as the live run drew it
         later = self.derived.burst(now, win, width)
-        # the disk about to fill: once
-        later += self.derived.live([("disk", m, d) for m, d in self.storage.take_warnings()])
+        # what the registered judgments raise (the disk about to fill: once)
+        later += self.derived.live(self.judgments.derive(now))
         qd = self.quality.diff(*self.arm_names[:2]) if len(self.arm_names) >= 2 else None
         later += self.derived.quality(qd)
         n_failed = sum(t.failed for t in self.totals.values())
@@ -541,7 +537,6 @@ class Fold:
             causes_by_kind=self.ab.causes_by_kind,
             quality=self.quality.views(),
             quality_diff=qd,
-            storage=self.storage.view(),
             slo=tuple(
                 slo_verdict(n, t.good, slo_counted(t), self.slo) for n, t in self.totals.items()
             )
@@ -600,7 +595,6 @@ class Fold:
         self.costs.summarise(out["arms"], t_end, self.t_measure)
         if self.output_check is not None:
             out["output_check"] = self.output_check
-        out["storage"] = self.storage.to_json()
         for name, block in self.judgments.blocks(t_end).items():
             out[name] = block.to_json()  # each registered judgment's part, under its name
         out["alerts"] = alerts_from_events(self.log.alerts, 0)

@@ -13,5 +13,6 @@ import tokmon.model.judge.connection_judgment  # noqa: F401
 import tokmon.model.judge.errors_judgment  # noqa: F401
 import tokmon.model.judge.images_judgment  # noqa: F401
 import tokmon.model.judge.reasoning  # noqa: F401
+import tokmon.model.judge.storage  # noqa: F401
 import tokmon.model.judge.structured_judgment  # noqa: F401
 import tokmon.model.judge.usage_judgment  # noqa: F401

@@ -78,7 +78,6 @@ class Snapshot:
     quality: tuple[Accuracy, ...] = ()  # each arm's quality probes, answers checked
     quality_diff: QualityDiff | None = None  # the second arm's accuracy minus the first's
     capacity: tuple[CapacityView, ...] = ()  # --find-capacity: each arm's search so far
-    storage: StorageView = field(default_factory=StorageView)  # memory, recording, disk
     # with --slo: each arm's share of its counted requests that met every SLO (whole run),
     # its interval and its verdict against the target
     slo: tuple[SloVerdict, ...] = ()
@@ -91,6 +90,12 @@ class Snapshot:
     def judgment(self, name: str) -> Any:
         """A registered judgment's view (None: it has nothing to show yet)."""
         return self.judgments.get(name)
+
+    @property
+    def storage(self) -> StorageView:
+        """tokmon's memory, the recording and the disk left (the ``storage`` judgment)."""
+        v = self.judgments.get("storage")
+        return v if isinstance(v, StorageView) else StorageView()
 
     @property
     def t_start(self) -> int:

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from tokmon.model.contract.registry import Block, Context, Judgment, register
 from tokmon.model.data.samples import HostSample
 
 GROWTH_WINDOW_NS = 600_000_000_000  # the recording's growth is read over ten minutes
@@ -43,8 +44,16 @@ def human_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-class StorageReducer:
-    def __init__(self) -> None:
+@register
+class StorageReducer(Judgment):
+    """A registered judgment (``model/contract/registry.py``), named ``storage``: its view
+    is the snapshot's ``storage``, its block the summary's (figures only: the closing text
+    says them in its own line), its warning a ``disk`` event."""
+
+    name = "storage"
+
+    def __init__(self, ctx: Context | None = None) -> None:
+        super().__init__(Context(None, ()) if ctx is None else ctx)
         self.rss: float | None = None
         self.rss_max: float | None = None
         self.free: int | None = None
@@ -53,7 +62,9 @@ class StorageReducer:
         self.warned = False
         self.pending: list[tuple[str, dict[str, Any]]] = []  # warnings not yet said
 
-    def sample(self, t: int, host: HostSample) -> None:
+    def sample(self, t: int, host: Any) -> None:
+        if not isinstance(host, HostSample):
+            return  # (the host probe's samples only)
         rss = host.self_rss_mib
         if rss is not None:
             self.rss = rss
@@ -105,7 +116,10 @@ class StorageReducer:
         out, self.pending = self.pending, []
         return out
 
-    def view(self) -> StorageView:
+    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+        return [("disk", text, data) for text, data in self.take_warnings()]  # once each
+
+    def view(self, now: int = 0, reads: dict[str, Any] | None = None) -> StorageView:
         return StorageView(
             rss_mib=self.rss,
             rss_max_mib=self.rss_max,
@@ -125,3 +139,6 @@ class StorageReducer:
             "record_growth_bytes_per_s": None if g is None else round(g, 1),
             "disk_free_bytes": self.free,
         }
+
+    def block(self, t_end: int, reads: dict[str, Any]) -> Block:
+        return Block(self.name, self.to_json())
