@@ -164,3 +164,68 @@ def test_an_attached_view_knows_every_judgment():
     made = registered("tokmon.model.folding.fold")
     assert made.count(",") >= 5, made
     assert registered("tokmon.sources.remote") == made
+
+
+class Tenth(Judgment):
+    """Raises one event, at the first tick after its tenth request."""
+
+    name = "tenth"
+
+    def __init__(self, ctx: registry.Context) -> None:
+        super().__init__(ctx)
+        self.n = self.heard = 0
+        self.said = False
+
+    def requests(self, tb: RequestTable) -> None:
+        self.n += tb.n
+
+    def event(self, ev: Any) -> None:
+        self.heard += ev.kind == "tenth"
+
+    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+        if self.n < 10 or self.said:
+            return []
+        self.said = True
+        return [("tenth", f"tenth: {self.n} requests", {"n": self.n})]
+
+    def view(self, now: int, reads: dict[str, Any]) -> ToyView:
+        return ToyView(self.n, self.heard)
+
+
+def test_a_judgments_event_is_raised_live_once_and_read_back_by_a_replay():
+    """Synthetic facts through the registry, no server: the event a judgment derives is
+    returned to be recorded and folded (the judgment hears it) after the tick's snapshot;
+    a replay (derive off), fed the facts and the recorded event, holds it once."""
+    import numpy as np
+
+    from tokmon.model.data.facts import Requests, Tick
+    from tokmon.model.folding.fold import Fold, FoldSettings
+    from tokmon.sim.requests import synthetic_batch
+
+    register(Tenth)
+    try:
+        live = Fold(FoldSettings(arms=("a", "b")), derive=True)
+        rng = np.random.default_rng(1)
+        facts: list[Any] = []
+        for k in range(3):
+            tb = synthetic_batch(live.vocab, 6 * k, 6, k * 10**9, rng, 0)
+            facts += [Requests(tb), Tick((k + 1) * 10**9)]
+        raised, recorded = [], []
+        for f in facts:
+            got = live.apply(f)
+            raised += got
+            recorded += [f, *got]  # (what a recording holds: the events after their tick)
+            if isinstance(f, Tick) and got:
+                assert live.snapshot is not None
+                assert live.snapshot.judgment("tenth") == ToyView(12, 0)  # drawn before it
+        assert [(e.kind, e.message, e.data) for e in raised] == [
+            ("tenth", "tenth: 12 requests", {"n": 12})
+        ]
+        replay = Fold(FoldSettings(arms=("a", "b")), derive=False, vocab=live.vocab)
+        for f in recorded:
+            assert replay.apply(f) == []  # never raised twice
+        for fold in (live, replay):
+            assert [e.kind for e in fold.log.recent].count("tenth") == 1
+            assert fold.judgments.views(3 * 10**9)["tenth"] == ToyView(18, 1)
+    finally:
+        registry.unregister("tenth")
