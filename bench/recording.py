@@ -22,10 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, table  # noqa: E402
 
 from tokmon.model.data.facts import Sample, Tick, Tokens  # noqa: E402
-from tokmon.model.data.records import (
-    RequestRecord,  # noqa: E402
-    TokenTick,  # noqa: E402
-)
+from tokmon.model.data.records import RequestRecord, TokenTick  # noqa: E402
 from tokmon.recording.writer import Recorder  # noqa: E402
 
 RATE = 50.0  # requests per second of simulated run
