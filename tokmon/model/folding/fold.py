@@ -25,7 +25,17 @@ from tokmon.model.contract.eventlog import REGIME_KINDS, EventLog, listed_events
 from tokmon.model.contract.history import History, Point
 from tokmon.model.contract.registry import Context, Judgments
 from tokmon.model.contract.views import Price, RestartView
-from tokmon.model.data.coerce import integer, number
+from tokmon.model.data.events import (
+    ArmSwitch,
+    LadderEnds,
+    LevelSet,
+    OutputCheck,
+    Pause,
+    SearchNews,
+    ServerNews,
+    StepBegins,
+    meaning,
+)
 from tokmon.model.data.facts import Fact, Requests, Sample, Status, Tick, Tokens
 from tokmon.model.data.records import EngineStatus, Event
 from tokmon.model.data.samples import ServerSample
@@ -339,52 +349,37 @@ class Fold:
 
     # ------------------------------------------------------------------ events
     def _event(self, ev: Event) -> None:
-        """An event's effect on the figures, then the event itself.
-
-        Arm switches, ladder steps and their end, load levels and pauses change what the
-        figures mean."""
-        d = ev.data
-        arm = d.get("arm")
+        """An event's effect on the figures (its typed meaning: ``model/data/events.py``),
+        then the event itself. Arm switches, ladder steps and their end, load levels and
+        pauses change what the figures mean."""
         if ev.kind in REGIME_KINDS:
             # the user changed what runs: detectors and trends start again from here
             self.watch.new_regime(ev.t / 1e9)
             self.alerts.new_regime(ev.t / 1e9)
             self.regimes.append(ev.t / 1e9)
-        if ev.kind == "arm":
-            if isinstance(arm, str) and arm in self.arm_names and arm != self.arm:
+        match meaning(ev):
+            case ArmSwitch(arm=arm) if arm in self.arm_names and arm != self.arm:
                 self.turns.switch(arm, ev.t)
-        elif ev.kind == "step" and isinstance(arm, str):
-            param = str(d.get("param"))
-            self.ladder.begin(
-                integer(d.get("step")),
-                arm,
-                str(d.get("value")),
-                ev.t,
-                number(d.get("warm_s")) or 0.0,
-                param,
-            )
-            level = number(d.get("value"))
-            if param in ("concurrency", "rate") and level is not None:
+            case StepBegins() as st:
+                self.ladder.begin(st.step, st.arm, st.value, ev.t, st.warm_s, st.param)
+                if st.level is not None:
+                    self.level = st.level
+            case SearchNews(kind=kind, arm=arm, data=data):
+                self.capacity.event(kind, arm, data)
+            case LadderEnds(reason=reason):
+                self.ladder.end(ev.t, reason)
+            case LevelSet(level=level):
                 self.level = level
-        elif ev.kind in ("search", "probe", "capacity") and isinstance(arm, str):
-            self.capacity.event(ev.kind, arm, d)
-        elif ev.kind == "ladder":
-            reason = d.get("reason")
-            self.ladder.end(ev.t, reason if isinstance(reason, str) else None)
-        elif ev.kind == "level":
-            level = number(d.get("level"))
-            if level is not None:
-                self.level = level
-        elif ev.kind == "pause":
-            self.paused = ev.message.startswith("paused")
-            self.turns.pause(ev.t, self.paused)
-        elif ev.kind == "server":
-            # a managed server restarting as the arms take turns: idle time
-            idle = self.managed.event(ev)
-            if idle is not None:
-                self.turns.pause(ev.t, idle)
-        elif ev.kind == "check" and isinstance(d.get("result"), dict):
-            self.output_check = d["result"]  # type: ignore[assignment]
+            case Pause(paused=paused):
+                self.paused = paused
+                self.turns.pause(ev.t, paused)
+            case ServerNews():
+                # a managed server restarting as the arms take turns: idle time
+                idle = self.managed.event(ev)
+                if idle is not None:
+                    self.turns.pause(ev.t, idle)
+            case OutputCheck(result=result):
+                self.output_check = result
         self.log.add(ev)
         self.judgments.feed(lambda j: j.event(ev))
         if self.snapshot is not None and self.snapshot.done:
