@@ -27,6 +27,10 @@ import numpy as np
 from tokmon.model.data.records import EngineStatus, Event
 from tokmon.model.data.table import RequestTable
 
+# an event a judgment raises: (kind, message, data), as the fold records it (a live run's
+# alerts, warnings and verdicts; a replay reads them back instead of raising them again)
+Raised = tuple[str, str, dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class Context:
@@ -76,7 +80,7 @@ class Judgment:
 
     # what it raises: events a live run records (a replay and a report read them back
     # from the recording instead, never raising them twice)
-    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+    def derive(self, now: int) -> list[Raised]:
         """The events it raises at the tick at ``now``: (kind, message, data) each, folded
         after the tick's snapshot (a replay draws the tick as the live run did), in the
         judgments' order."""
@@ -216,7 +220,7 @@ class Judgments:
         for j in self.items:
             call(j)
 
-    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+    def derive(self, now: int) -> list[Raised]:
         return [raised for j in self.items for raised in j.derive(now)]
 
     def views(self, now: int) -> dict[str, Any]:

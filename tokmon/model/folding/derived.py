@@ -7,10 +7,9 @@ arm is down, since when) is kept either way.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from tokmon.model.contract.registry import Raised
 from tokmon.model.data.table import RequestTable
 from tokmon.model.judge.changepoint import WATCHED, ChangePoint
 from tokmon.model.judge.changepoint import H as CUSUM_H
@@ -18,7 +17,6 @@ from tokmon.model.judge.quality import QualityDiff
 from tokmon.model.statistics.stats import WindowStats
 
 # (kind, message, data): an event to raise (the fold gives it its time)
-Raised = tuple[str, str, dict[str, Any]]
 
 STALL_EVERY_NS = 1_000_000_000  # a stall is listed with its request, one a second at most
 BURST_EVERY_NS = 30_000_000_000  # an error burst, once in 30 s at most

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tokmon.model.contract.history import Point, Thinned
+from tokmon.model.contract.registry import Raised
 from tokmon.model.contract.views import Cost
 from tokmon.model.statistics.trend import can_tell, per_hour_pct, sen_slope
 from tokmon.model.workloads.defaults import DRIFT_ALERT_PCT_H, WINDOW_S
@@ -66,9 +67,7 @@ class AlertEngine:
         self.regime_t0 = 0.0  # trends are fitted within the regime (seconds)
         self._rss: Thinned[tuple[float, float]] = Thinned(lambda p: p[0])
 
-    def add(
-        self, p: Point, self_rss_mib: float | None = None
-    ) -> list[tuple[str, str, dict[str, Any]]]:
+    def add(self, p: Point, self_rss_mib: float | None = None) -> list[Raised]:
         """One point (one second); returns new alerts as (kind, message, data)."""
         self.note(p, self_rss_mib)
         if p.t < self._next:
@@ -81,13 +80,13 @@ class AlertEngine:
         if self_rss_mib is not None:
             self._rss.append((p.t, self_rss_mib))
 
-    def check(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def check(self) -> list[Raised]:
         """Every check on the points so far; returns new alerts."""
         if not self.points:
             return []
         p = self.points.last()
         self._next = p.t + self.every_s
-        out: list[tuple[str, str, dict[str, Any]]] = []
+        out: list[Raised] = []
         out += self._drift()
         out += self._saturation()
         out += self._leak()
@@ -135,7 +134,7 @@ class AlertEngine:
         lo, hi = r[1] * k, r[2] * k
         return Trend(key, r[0] * k, lo, hi, known=can_tell(lo, hi, self.drift_alert))
 
-    def _drift(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def _drift(self) -> list[Raised]:
         out = []
         for key, (label, bad) in DRIFT_METRICS.items():
             tr = self.trend(key)
@@ -165,7 +164,7 @@ class AlertEngine:
                 )
         return out
 
-    def _saturation(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def _saturation(self) -> list[Raised]:
         """The queue keeps growing while throughput stays flat: more load adds only wait."""
         span = self.saturation_span_s
         pts = [q for q in self.points if q.t >= max(self.points.last().t - span, self.regime_t0)]
@@ -194,7 +193,7 @@ class AlertEngine:
                 ]
         return []
 
-    def _leak(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def _leak(self) -> list[Raised]:
         out = []
         if len(self._rss) >= 8 and "leak:self" not in self.fired:
             x = np.array([a for a, _ in self._rss])

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from tokmon.model.contract.registry import Block, Context, Judgment, register
+from tokmon.model.contract.registry import Block, Context, Judgment, Raised, register
 from tokmon.model.data.samples import HostSample
 
 GROWTH_WINDOW_NS = 600_000_000_000  # the recording's growth is read over ten minutes
@@ -116,7 +116,7 @@ class StorageReducer(Judgment):
         out, self.pending = self.pending, []
         return out
 
-    def derive(self, now: int) -> list[tuple[str, str, dict[str, Any]]]:
+    def derive(self, now: int) -> list[Raised]:
         return [("disk", text, data) for text, data in self.take_warnings()]  # once each
 
     def view(self, now: int = 0, reads: dict[str, Any] | None = None) -> StorageView:
